@@ -1,0 +1,17 @@
+"""The one error type for bad input: it names the file, the field and what is allowed."""
+
+from __future__ import annotations
+
+
+class InputError(ValueError):
+    """Bad user input; the CLI prints it as one line and exits with status 2."""
+
+    def __init__(self, source: str, field: str, message: str):
+        self.source = str(source)
+        self.field = field
+        self.message = message
+        super().__init__(f"{self.source}: {field}: {message}")
+
+
+class ModelError(RuntimeError):
+    """The inputs are valid but the question has no answer (nothing feasible, for example)."""

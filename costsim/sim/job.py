@@ -1,0 +1,224 @@
+"""One training job in SimPy: provision, restore, work segments, checkpoints, preemptions.
+
+The job asks its policy which market to be on, runs an instance there in segments of work that end
+at a checkpoint, a decision or the end of the work, and loses whatever was not checkpointed when a
+preemption strikes. A spot reclaim arrives as `simpy.Interrupt` at the notice time; within the notice
+window an emergency checkpoint is written if it fits. Costs are read off the instance log afterwards.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import simpy
+
+from costsim.sim.market import Timeline
+from costsim.sim.policies import SPOT, Decision, Policy, View
+
+_EPS = 1e-6
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class JobParams:
+    """Everything one simulated job needs, in seconds of wall time."""
+
+    work_s: float                  # compute time of the whole job on this configuration
+    deadline_s: float
+    checkpoint_interval_s: float   # compute between periodic checkpoints
+    checkpoint_s: float            # time to write one checkpoint (the training stall when sync)
+    checkpoint_stall_s: float | None = None   # async: the stall; the write runs behind it
+    restart_s: float = 0.0         # process start, rendezvous, checkpoint load (not on first start)
+    changeover_s: float = 0.0      # from starting an instance until the job can start up on it
+    notice_s: float = 0.0          # warning before a spot reclaim
+    horizon_s: float = math.inf    # give up (unfinished) after this
+
+
+@dataclass(slots=True)
+class Stint:
+    """One instance (or gang) held on one market, from acquisition to release."""
+
+    market: str
+    start_s: float
+    end_s: float = math.nan
+    preempted: bool = False
+
+
+@dataclass(slots=True)
+class JobRecord:
+    """What happened in one trial."""
+
+    stints: list[Stint] = field(default_factory=list)
+    log: list[tuple[float, str, str]] = field(default_factory=list)
+    finished_s: float = math.inf
+    preemptions: int = 0
+    lost_work_s: float = 0.0
+
+
+class Notice(Exception):
+    """Cause of the interrupt: the instance will be reclaimed at `reclaim_at`."""
+
+    def __init__(self, reclaim_at: float):
+        super().__init__(reclaim_at)
+        self.reclaim_at = reclaim_at
+
+
+class Job:
+    """The job process and its state; `record` holds the outcome."""
+
+    def __init__(self, env: simpy.Environment, params: JobParams, policy: Policy,
+                 spot: Timeline, record_log: bool = False):
+        self.env, self.p, self.policy, self.spot = env, params, policy, spot
+        self.record = JobRecord()
+        self.record_log = record_log
+        self.durable_s = 0.0      # work saved in a complete checkpoint
+        self.live_s = 0.0         # work done in the running process
+        self.last_checkpoint_s = 0.0
+        self.started_once = False
+        self._phase: tuple[str, object] = ("idle", None)
+        self._writer: simpy.Process | None = None
+        self.process = env.process(self.run())
+
+    # -- helpers ---------------------------------------------------------------------------
+    def _log(self, event: str, market: str = "") -> None:
+        if self.record_log:
+            self.record.log.append((round(self.env.now, 6), event, market))
+
+    def _view(self, running: str | None) -> View:
+        now = self.env.now
+        return View(t=now, deadline_s=self.p.deadline_s, work_total_s=self.p.work_s,
+                    work_left_s=self.p.work_s - self.live_s, at_risk_s=self.live_s - self.durable_s,
+                    changeover_s=self.p.changeover_s + self.p.restart_s, running=running,
+                    spot_available_at=self.spot.next_available(now))
+
+    def _decide(self, running: str | None) -> Decision:
+        decision = self.policy(self._view(running))
+        if decision.market == SPOT and not self.spot.available(self.env.now) and running != SPOT:
+            raise RuntimeError(f"policy chose spot at t={self.env.now} with no spot capacity")
+        return decision
+
+    # -- the process -----------------------------------------------------------------------
+    def run(self):
+        """Top level: decide, then run on a market or wait, until all work is checkpointed."""
+        while self.durable_s < self.p.work_s - _EPS:
+            decision = self._decide(None)
+            if decision.market is None:
+                wake_at = min(decision.reconsider_at, self.p.horizon_s)
+                if not math.isfinite(wake_at) or wake_at <= self.env.now + _EPS:
+                    self._log("stranded")
+                    return
+                self._log("wait")
+                yield self.env.timeout(wake_at - self.env.now)
+                continue
+            yield from self._stint(decision.market)
+        self.record.finished_s = self.env.now
+        self._log("done")
+
+    def _stint(self, market: str):
+        stint = Stint(market=market, start_s=self.env.now)
+        self.record.stints.append(stint)
+        self._log("start", market)
+        reclaimer = None
+        if market == SPOT:
+            reclaim_at = self.spot.reclaim_time(self.env.now)
+            if math.isfinite(reclaim_at):
+                reclaimer = self.env.process(self._reclaim(stint, reclaim_at))
+        try:
+            yield from self._work_on(market)
+            stint.end_s = self.env.now
+        except simpy.Interrupt as interrupt:
+            yield from self._on_notice(interrupt.cause.reclaim_at)
+            stint.end_s = self.env.now
+            stint.preempted = True
+        self._log("release", market)
+
+    def _reclaim(self, stint: Stint, reclaim_at: float):
+        yield self.env.timeout(max(0.0, reclaim_at - self.p.notice_s - self.env.now))
+        if math.isnan(stint.end_s) and self.process.is_alive:
+            self.process.interrupt(Notice(reclaim_at))
+
+    def _work_on(self, market: str):
+        startup_s = self.p.changeover_s + (self.p.restart_s if self.started_once else 0.0)
+        self._phase = ("startup", None)
+        if startup_s > 0:
+            yield self.env.timeout(startup_s)
+        self.started_once = True
+        self.live_s = self.durable_s
+        self._log("progress", market)
+        while self.durable_s < self.p.work_s - _EPS:
+            decision = self._decide(market)
+            if decision.market != market:
+                yield from self._checkpoint(final=True)
+                return
+            yield from self._segment(decision.reconsider_at)
+        return
+
+    def _segment(self, reconsider_at: float):
+        """Work until the next checkpoint, the end of the work or the policy's wake-up time."""
+        to_checkpoint = self.last_checkpoint_s + self.p.checkpoint_interval_s - self.live_s
+        to_end = self.p.work_s - self.live_s
+        run_s = min(to_checkpoint, to_end, max(reconsider_at - self.env.now, 0.0))
+        if run_s <= _EPS and to_checkpoint > _EPS and to_end > _EPS:
+            run_s = min(to_checkpoint, to_end, 1.0)  # a wake-up time already due: make progress
+        if run_s > _EPS:
+            self._phase = ("work", self.env.now)
+            start_live = self.live_s
+            yield self.env.timeout(run_s)
+            self.live_s = start_live + run_s
+        if to_checkpoint - run_s <= _EPS or to_end - run_s <= _EPS:
+            yield from self._checkpoint(final=to_end - run_s <= _EPS)
+
+    def _checkpoint(self, final: bool):
+        """A periodic (or final) checkpoint of the live work; sync, or async behind a stall."""
+        target = self.live_s
+        self.last_checkpoint_s = target
+        if target <= self.durable_s + _EPS:
+            return
+        if self.p.checkpoint_stall_s is None or final:
+            yield from self._wait_for_writer()
+            self._phase = ("checkpoint", (self.env.now, target))
+            yield self.env.timeout(self.p.checkpoint_s)
+            self._bank(target)
+            return
+        yield from self._wait_for_writer()
+        self._phase = ("stall", None)
+        yield self.env.timeout(self.p.checkpoint_stall_s)
+        self._writer = self.env.process(self._write_async(target))
+
+    def _wait_for_writer(self):
+        if self._writer is not None and self._writer.is_alive:
+            yield self._writer
+
+    def _write_async(self, target: float):
+        stint = self.record.stints[-1]
+        yield self.env.timeout(self.p.checkpoint_s)
+        if math.isnan(stint.end_s) or self.env.now <= stint.end_s + _EPS:
+            self._bank(target)
+
+    def _bank(self, work_s: float) -> None:
+        if work_s > self.durable_s:
+            self.durable_s = work_s
+            self._log("checkpoint")
+
+    def _on_notice(self, reclaim_at: float):
+        """Preemption notice: write an emergency checkpoint if it fits, then lose the rest."""
+        now = self.env.now
+        self._log("notice")
+        phase, detail = self._phase
+        if phase == "work":
+            self.live_s += now - detail
+        window_s = reclaim_at - now
+        if phase == "checkpoint" and detail[0] + self.p.checkpoint_s <= reclaim_at + _EPS:
+            yield self.env.timeout(detail[0] + self.p.checkpoint_s - now)
+            self._bank(detail[1])
+        elif self.live_s > self.durable_s + _EPS and self.p.checkpoint_s <= window_s + _EPS:
+            yield self.env.timeout(self.p.checkpoint_s)
+            self._bank(self.live_s)
+        if reclaim_at > self.env.now:
+            yield self.env.timeout(reclaim_at - self.env.now)
+        self.record.preemptions += 1
+        self.record.lost_work_s += max(0.0, self.live_s - self.durable_s)
+        self.live_s = self.durable_s
+        self.last_checkpoint_s = self.durable_s
+        self._writer = None
+        self._log("preempted", SPOT)

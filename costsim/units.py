@@ -1,0 +1,62 @@
+"""Parsing of durations and other unit-bearing values; one place, used at the edge only."""
+
+from __future__ import annotations
+
+import math
+import re
+
+from costsim.errors import InputError
+
+_SECONDS_PER = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0, "y": 365.0 * 86400.0}
+_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([smhdwy]?)\s*$")
+DURATION_HELP = "a positive duration such as 90s, 5m, 2h, 3d, 1y (a bare number is seconds)"
+
+
+def parse_duration_s(value, *, source: str, field: str, allow_zero: bool = False) -> float:
+    """Seconds from `90s`, `5m`, `2h`, `3d`, `1y` or a bare number of seconds."""
+    if isinstance(value, bool):
+        raise InputError(source, field, f"got {value!r}; expected {DURATION_HELP}")
+    if isinstance(value, (int, float)):
+        seconds = float(value)
+    else:
+        match = _DURATION.match(str(value))
+        if not match:
+            raise InputError(source, field, f"got {value!r}; expected {DURATION_HELP}")
+        seconds = float(match.group(1)) * _SECONDS_PER[match.group(2) or "s"]
+    if not math.isfinite(seconds) or seconds < 0 or (seconds == 0 and not allow_zero):
+        allowed = "zero or " + DURATION_HELP if allow_zero else DURATION_HELP
+        raise InputError(source, field, f"got {value!r}; expected {allowed}")
+    return seconds
+
+
+def parse_positive(value, *, source: str, field: str, integer: bool = False,
+                   allow_zero: bool = False) -> float:
+    """A positive number (or integer), with a message that names the field."""
+    kind = "integer" if integer else "number"
+    bad = isinstance(value, bool) or not isinstance(value, (int, float))
+    if not bad and integer and float(value) != int(value):
+        bad = True
+    if bad or not math.isfinite(float(value)) or value < 0 or (value == 0 and not allow_zero):
+        lower = ">= 0" if allow_zero else "> 0"
+        raise InputError(source, field, f"got {value!r}; expected a {kind} {lower}")
+    return int(value) if integer else float(value)
+
+
+def parse_probability(value, *, source: str, field: str) -> float:
+    """A probability strictly between 0 and 1 inclusive of 1."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+        raise InputError(source, field, f"got {value!r}; expected a probability in (0, 1]")
+    return float(value)
+
+
+def format_duration(seconds: float) -> str:
+    """Short human form: 45s, 12.5m, 3.2h, 2.1d."""
+    if not math.isfinite(seconds):
+        return "never"
+    if seconds < 120:
+        return f"{seconds:.0f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f}m"
+    if seconds < 3 * 86400:
+        return f"{seconds / 3600:.1f}h"
+    return f"{seconds / 86400:.1f}d"
