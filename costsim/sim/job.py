@@ -76,7 +76,7 @@ class Job:
         self.last_checkpoint_s = 0.0
         self.started_once = False
         self._phase: tuple[str, object] = ("idle", None)
-        self._writer: simpy.Process | None = None
+        self._pending: tuple[float, float] | None = None   # async write: (done at, work it saves)
         self.process = env.process(self.run())
 
     # -- helpers ---------------------------------------------------------------------------
@@ -86,10 +86,14 @@ class Job:
 
     def _view(self, running: str | None) -> View:
         now = self.env.now
+        self._settle(now)
+        work_left_s = self.p.work_s - self.live_s
+        paid_s = self.p.checkpoint_stall_s if self.p.checkpoint_stall_s is not None else self.p.checkpoint_s
+        overhead_s = work_left_s / self.p.checkpoint_interval_s * paid_s + self.p.checkpoint_s
         return View(t=now, deadline_s=self.p.deadline_s, work_total_s=self.p.work_s,
-                    work_left_s=self.p.work_s - self.live_s, at_risk_s=self.live_s - self.durable_s,
-                    changeover_s=self.p.changeover_s + self.p.restart_s, running=running,
-                    spot_available_at=self.spot.next_available(now))
+                    work_left_s=work_left_s, at_risk_s=self.live_s - self.durable_s,
+                    finish_overhead_s=overhead_s, changeover_s=self.p.changeover_s + self.p.restart_s,
+                    running=running, spot_available_at=self.spot.next_available(now))
 
     def _decide(self, running: str | None) -> Decision:
         decision = self.policy(self._view(running))
@@ -103,9 +107,12 @@ class Job:
         while self.durable_s < self.p.work_s - _EPS:
             decision = self._decide(None)
             if decision.market is None:
+                if decision.reconsider_at <= self.env.now + _EPS:
+                    raise RuntimeError(f"policy waits until t={decision.reconsider_at}, not after "
+                                       f"now={self.env.now}")
                 wake_at = min(decision.reconsider_at, self.p.horizon_s)
                 if not math.isfinite(wake_at) or wake_at <= self.env.now + _EPS:
-                    self._log("stranded")
+                    self._log("stranded")   # no capacity ever again, or past the horizon
                     return
                 self._log("wait")
                 yield self.env.timeout(wake_at - self.env.now)
@@ -183,22 +190,25 @@ class Job:
         yield from self._wait_for_writer()
         self._phase = ("stall", None)
         yield self.env.timeout(self.p.checkpoint_stall_s)
-        self._writer = self.env.process(self._write_async(target))
+        self._pending = (self.env.now + self.p.checkpoint_s, target)
 
     def _wait_for_writer(self):
-        if self._writer is not None and self._writer.is_alive:
-            yield self._writer
+        """The next save waits for the previous async write to finish."""
+        if self._pending is not None and self._pending[0] > self.env.now + _EPS:
+            yield self.env.timeout(self._pending[0] - self.env.now)
+        self._settle(self.env.now)
 
-    def _write_async(self, target: float):
-        stint = self.record.stints[-1]
-        yield self.env.timeout(self.p.checkpoint_s)
-        if math.isnan(stint.end_s) or self.env.now <= stint.end_s + _EPS:
-            self._bank(target)
+    def _settle(self, until_s: float) -> None:
+        """Bank the async write if it has completed by `until_s` (it needs no process of its own)."""
+        if self._pending is not None and self._pending[0] <= until_s + _EPS:
+            self._bank(self._pending[1], at_s=self._pending[0])
+            self._pending = None
 
-    def _bank(self, work_s: float) -> None:
+    def _bank(self, work_s: float, at_s: float | None = None) -> None:
         if work_s > self.durable_s:
             self.durable_s = work_s
-            self._log("checkpoint")
+            if self.record_log:
+                self.record.log.append((round(self.env.now if at_s is None else at_s, 6), "checkpoint", ""))
 
     def _on_notice(self, reclaim_at: float):
         """Preemption notice: write an emergency checkpoint if it fits, then lose the rest."""
@@ -208,6 +218,7 @@ class Job:
         if phase == "work":
             self.live_s += now - detail
         window_s = reclaim_at - now
+        self._settle(reclaim_at)   # an async write finishing inside the window still counts
         if phase == "checkpoint" and detail[0] + self.p.checkpoint_s <= reclaim_at + _EPS:
             yield self.env.timeout(detail[0] + self.p.checkpoint_s - now)
             self._bank(detail[1])
@@ -220,5 +231,5 @@ class Job:
         self.record.lost_work_s += max(0.0, self.live_s - self.durable_s)
         self.live_s = self.durable_s
         self.last_checkpoint_s = self.durable_s
-        self._writer = None
+        self._pending = None
         self._log("preempted", SPOT)

@@ -27,6 +27,7 @@ class View:
     work_total_s: float
     work_left_s: float         # compute left, counting progress not yet checkpointed as done
     at_risk_s: float           # progress that a preemption without notice would lose
+    finish_overhead_s: float   # checkpoint stalls and the final save still to pay on the way
     changeover_s: float        # start-up of a new instance until it makes progress again
     running: str | None        # market now running on, None when idle
     spot_available_at: float   # t when spot can be had now; inf when never again
@@ -84,15 +85,23 @@ def spot_only(view: View) -> Decision:
 def greedy(view: View) -> Decision:
     """Can't Be Late's Greedy: spot while there is slack, then on-demand for good.
 
-    Slack is the time left minus the work left and one changeover. On on-demand, slack no longer
-    shrinks, so once the switch is made it stays made.
+    Slack is the time left minus the work left (with its checkpoint overhead) and one changeover.
+    A new spot instance is started only while the slack also covers its own start-up, so that the
+    on-demand fallback still fits once it is running. On on-demand slack no longer shrinks, so
+    once the switch is made it stays made.
     """
-    slack_s = view.deadline_s - view.t - view.work_left_s - view.changeover_s
+    slack_s = (view.deadline_s - view.t - view.work_left_s - view.finish_overhead_s
+               - view.changeover_s)
     if view.running == ON_DEMAND or slack_s <= _EPS:
         return Decision(ON_DEMAND)
-    if view.running == SPOT or view.spot_available_at <= view.t + _EPS:
+    if view.running == SPOT:
         return Decision(SPOT)
-    return Decision(None, min(view.spot_available_at, view.t + slack_s))
+    start_slack_s = slack_s - view.changeover_s
+    if start_slack_s <= _EPS:
+        return Decision(ON_DEMAND)
+    if view.spot_available_at <= view.t + _EPS:
+        return Decision(SPOT)
+    return Decision(None, min(view.spot_available_at, view.t + start_slack_s))
 
 
 @register("uniform-progress", (SPOT, ON_DEMAND))
@@ -105,7 +114,7 @@ def uniform_progress(view: View) -> Decision:
     """
     total, deadline, t, d = view.work_total_s, view.deadline_s, view.t, view.changeover_s
     done = total - view.work_left_s
-    safety_at = deadline - view.work_left_s - view.at_risk_s - 2.0 * d
+    safety_at = deadline - view.work_left_s - view.finish_overhead_s - view.at_risk_s - 2.0 * d
     if t >= safety_at - _EPS:
         return Decision(ON_DEMAND)
     spot_now = view.spot_available_at <= t + _EPS
@@ -120,7 +129,7 @@ def uniform_progress(view: View) -> Decision:
         return Decision(ON_DEMAND, max(ahead_at, view.spot_available_at))
     if spot_now:
         return Decision(SPOT, safety_at)
-    if done < total * t / deadline - _EPS:
+    if done <= total * t / deadline + _EPS:   # on or behind the line: falling behind from now
         return Decision(ON_DEMAND)
     behind_at = done * deadline / total
     return Decision(None, min(view.spot_available_at, behind_at, safety_at))

@@ -1,0 +1,221 @@
+"""Reading workloads, profiles, the catalog, owned hardware and traces into spec values."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+from costsim import cost
+from costsim.errors import InputError
+from costsim.io.files import Fields, data_dir, read_json, read_yaml, resolve, sha256_file
+from costsim.spec import GpuProfile, Offering, OwnedCapacity, Profile, SpotModel, Workload
+
+WORKLOAD_FIELDS = {"name", "model", "description", "samples", "global_batch", "precision",
+                   "resolution", "deadline", "p_deadline", "max_nodes", "profile", "clouds", "gpus",
+                   "checkpoint", "owned"}
+
+
+def load_workload(ref: str) -> Workload:
+    """A workload from a YAML file or a built-in name (data/workloads/NAME.yaml)."""
+    path = resolve(ref, "workloads")
+    f = Fields(path, read_yaml(path))
+    f.reject_unknown(WORKLOAD_FIELDS)
+    ckpt = f.mapping_of("checkpoint", None)
+    ckpt.reject_unknown({"keep", "async", "interval"})
+    samples = f.number("samples", integer=True)
+    global_batch = f.number("global_batch", integer=True)
+    if global_batch > samples:
+        raise InputError(path, "global_batch", f"{global_batch} exceeds samples ({samples})")
+    precision = f.text("precision", "bf16")
+    if precision not in ("bf16", "fp16", "fp32"):
+        raise InputError(path, "precision", f"got {precision!r}; allowed: bf16, fp16, fp32")
+    return Workload(
+        name=f.text("name"), model=f.text("model"), description=f.text("description", ""),
+        samples=samples, global_batch=global_batch, precision=precision,
+        resolution=f.number("resolution", None, integer=True),
+        deadline_s=f.duration("deadline"), p_deadline=f.probability("p_deadline", 0.9),
+        profile=f.text("profile"), max_nodes=f.number("max_nodes", 4, integer=True),
+        clouds=f.names("clouds"), gpus=f.names("gpus"),
+        checkpoint_keep=ckpt.number("keep", 2, integer=True),
+        checkpoint_async=ckpt.boolean("async", True),
+        checkpoint_interval_s=ckpt.duration("interval", None),
+        owned=_owned(f), source=str(path),
+    )
+
+
+def _owned(f: Fields) -> tuple[OwnedCapacity, ...]:
+    entries = f.raw("owned", [])
+    if not isinstance(entries, list):
+        raise InputError(f.source, "owned", "expected a list of {sku, nodes}")
+    owned = []
+    for index, entry in enumerate(entries):
+        if not isinstance(entry, dict):
+            raise InputError(f.source, f"owned[{index}]", "expected a mapping with sku and nodes")
+        item = Fields(f.source, entry, f"owned[{index}].")
+        item.reject_unknown({"sku", "nodes"})
+        owned.append(OwnedCapacity(sku=item.text("sku"), nodes=item.number("nodes", 1, integer=True)))
+    return tuple(owned)
+
+
+# -- profiles --------------------------------------------------------------------------------
+def load_profile(ref: str) -> Profile:
+    """A throughput profile from a YAML file or a built-in name (data/profiles/NAME.yaml)."""
+    path = resolve(ref, "profiles")
+    f = Fields(path, read_yaml(path))
+    shared = {
+        "checkpoint_save_s": f.duration("checkpoint_save"),
+        "checkpoint_stall_s": f.duration("checkpoint_stall", allow_zero=True),
+        "restart_s": f.duration("restart", allow_zero=True),
+        "startup_s": f.duration("startup", allow_zero=True),
+        "overlap_gamma": f.number("overlap_gamma", 1.0),
+    }
+    inter = f.mapping_of("inter_node", None)
+    shared.update(inter_a_s=inter.duration("a", 0.0, allow_zero=True),
+                  inter_b_s=inter.duration("b", 0.0, allow_zero=True),
+                  inter_at_gbps=inter.number("at_gbps", 100.0))
+    gpus_raw = f.raw("gpus")
+    if not isinstance(gpus_raw, dict) or not gpus_raw:
+        raise InputError(path, "gpus", "expected a mapping of GPU type to its figures")
+    gpus = {str(name): _gpu_profile(Fields(path, body if isinstance(body, dict) else {}, f"gpus.{name}."),
+                                    str(name), shared)
+            for name, body in gpus_raw.items()}
+    unsupported = f.raw("unsupported", {})
+    if not isinstance(unsupported, dict):
+        raise InputError(path, "unsupported", "expected a mapping of GPU type to the reason")
+    return Profile(id=f.text("id"), model=f.text("model"), source=f.text("source"),
+                   date=f.text("date"), checkpoint_bytes=f.number("checkpoint_bytes"),
+                   gpus=gpus, unsupported={str(k): str(v) for k, v in unsupported.items()},
+                   path=str(path), sha256=sha256_file(path))
+
+
+def _gpu_profile(g: Fields, gpu: str, shared: dict) -> GpuProfile:
+    intra = g.mapping_of("intra_node", None)
+    overrides = {key: g.duration(name, shared[key], allow_zero=key != "checkpoint_save_s")
+                 for key, name in (("checkpoint_save_s", "checkpoint_save"),
+                                   ("checkpoint_stall_s", "checkpoint_stall"),
+                                   ("restart_s", "restart"), ("startup_s", "startup"))}
+    return GpuProfile(
+        gpu=gpu, source=g.text("source", "unspecified"),
+        compute_overhead_s=g.duration("compute_overhead", allow_zero=True),
+        compute_per_sample_s=g.duration("compute_per_sample"),
+        max_batch_per_gpu=g.number("max_batch_per_gpu", integer=True),
+        intra_a_s=intra.duration("a", 0.0, allow_zero=True), intra_b_s=intra.duration("b", 0.0, allow_zero=True),
+        inter_a_s=shared["inter_a_s"], inter_b_s=shared["inter_b_s"], inter_at_gbps=shared["inter_at_gbps"],
+        overlap_gamma=g.number("overlap_gamma", shared["overlap_gamma"]), **overrides,
+    )
+
+
+# -- catalog ---------------------------------------------------------------------------------
+OFFERING_COLUMNS = ["provider", "region", "instance", "gpu", "gpu_memory_gb", "gpus_per_node",
+                    "interconnect", "inter_node_gbps", "on_demand_usd_h", "spot_usd_h", "spot_notice_s",
+                    "spot_model", "provision_s", "billing_increment_s", "billing_minimum_s", "source",
+                    "read_date"]
+
+
+def load_spot_models(path: Path | None = None) -> dict[str, SpotModel]:
+    """Spot capacity models by name (data/catalog/spot_models.yaml)."""
+    path = path or data_dir() / "catalog" / "spot_models.yaml"
+    f = Fields(path, read_yaml(path))
+    models = f.mapping_of("models")
+    result = {}
+    for name in models.mapping:
+        m = models.mapping_of(name)
+        result[name] = SpotModel(name=name, mtbf_s=m.duration("mtbf"),
+                                 wait_mean_s=m.duration("wait_mean", 0.0, allow_zero=True),
+                                 weibull_shape=m.number("weibull_shape", 1.0))
+    return result
+
+
+def load_offerings(path: Path | None = None) -> list[Offering]:
+    """Cloud offerings from the dated price catalog (data/catalog/offerings.csv)."""
+    path = path or data_dir() / "catalog" / "offerings.csv"
+    spot_models = load_spot_models()
+    try:
+        numbered = [(n, line) for n, line in enumerate(Path(path).read_text().splitlines(), 1)
+                    if line.strip() and not line.startswith("#")]
+    except FileNotFoundError:
+        raise InputError(str(path), "file", "not found") from None
+    reader = csv.DictReader(line for _, line in numbered)
+    missing = [c for c in OFFERING_COLUMNS if c not in (reader.fieldnames or [])]
+    if missing:
+        raise InputError(str(path), "header", f"missing columns: {', '.join(missing)}")
+    return [_offering(path, numbered[i + 1][0], row, spot_models) for i, row in enumerate(reader)]
+
+
+def _offering(path, line: int, row: dict, spot_models: dict[str, SpotModel]) -> Offering:
+    f = Fields(f"{path} line {line}", row)
+    spot_price = f.number("spot_usd_h", None)
+    spot_model = None
+    if spot_price is not None:
+        name = f.text("spot_model")
+        if name not in spot_models:
+            raise InputError(f.source, "spot_model", f"unknown {name!r}; allowed: {', '.join(spot_models)}")
+        spot_model = spot_models[name]
+    return Offering(
+        id=f"{row['provider']}/{row['region']}/{row['instance']}", provider=f.text("provider"),
+        region=f.text("region"), instance=f.text("instance"), gpu=f.text("gpu"),
+        gpu_memory_gb=f.number("gpu_memory_gb"), gpus_per_node=f.number("gpus_per_node", integer=True),
+        interconnect=f.text("interconnect"), inter_node_gbps=f.number("inter_node_gbps", allow_zero=True),
+        on_demand_per_h=f.number("on_demand_usd_h"), spot_per_h=spot_price,
+        spot_notice_s=f.number("spot_notice_s", allow_zero=True), spot_model=spot_model,
+        provision_s=f.number("provision_s", allow_zero=True),
+        billing_increment_s=f.number("billing_increment_s"),
+        billing_minimum_s=f.number("billing_minimum_s", allow_zero=True),
+        source=f.text("source"), read_date=f.text("read_date"),
+    )
+
+
+def load_skus(path: Path | None = None) -> dict[str, tuple[dict, cost.Ownership, str]]:
+    """Owned server SKUs: name -> (their fields, their Ownership, the file's read date)."""
+    path = path or data_dir() / "hardware" / "skus.yaml"
+    f = Fields(path, read_yaml(path))
+    defaults = f.raw("defaults", {})
+    skus = f.mapping_of("skus")
+    result = {}
+    for name in skus.mapping:
+        body = {**defaults, **skus.mapping_of(name).mapping}
+        s = Fields(path, body, f"skus.{name}.")
+        ownership = cost.Ownership(
+            price=s.number("price", allow_zero=True), life_years=s.duration("life") / (365 * 86400),
+            residual_fraction=s.number("residual_fraction", 0.0, allow_zero=True),
+            financing_rate=s.number("financing_rate", 0.0, allow_zero=True),
+            power_kw_load=s.number("power_kw_load", allow_zero=True),
+            power_kw_idle=s.number("power_kw_idle", allow_zero=True), pue=s.number("pue"),
+            electricity_per_kwh=s.number("electricity_per_kwh", allow_zero=True),
+            colocation_per_kw_month=s.number("colocation_per_kw_month", allow_zero=True),
+            staff_per_year=s.number("staff_per_year", allow_zero=True),
+            support_fraction_per_year=s.number("support_fraction_per_year", allow_zero=True),
+            spares_fraction_per_year=s.number("spares_fraction_per_year", allow_zero=True))
+        result[name] = (body, ownership, f.text("read_date"))
+    return result
+
+
+def owned_offering(sku: str, nodes: int, skus: dict, source: str) -> Offering:
+    """An owned SKU as an offering priced at its cost of ownership per server-hour."""
+    if sku not in skus:
+        raise InputError(source, "owned.sku", f"unknown SKU {sku!r}; allowed: {', '.join(sorted(skus))}")
+    body, ownership, read_date = skus[sku]
+    s = Fields(source, body, f"skus.{sku}.")
+    return Offering(
+        id=f"owned/{sku}", provider="owned", region="on-prem", instance=sku, gpu=s.text("gpu"),
+        gpu_memory_gb=s.number("gpu_memory_gb", allow_zero=True), gpus_per_node=s.number("gpus", integer=True),
+        interconnect=s.text("interconnect"), inter_node_gbps=s.number("inter_node_gbps", allow_zero=True),
+        on_demand_per_h=None, spot_per_h=None, spot_notice_s=0.0, spot_model=None,
+        provision_s=s.duration("provision", 0.0, allow_zero=True), billing_increment_s=1.0,
+        billing_minimum_s=0.0, owned_per_h=cost.ownership_per_hour(ownership, 1.0), owned_nodes=nodes,
+        source=f"TCO of {s.text('description')}", read_date=read_date)
+
+
+# -- traces ----------------------------------------------------------------------------------
+def load_trace(path: str | Path) -> tuple[list[int], float]:
+    """A 1-node capacity trace: (ticks with 0 = available and 1 = not, seconds per tick)."""
+    f = Fields(path, read_json(Path(path)))
+    gap_s = f.mapping_of("metadata").number("gap_seconds")
+    ticks = f.raw("data")
+    if not isinstance(ticks, list) or not ticks:
+        raise InputError(str(path), "data", "expected a non-empty list of ticks")
+    if any(t not in (0, 1) or isinstance(t, bool) for t in ticks):
+        raise InputError(str(path), "data", "ticks must be 0 (spot available) or 1 (not); multi-node "
+                         "count traces are not supported (their reading is unconfirmed)")
+    return ticks, gap_s

@@ -1,0 +1,132 @@
+"""Many trials of one configuration, with common random numbers, summarised into Stats.
+
+Trial i of every configuration draws its spot market from the stream seeded (seed, i), so two
+candidates on the same offering face the same capacity (their difference has less noise than
+either). Work spreads over processes by configuration; results do not depend on how.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+
+from costsim.sim import policies
+from costsim.sim.job import JobParams
+from costsim.sim.market import HazardModel, HazardTimeline, Timeline, TraceTimeline
+from costsim.sim.trial import MarketPrice, TrialOutcome, run_trial
+from costsim.spec import Stats
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SimConfig:
+    """Everything one configuration's trials need; plain data, so it crosses processes."""
+
+    params: JobParams
+    policy: str
+    prices: dict[str, MarketPrice]
+    nodes: int = 1
+    hazard: HazardModel | None = None
+    traces: tuple[tuple[tuple[int, ...], float], ...] = ()   # (ticks, gap_s) per trial, cycled
+
+
+@dataclass(slots=True)
+class Samples:
+    """Per-trial results of one configuration."""
+
+    makespan_s: np.ndarray
+    cost: np.ndarray
+    met: np.ndarray
+    preemptions: np.ndarray
+    events: int
+    logs: list = field(default_factory=list)
+
+
+def timeline_for(config: SimConfig, seed: int, trial: int) -> Timeline:
+    """Trial `trial`'s spot capacity: a replayed trace, a drawn hazard, or none at all."""
+    if config.traces:
+        ticks, gap_s = config.traces[trial % len(config.traces)]
+        return TraceTimeline(list(ticks), gap_s)
+    if config.hazard is not None:
+        return HazardTimeline(config.hazard, np.random.default_rng([seed, trial]), config.nodes)
+    return Timeline()
+
+
+def run_trials(config: SimConfig, trials: int, seed: int, record_log: bool = False) -> Samples:
+    """Run `trials` trials of one configuration."""
+    policy = policies.get(config.policy)
+    outcomes: list[TrialOutcome] = [
+        run_trial(config.params, policy, timeline_for(config, seed, i), config.prices, record_log=record_log)
+        for i in range(trials)]
+    return Samples(
+        makespan_s=np.array([o.makespan_s for o in outcomes]),
+        cost=np.array([o.cost for o in outcomes]),
+        met=np.array([o.met_deadline for o in outcomes]),
+        preemptions=np.array([o.preemptions for o in outcomes]),
+        events=sum(o.events for o in outcomes),
+        logs=[o.record.log for o in outcomes] if record_log else [],
+    )
+
+
+def quantile(values: np.ndarray, q: float) -> float:
+    """An order statistic (no interpolation, so unfinished trials at inf stay inf)."""
+    return float(np.quantile(values, q, method="inverted_cdf"))
+
+
+def quantile_ci(values: np.ndarray, q: float, z: float = 1.96) -> tuple[float, float]:
+    """Distribution-free confidence interval of a quantile from binomial order statistics."""
+    ordered = np.sort(values)
+    n = len(ordered)
+    half = z * math.sqrt(n * q * (1.0 - q))
+    low = max(int(math.floor(n * q - half)) - 1, 0)
+    high = min(int(math.ceil(n * q + half)), n - 1)
+    return float(ordered[low]), float(ordered[high])
+
+
+def summarise(samples: Samples) -> Stats:
+    """Means, P50, P90 and the deadline probability of one configuration's trials."""
+    n = len(samples.cost)
+    finite = np.isfinite(samples.makespan_s)
+    return Stats(
+        trials=n,
+        makespan_mean_s=float(samples.makespan_s.mean()) if finite.all() else math.inf,
+        makespan_p50_s=quantile(samples.makespan_s, 0.5),
+        makespan_p90_s=quantile(samples.makespan_s, 0.9),
+        cost_mean=float(samples.cost.mean()),
+        cost_p50=quantile(samples.cost, 0.5),
+        cost_p90=quantile(samples.cost, 0.9),
+        cost_stderr=float(samples.cost.std(ddof=1) / math.sqrt(n)) if n > 1 else math.inf,
+        p_deadline=float(samples.met.mean()),
+        preemptions_mean=float(samples.preemptions.mean()),
+        unfinished=int((~finite).sum()),
+        events=samples.events,
+    )
+
+
+def _run_one(args: tuple[SimConfig, int, int]) -> Samples:
+    config, trials, seed = args
+    return run_trials(config, trials, seed)
+
+
+def run_many(configs: Sequence[SimConfig], trials: int, seed: int, *, jobs: int | None = None,
+             progress: Callable[[int, int], None] | None = None) -> list[Samples]:
+    """Trials of many configurations, spread over `jobs` processes (default: the CPU count)."""
+    jobs = max(1, min(jobs or os.cpu_count() or 1, len(configs)))
+    work = [(config, trials, seed) for config in configs]
+    results: list[Samples] = []
+    if jobs == 1:
+        for index, item in enumerate(work):
+            results.append(_run_one(item))
+            if progress:
+                progress(index + 1, len(work))
+        return results
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        for index, samples in enumerate(pool.map(_run_one, work)):
+            results.append(samples)
+            if progress:
+                progress(index + 1, len(work))
+    return results

@@ -1,0 +1,305 @@
+"""The planner: search space -> analytic screen -> Monte Carlo -> a ranked list and a choice.
+
+Candidates are offerings x node counts x recovery policies x checkpoint intervals. A screen drops
+what cannot win (its best case misses the deadline, or its cheapest possible cost is above a safe
+on-demand plan's), then ranks the rest by an analytic estimate and keeps a shortlist for the
+Monte Carlo. The choice is the cheapest mean cost whose probability of meeting the deadline reaches
+the target (ties: the faster P50).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field, replace
+from typing import Callable
+
+from costsim import checkpoint as ckpt
+from costsim.errors import InputError, ModelError
+from costsim.montecarlo import SimConfig, run_many, summarise
+from costsim.sim.job import JobParams
+from costsim.sim.market import HazardModel
+from costsim.sim.policies import POLICY_MARKETS
+from costsim.sim.trial import MarketPrice
+from costsim.spec import ON_DEMAND, OWNED, SPOT, Candidate, Offering, Profile, Stats, Workload
+from costsim.throughput import Infeasible, StepModel, step_model
+
+# Without preemptions a checkpoint only insures against failures the model does not simulate.
+INSURANCE_INTERVAL_S = 3600.0
+MIN_INTERVAL_S = 60.0
+SPOT_POLICIES = ("spot-only", "greedy", "uniform-progress")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PlanOptions:
+    trials: int = 400
+    seed: int = 0
+    risk: float | None = None          # acceptable probability of missing; None: the workload's
+    deadline_s: float | None = None    # None: the workload's
+    budget: float | None = None        # upper bound on P90 cost
+    shortlist: int = 16
+    jobs: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Configured:
+    """A candidate with its throughput and the job model's parameters."""
+
+    candidate: Candidate
+    step: StepModel
+    config: SimConfig
+    estimate_cost: float
+    estimate_makespan_s: float
+    gpu_source: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Ranked:
+    configured: Configured
+    stats: Stats
+    meets_target: bool
+    saving_vs_on_demand: float | None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PlanResult:
+    workload: Workload
+    profile: Profile
+    deadline_s: float
+    target: float
+    ranked: list[Ranked]
+    chosen: Ranked | None
+    skipped: list[tuple[str, str]]
+    screened: int
+    trials: int
+    events: int
+    wall_s: float
+    seed: int
+    extra: dict = field(default_factory=dict)
+
+
+def target_probability(workload: Workload, options: PlanOptions) -> float:
+    return 1.0 - options.risk if options.risk is not None else workload.p_deadline
+
+
+def job_params(workload: Workload, offering: Offering, gpu, step: StepModel, deadline_s: float,
+               interval_s: float, asynchronous: bool) -> JobParams:
+    """The job model's parameters for one candidate."""
+    work_s = workload.samples / step.samples_per_s
+    return JobParams(
+        work_s=work_s, deadline_s=deadline_s, checkpoint_interval_s=min(interval_s, work_s),
+        checkpoint_s=gpu.checkpoint_save_s,
+        checkpoint_stall_s=gpu.checkpoint_stall_s if asynchronous else None,
+        restart_s=gpu.restart_s, changeover_s=offering.provision_s + gpu.startup_s,
+        notice_s=offering.spot_notice_s, horizon_s=max(4.0 * deadline_s, 4.0 * work_s))
+
+
+def intervals_for(params: JobParams, policy: str, offering: Offering, nodes: int,
+                  fixed_s: float | None) -> list[float]:
+    """Checkpoint intervals to try: the workload's, or Daly's optimum and longer ones."""
+    if fixed_s is not None:
+        return [fixed_s]
+    if policy not in SPOT_POLICIES:
+        return [INSURANCE_INTERVAL_S]
+    mtbf_s = offering.spot_model.mtbf_s / nodes
+    paid_s = params.checkpoint_stall_s if params.checkpoint_stall_s is not None else params.checkpoint_s
+    optimum = max(ckpt.daly_interval_s(max(paid_s, 1e-3), mtbf_s), MIN_INTERVAL_S)
+    # With a notice long enough for an emergency save, periodic checkpoints matter less: try longer.
+    return sorted({round(optimum), round(4 * optimum), round(16 * optimum)})
+
+
+def analytic_estimate(params: JobParams, policy: str, offering: Offering, nodes: int) -> tuple[float, float]:
+    """(expected makespan, expected cost) from Daly's formula; a ranking aid, not a result.
+
+    Spot runs at Daly's expected rate, interrupted by mean capacity waits; Greedy and Uniform
+    Progress are costed as spot until the on-demand remainder just fits, then on-demand.
+    """
+    rate = {p: offering.price_per_h(p) * nodes / 3600.0 for p in offering.markets}
+    paid_s = params.checkpoint_stall_s if params.checkpoint_stall_s is not None else params.checkpoint_s
+    if policy not in SPOT_POLICIES:
+        wall = params.changeover_s + ckpt.expected_wall_no_failures_s(
+            params.work_s, params.checkpoint_interval_s, paid_s)
+        return wall, wall * rate[POLICY_MARKETS[policy][0]]
+    model = offering.spot_model
+    mtbf_s = model.mtbf_s / nodes
+    held_s = params.changeover_s + ckpt.daly_expected_wall_s(
+        params.work_s, params.checkpoint_interval_s, paid_s, mtbf_s, params.changeover_s + params.restart_s)
+    spot_makespan = held_s + (held_s / mtbf_s) * model.wait_mean_s
+    if policy == "spot-only" or spot_makespan <= params.deadline_s:
+        return spot_makespan, held_s * rate[SPOT]
+    progress_rate = params.work_s / spot_makespan
+    on_demand_need = params.changeover_s + params.restart_s
+    switch_s = max(0.0, (params.deadline_s - on_demand_need - params.work_s) / (1.0 - progress_rate))
+    on_demand_s = params.work_s - progress_rate * switch_s + on_demand_need
+    spot_held_s = switch_s * held_s / spot_makespan
+    return switch_s + on_demand_s, spot_held_s * rate[SPOT] + on_demand_s * rate[ON_DEMAND]
+
+
+def configure(workload: Workload, profile: Profile, offerings: list[Offering], deadline_s: float
+              ) -> tuple[list[Configured], list[tuple[str, str]]]:
+    """Every candidate that can run, and why the others cannot."""
+    configured, skipped = [], []
+    for offering in offerings:
+        gpu = profile.gpus.get(offering.gpu)
+        if gpu is None:
+            why = profile.unsupported.get(offering.gpu, f"no profile for GPU {offering.gpu} in {profile.path}")
+            skipped.append((offering.id, why))
+            continue
+        max_nodes = offering.owned_nodes if offering.owned_per_h is not None else workload.max_nodes
+        for nodes in _node_counts(max_nodes):
+            try:
+                step = step_model(gpu, global_batch=workload.global_batch, gpus_per_node=offering.gpus_per_node,
+                                  nodes=nodes, inter_node_gbps=offering.inter_node_gbps)
+            except Infeasible as why:
+                skipped.append((f"{offering.id} x{nodes}", str(why)))
+                continue
+            configured.extend(_candidates(workload, offering, gpu, step, nodes, deadline_s))
+    return configured, skipped
+
+
+def _node_counts(max_nodes: int) -> list[int]:
+    counts, n = [], 1
+    while n <= max_nodes:
+        counts.append(n)
+        n *= 2
+    return counts
+
+
+def _candidates(workload, offering, gpu, step, nodes, deadline_s) -> list[Configured]:
+    result = []
+    for policy, markets in POLICY_MARKETS.items():
+        if not set(markets) <= set(offering.markets):
+            continue
+        base = job_params(workload, offering, gpu, step, deadline_s, INSURANCE_INTERVAL_S,
+                          workload.checkpoint_async)
+        for interval_s in intervals_for(base, policy, offering, nodes, workload.checkpoint_interval_s):
+            params = replace(base, checkpoint_interval_s=min(interval_s, base.work_s))
+            candidate = Candidate(offering=offering, nodes=nodes, policy=policy,
+                                  checkpoint_interval_s=params.checkpoint_interval_s,
+                                  checkpoint_async=workload.checkpoint_async)
+            makespan, cost = analytic_estimate(params, policy, offering, nodes)
+            result.append(Configured(candidate=candidate, step=step, config=sim_config(params, policy, offering, nodes),
+                                     estimate_cost=cost, estimate_makespan_s=makespan, gpu_source=gpu.source))
+    return result
+
+
+def sim_config(params: JobParams, policy: str, offering: Offering, nodes: int) -> SimConfig:
+    """The Monte Carlo configuration of a candidate: prices per market and its spot market."""
+    prices = {market: MarketPrice(per_hour=offering.price_per_h(market), count=nodes,
+                                  increment_s=offering.billing_increment_s,
+                                  minimum_s=offering.billing_minimum_s)
+              for market in offering.markets}
+    hazard = None
+    if SPOT in offering.markets and offering.spot_model is not None:
+        model = offering.spot_model
+        hazard = HazardModel(mtbf_s=model.mtbf_s, wait_mean_s=model.wait_mean_s, shape=model.weibull_shape)
+    return SimConfig(params=params, policy=policy, prices=prices, nodes=nodes, hazard=hazard)
+
+
+def group_key(c: Configured) -> tuple:
+    return (c.candidate.offering.id, c.candidate.nodes, c.candidate.policy)
+
+
+def screen(configured: list[Configured], deadline_s: float, shortlist: int) -> list[Configured]:
+    """One interval per (offering, nodes, policy), the likely winners first, for the Monte Carlo.
+
+    Drops what cannot meet the deadline even without preemptions and what cannot beat the cheapest
+    safe plan even at its lowest price; ranks the rest by the analytic estimate (likely deadline
+    misses last) and keeps `shortlist` groups, plus the best safe plans as references.
+    """
+    feasible = [c for c in configured if c.config.params.work_s + c.config.params.changeover_s <= deadline_s]
+    safe = [c.estimate_cost for c in feasible
+            if c.candidate.policy in ("on-demand", "owned") and c.estimate_makespan_s <= deadline_s]
+    bound = min(safe) if safe else math.inf
+    best: dict[tuple, Configured] = {}
+    for c in feasible:
+        if _cheapest_possible(c) > bound:
+            continue
+        key = group_key(c)
+        if key not in best or c.estimate_cost < best[key].estimate_cost:
+            best[key] = c
+    ranked = sorted(best.values(), key=lambda c: (c.estimate_makespan_s > deadline_s, c.estimate_cost))
+    keep = ranked[:shortlist]
+    for policy in ("on-demand", "owned"):
+        references = [c for c in ranked if c.candidate.policy == policy and c.estimate_makespan_s <= deadline_s]
+        if references and references[0] not in keep:
+            keep.append(references[0])
+    return keep
+
+
+def _cheapest_possible(c: Configured) -> float:
+    prices = c.config.prices
+    return min(p.per_hour * p.count for p in prices.values()) * c.config.params.work_s / 3600.0
+
+
+def choose(ranked: list[Ranked]) -> Ranked | None:
+    """Cheapest mean cost among those meeting the target (ties: faster P50)."""
+    meeting = [r for r in ranked if r.meets_target]
+    if not meeting:
+        return None
+    return min(meeting, key=lambda r: (round(r.stats.cost_mean, 2), r.stats.makespan_p50_s))
+
+
+def plan(workload: Workload, profile: Profile, offerings: list[Offering], options: PlanOptions,
+         progress: Callable[[int, int], None] | None = None) -> PlanResult:
+    """Plan the workload: every feasible candidate screened, the shortlist simulated, one chosen."""
+    started = time.perf_counter()
+    deadline_s = options.deadline_s or workload.deadline_s
+    target = target_probability(workload, options)
+    configured, skipped = configure(workload, profile, offerings, deadline_s)
+    if not configured:
+        raise ModelError("no offering can run this workload: " +
+                         "; ".join(f"{o}: {why}" for o, why in skipped[:5]))
+    fastest = min(configured, key=lambda c: c.config.params.work_s)
+    if fastest.config.params.work_s > deadline_s:
+        raise InputError(workload.source, "deadline",
+                         f"{deadline_s / 3600:.1f}h is shorter than the work on the fastest configuration "
+                         f"({fastest.config.params.work_s / 3600:.1f}h on {fastest.candidate.label}); "
+                         "allow a later deadline, fewer samples or more nodes")
+    shortlist = screen(configured, deadline_s, options.shortlist)
+    simulate = _simulator(options, progress)
+    ranked = _rank(shortlist, simulate(shortlist), target, options.budget)
+    chosen = choose(ranked)
+    if chosen is not None:   # second stage: the chosen group's other checkpoint intervals
+        siblings = [c for c in configured if group_key(c) == group_key(chosen.configured)
+                    and c is not chosen.configured]
+        if siblings:
+            ranked += _rank(siblings, simulate(siblings), target, options.budget,
+                            reference=_best_on_demand(ranked))
+            ranked.sort(key=_order)
+            chosen = choose(ranked)
+    return PlanResult(workload=workload, profile=profile, deadline_s=deadline_s, target=target,
+                      ranked=ranked, chosen=chosen, skipped=skipped, screened=len(configured),
+                      trials=options.trials, events=simulate.events,
+                      wall_s=time.perf_counter() - started, seed=options.seed)
+
+
+def _simulator(options: PlanOptions, progress):
+    def simulate(batch: list[Configured]) -> list[Stats]:
+        samples = run_many([c.config for c in batch], options.trials, options.seed, jobs=options.jobs,
+                           progress=progress)
+        simulate.events += sum(s.events for s in samples)
+        return [summarise(s) for s in samples]
+    simulate.events = 0
+    return simulate
+
+
+def _order(r: Ranked) -> tuple:
+    return (not r.meets_target, r.stats.cost_mean, r.stats.makespan_p50_s)
+
+
+def _best_on_demand(ranked: list[Ranked]) -> float | None:
+    costs = [r.stats.cost_mean for r in ranked if r.meets_target and r.configured.candidate.policy == "on-demand"]
+    return min(costs) if costs else None
+
+
+def _rank(batch: list[Configured], stats: list[Stats], target: float, budget: float | None,
+          reference: float | None = None) -> list[Ranked]:
+    meets = [st.p_deadline >= target - 1e-12 and (budget is None or st.cost_p90 <= budget) for st in stats]
+    ranked = [Ranked(configured=c, stats=st, meets_target=ok, saving_vs_on_demand=None)
+              for c, st, ok in zip(batch, stats, meets)]
+    best_od = reference if reference is not None else _best_on_demand(ranked)
+    if best_od:
+        ranked = [replace(r, saving_vs_on_demand=1.0 - r.stats.cost_mean / best_od) for r in ranked]
+    ranked.sort(key=_order)
+    return ranked

@@ -1,0 +1,135 @@
+"""Tables (tabulate) and plots (matplotlib) of results; the only module that formats for people."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+
+from tabulate import tabulate
+
+from costsim.units import format_duration
+
+PLAN_HEADERS = ["", "offering", "GPU x per node x nodes", "policy", "ckpt", "P50 finish", "P90 finish",
+                "mean cost", "P90 cost", "P(deadline)", "saving vs OD"]
+
+
+def plan_rows(result) -> list[list]:
+    rows = []
+    for r in result.ranked:
+        c, s = r.configured.candidate, r.stats
+        mark = "*" if r is result.chosen else ("" if r.meets_target else "x")
+        saving = "" if r.saving_vs_on_demand is None else f"{100 * r.saving_vs_on_demand:.0f}%"
+        rows.append([mark, c.offering.id, f"{c.offering.gpu} x{c.offering.gpus_per_node} x{c.nodes}", c.policy,
+                     format_duration(c.checkpoint_interval_s), format_duration(s.makespan_p50_s),
+                     format_duration(s.makespan_p90_s), f"{s.cost_mean:,.2f}", f"{s.cost_p90:,.2f}",
+                     f"{s.p_deadline:.3f}", saving])
+    return rows
+
+
+def candidate_record(r) -> dict:
+    """A ranked candidate as plain data (JSON and CSV output)."""
+    c = r.configured.candidate
+    return {"offering": c.offering.id, "gpu": c.offering.gpu, "gpus_per_node": c.offering.gpus_per_node,
+            "nodes": c.nodes, "policy": c.policy, "checkpoint_interval_s": c.checkpoint_interval_s,
+            "samples_per_s": r.configured.step.samples_per_s, "work_s": r.configured.config.params.work_s,
+            "meets_target": r.meets_target, "saving_vs_on_demand": r.saving_vs_on_demand,
+            "profile_source": r.configured.gpu_source, **r.stats.as_dict()}
+
+
+def table(headers: list[str], rows: list[list], fmt: str) -> str:
+    """Rows as a table (tabulate's `fmt`) or CSV."""
+    if fmt == "csv":
+        buffer = io.StringIO()
+        writer = csv.writer(buffer, lineterminator="\n")
+        writer.writerow(headers)
+        writer.writerows(rows)
+        return buffer.getvalue().rstrip("\n")
+    return tabulate(rows, headers=headers, tablefmt="simple" if fmt == "table" else fmt, disable_numparse=True)
+
+
+def flat_csv(records: list[dict]) -> str:
+    """Nested records flattened to CSV columns (a.b for nested keys)."""
+    flat = [_flatten(r) for r in records]
+    headers = list(dict.fromkeys(k for r in flat for k in r))
+    return table(headers, [[r.get(h, "") for h in headers] for r in flat], "csv")
+
+
+def _flatten(record: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in record.items():
+        if isinstance(value, dict):
+            out.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def to_json(doc) -> str:
+    return json.dumps(doc, indent=2, default=_json_default, allow_nan=False)
+
+
+def _json_default(value):
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+def pareto_front(points: list[tuple[float, float]]) -> list[int]:
+    """Indices of the points no other point beats on both coordinates (lower is better)."""
+    order = sorted(range(len(points)), key=lambda i: (points[i][0], points[i][1]))
+    front, best = [], math.inf
+    for i in order:
+        if points[i][1] < best:
+            front.append(i)
+            best = points[i][1]
+    return front
+
+
+def plot_plan(result, path: str) -> None:
+    """Mean cost against P90 finish time, the Pareto front and the deadline marked."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    ranked = [r for r in result.ranked if math.isfinite(r.stats.makespan_p90_s)]
+    points = [(r.stats.makespan_p90_s / 3600, r.stats.cost_mean) for r in ranked]
+    front = set(pareto_front(points))
+    fig, ax = plt.subplots(figsize=(9, 6))
+    for i, (r, (x, y)) in enumerate(zip(ranked, points)):
+        color = "tab:green" if r.meets_target else "tab:red"
+        ax.scatter(x, y, c=color, s=60 if i in front else 25, edgecolors="k" if i in front else "none", zorder=3)
+        if i in front or r is result.chosen:
+            c = r.configured.candidate
+            ax.annotate(f"{c.offering.instance} x{c.nodes} {c.policy}", (x, y), fontsize=7,
+                        xytext=(4, 4), textcoords="offset points")
+    xs = sorted((points[i] for i in front))
+    ax.step([p[0] for p in xs], [p[1] for p in xs], where="post", c="k", lw=1, label="Pareto front")
+    ax.axvline(result.deadline_s / 3600, c="tab:gray", ls="--", label="deadline")
+    if result.chosen is not None:
+        ax.scatter([result.chosen.stats.makespan_p90_s / 3600], [result.chosen.stats.cost_mean], marker="*",
+                   s=300, c="gold", edgecolors="k", zorder=4, label="chosen")
+    ax.set_xlabel("P90 finish time (h)")
+    ax.set_ylabel(f"mean cost ({result.ranked[0].configured.candidate.offering.currency})")
+    ax.set_title(f"{result.workload.name}: cost vs P90 finish ({result.trials} trials each; "
+                 "green meets the target)")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    save_figure(fig, path)
+    plt.close(fig)
+
+
+def save_figure(fig, path: str) -> None:
+    """Save a figure atomically (temporary file in the same folder, then rename)."""
+    import os
+    import tempfile
+    from pathlib import Path
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=target.suffix or ".png", dir=target.parent)
+    os.close(fd)
+    try:
+        fig.savefig(tmp, dpi=120)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -1,0 +1,180 @@
+"""Frozen, validated values: what a workload, an offering, a profile and a plan are.
+
+Parsing and file errors live in io.py; these types hold already-parsed values (seconds, USD/h).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+SPOT, ON_DEMAND, OWNED = "spot", "on-demand", "owned"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class OwnedCapacity:
+    sku: str
+    nodes: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Workload:
+    """A training job: how much work, on what model, by when, with what confidence."""
+
+    name: str
+    model: str
+    samples: int
+    global_batch: int
+    precision: str
+    deadline_s: float
+    p_deadline: float
+    profile: str
+    description: str = ""
+    resolution: int | None = None
+    max_nodes: int = 4
+    clouds: tuple[str, ...] | None = None          # None = every provider in the catalog
+    gpus: tuple[str, ...] | None = None            # None = every GPU type with a profile
+    checkpoint_keep: int = 2
+    checkpoint_async: bool = True
+    checkpoint_interval_s: float | None = None     # None = the planner chooses
+    owned: tuple[OwnedCapacity, ...] = ()
+    source: str = ""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SpotModel:
+    """Spot capacity behaviour: mean available stretch, mean outage, Weibull shape (1 = exp)."""
+
+    name: str
+    mtbf_s: float
+    wait_mean_s: float
+    weibull_shape: float = 1.0
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Offering:
+    """One way to get nodes: a cloud instance type in a region, or an owned server SKU."""
+
+    id: str
+    provider: str
+    region: str
+    instance: str
+    gpu: str
+    gpu_memory_gb: float
+    gpus_per_node: int
+    interconnect: str
+    inter_node_gbps: float
+    on_demand_per_h: float | None
+    spot_per_h: float | None
+    spot_notice_s: float
+    spot_model: SpotModel | None
+    provision_s: float
+    billing_increment_s: float
+    billing_minimum_s: float
+    owned_per_h: float | None = None   # cost of ownership per server-hour (owned SKUs only)
+    owned_nodes: int = 0
+    currency: str = "USD"
+    source: str = ""
+    read_date: str = ""
+
+    @property
+    def markets(self) -> tuple[str, ...]:
+        """The markets this offering sells: owned, or on-demand and (if quoted) spot."""
+        if self.owned_per_h is not None:
+            return (OWNED,)
+        return (ON_DEMAND,) + ((SPOT,) if self.spot_per_h is not None else ())
+
+    def price_per_h(self, market: str) -> float:
+        """Price of one node for an hour on `market`."""
+        price = {OWNED: self.owned_per_h, ON_DEMAND: self.on_demand_per_h, SPOT: self.spot_per_h}[market]
+        if price is None:
+            raise KeyError(f"{self.id} has no {market} price")
+        return price
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class GpuProfile:
+    """Measured or derived step-time model of one workload on one GPU type (Pollux form)."""
+
+    gpu: str
+    source: str
+    compute_overhead_s: float
+    compute_per_sample_s: float
+    max_batch_per_gpu: int
+    intra_a_s: float
+    intra_b_s: float
+    inter_a_s: float
+    inter_b_s: float
+    inter_at_gbps: float
+    overlap_gamma: float
+    checkpoint_save_s: float
+    checkpoint_stall_s: float
+    restart_s: float
+    startup_s: float
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Profile:
+    """A workload's profiles per GPU type, with provenance."""
+
+    id: str
+    model: str
+    source: str
+    date: str
+    checkpoint_bytes: float
+    gpus: dict = field(default_factory=dict)          # gpu name -> GpuProfile
+    unsupported: dict = field(default_factory=dict)   # gpu name -> why it cannot run
+    path: str = ""
+    sha256: str = ""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Candidate:
+    """One way to run the job: offering x nodes x recovery policy x checkpoint interval."""
+
+    offering: Offering
+    nodes: int
+    policy: str
+    checkpoint_interval_s: float
+    checkpoint_async: bool
+
+    @property
+    def gpus(self) -> int:
+        return self.offering.gpus_per_node * self.nodes
+
+    @property
+    def label(self) -> str:
+        return (f"{self.offering.id} {self.offering.gpu}x{self.offering.gpus_per_node}x{self.nodes} "
+                f"{self.policy} ckpt={self.checkpoint_interval_s:.0f}s")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Stats:
+    """Monte Carlo summary of one candidate."""
+
+    trials: int
+    makespan_mean_s: float
+    makespan_p50_s: float
+    makespan_p90_s: float
+    cost_mean: float
+    cost_p50: float
+    cost_p90: float
+    cost_stderr: float
+    p_deadline: float
+    preemptions_mean: float
+    unfinished: int
+    events: int
+
+    def as_dict(self) -> dict:
+        def finite(x: float):
+            return x if math.isfinite(x) else None
+        return {
+            "makespan_s": {"mean": finite(self.makespan_mean_s), "p50": finite(self.makespan_p50_s),
+                           "p90": finite(self.makespan_p90_s)},
+            "cost": {"mean": self.cost_mean, "p50": self.cost_p50, "p90": self.cost_p90,
+                     "stderr": self.cost_stderr},
+            "p_deadline": self.p_deadline,
+            "preemptions_mean": self.preemptions_mean,
+            "unfinished": self.unfinished,
+            "trials": self.trials,
+        }

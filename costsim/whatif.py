@@ -1,0 +1,109 @@
+"""`costsim simulate`: one configuration, from bare numbers or from a workload and an offering."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from dataclasses import dataclass
+
+from costsim import io
+from costsim.errors import InputError
+from costsim.montecarlo import SimConfig, quantile, run_trials
+from costsim.planner import job_params, sim_config
+from costsim.sim.job import JobParams
+from costsim.sim.market import HazardModel
+from costsim.sim.policies import POLICY_MARKETS
+from costsim.sim.trial import MarketPrice
+from costsim.spec import ON_DEMAND, SPOT, Offering, Workload
+from costsim.throughput import Infeasible, step_model
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class BareJob:
+    """A what-if job stated in numbers (seconds, prices per hour)."""
+
+    work_s: float
+    deadline_s: float
+    checkpoint_interval_s: float
+    checkpoint_s: float = 0.0
+    checkpoint_stall_s: float | None = None
+    restart_s: float = 0.0
+    changeover_s: float = 0.0
+    notice_s: float = 0.0
+    on_demand_price: float | None = None
+    spot_price: float | None = None
+    mtbf_s: float | None = None
+    capacity_wait_s: float = 0.0
+    weibull_shape: float = 1.0
+
+
+def bare_config(job: BareJob, policy: str, traces: list[str]) -> SimConfig:
+    """SimConfig of a bare what-if job; checks that the policy's markets have prices and capacity."""
+    markets = POLICY_MARKETS[policy]
+    prices = {}
+    for market, price, flag in ((ON_DEMAND, job.on_demand_price, "--on-demand-price"),
+                                (SPOT, job.spot_price, "--spot-price")):
+        if market in markets:
+            if price is None:
+                raise InputError(flag, flag.lstrip("-"), f"policy {policy} runs on {market}; give its price per hour")
+            prices[market] = MarketPrice(per_hour=price)
+    if "owned" in markets:
+        prices["owned"] = MarketPrice(per_hour=job.on_demand_price or 0.0)
+    if SPOT in markets and not traces and job.mtbf_s is None:
+        raise InputError("--preemption-mtbf", "preemption-mtbf",
+                         f"policy {policy} uses spot: give --preemption-mtbf or --trace FILE...")
+    params = JobParams(work_s=job.work_s, deadline_s=job.deadline_s,
+                       checkpoint_interval_s=min(job.checkpoint_interval_s, job.work_s),
+                       checkpoint_s=job.checkpoint_s, checkpoint_stall_s=job.checkpoint_stall_s,
+                       restart_s=job.restart_s, changeover_s=job.changeover_s, notice_s=job.notice_s,
+                       horizon_s=max(4 * job.deadline_s, 4 * job.work_s))
+    loaded = tuple((tuple(t), g) for t, g in (io.load_trace(path) for path in traces))
+    hazard = None
+    if job.mtbf_s is not None and not traces:
+        hazard = HazardModel(mtbf_s=job.mtbf_s, wait_mean_s=job.capacity_wait_s, shape=job.weibull_shape)
+    return SimConfig(params=params, policy=policy, prices=prices, hazard=hazard, traces=loaded)
+
+
+def workload_config(workload: Workload, offering: Offering, nodes: int, policy: str,
+                    interval_s: float | None, deadline_s: float | None) -> SimConfig:
+    """SimConfig of a workload on one offering, as the planner would build it."""
+    profile = io.load_profile(workload.profile)
+    gpu = profile.gpus.get(offering.gpu)
+    if gpu is None:
+        why = profile.unsupported.get(offering.gpu, "no entry; add gpus." + offering.gpu)
+        raise InputError(profile.path, f"gpus.{offering.gpu}", why)
+    if not set(POLICY_MARKETS[policy]) <= set(offering.markets):
+        raise InputError("--policy", "policy", f"{policy} needs {', '.join(POLICY_MARKETS[policy])}; "
+                         f"{offering.id} sells {', '.join(offering.markets)}")
+    try:
+        step = step_model(gpu, global_batch=workload.global_batch, gpus_per_node=offering.gpus_per_node,
+                          nodes=nodes, inter_node_gbps=offering.inter_node_gbps)
+    except Infeasible as why:
+        raise InputError("--nodes", "nodes", str(why)) from None
+    params = job_params(workload, offering, gpu, step, deadline_s or workload.deadline_s,
+                        interval_s or workload.checkpoint_interval_s or 3600.0, workload.checkpoint_async)
+    return sim_config(params, policy, offering, nodes)
+
+
+def summary(config: SimConfig, trials: int, seed: int, per_trial: bool) -> dict:
+    """Run the trials and summarise them as the documented JSON."""
+    samples = run_trials(config, trials, seed)
+    hours = samples.makespan_s / 3600.0
+
+    def stat(values):
+        mean = float(values.mean())
+        return {"mean": mean if math.isfinite(mean) else None,
+                "p50": _none_if_inf(quantile(values, 0.5)), "p90": _none_if_inf(quantile(values, 0.9))}
+
+    doc = {"makespan_h": stat(hours), "cost": stat(samples.cost), "deadline_met": float(samples.met.mean()),
+           "trials": trials, "preemptions": float(samples.preemptions.mean()),
+           "unfinished": int((~np.isfinite(hours)).sum()), "events": samples.events}
+    if per_trial:
+        doc["per_trial"] = [{"cost": float(c), "makespan_h": _none_if_inf(float(h)), "met_deadline": bool(m)}
+                            for c, h, m in zip(samples.cost, hours, samples.met)]
+    return doc
+
+
+def _none_if_inf(value: float):
+    return value if math.isfinite(value) else None
