@@ -233,6 +233,10 @@ def main(argv: list[str] | None = None) -> None:
         cli.main(args=argv, prog_name="costsim", standalone_mode=False)
     except click.exceptions.Exit as done:
         sys.exit(done.exit_code)
+    except click.UsageError as exc:
+        command = exc.ctx.command_path if exc.ctx else "costsim"
+        click.echo(f"error: {command}: {exc.format_message()} (see {command} --help)", err=True)
+        sys.exit(2)
     except click.ClickException as exc:
         exc.show()
         sys.exit(exc.exit_code)

@@ -157,6 +157,23 @@ def configure(workload: Workload, profile: Profile, offerings: list[Offering], d
     return configured, skipped
 
 
+def _check_profile_covers(profile: Profile, offerings: list[Offering], configured: list[Configured]) -> None:
+    """A profile that covers none of the GPU types on offer is bad input, not an empty plan."""
+    if configured:
+        return
+    offered = sorted({o.gpu for o in offerings})
+    if not offered:
+        raise InputError("--gpu", "gpu", "no offering matches the workload's clouds and GPU types")
+    usable = [g for g in offered if g in profile.gpus]
+    if not usable:
+        reasons = {g: profile.unsupported[g] for g in offered if g in profile.unsupported}
+        detail = "; ".join(f"{g}: {why}" for g, why in reasons.items())
+        raise InputError(profile.path, "gpus", f"no figures for any GPU type on offer ({', '.join(offered)})"
+                         + (f" [{detail}]" if detail else "") + "; add gpus.<TYPE> or choose other GPUs")
+    raise ModelError(f"no configuration of {', '.join(usable)} can run this workload (node counts or "
+                     "batch split); see the skipped list in --format json")
+
+
 def _node_counts(max_nodes: int) -> list[int]:
     counts, n = [], 1
     while n <= max_nodes:
@@ -247,9 +264,7 @@ def plan(workload: Workload, profile: Profile, offerings: list[Offering], option
     deadline_s = options.deadline_s or workload.deadline_s
     target = target_probability(workload, options)
     configured, skipped = configure(workload, profile, offerings, deadline_s)
-    if not configured:
-        raise ModelError("no offering can run this workload: " +
-                         "; ".join(f"{o}: {why}" for o, why in skipped[:5]))
+    _check_profile_covers(profile, offerings, configured)
     fastest = min(configured, key=lambda c: c.config.params.work_s)
     if fastest.config.params.work_s > deadline_s:
         raise InputError(workload.source, "deadline",

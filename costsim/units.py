@@ -32,13 +32,13 @@ def parse_duration_s(value, *, source: str, field: str, allow_zero: bool = False
 def parse_positive(value, *, source: str, field: str, integer: bool = False,
                    allow_zero: bool = False) -> float:
     """A positive number (or integer), with a message that names the field."""
-    kind = "integer" if integer else "number"
+    kind = "an integer" if integer else "a number"
     bad = isinstance(value, bool) or not isinstance(value, (int, float))
     if not bad and integer and float(value) != int(value):
         bad = True
     if bad or not math.isfinite(float(value)) or value < 0 or (value == 0 and not allow_zero):
         lower = ">= 0" if allow_zero else "> 0"
-        raise InputError(source, field, f"got {value!r}; expected a {kind} {lower}")
+        raise InputError(source, field, f"got {value!r}; expected {kind} {lower}")
     return int(value) if integer else float(value)
 
 

@@ -145,35 +145,52 @@ class Job:
             self.process.interrupt(Notice(reclaim_at))
 
     def _work_on(self, market: str):
-        startup_s = self.p.changeover_s + (self.p.restart_s if self.started_once else 0.0)
+        """Start up, then work in segments until done or the policy moves the job elsewhere.
+
+        The policy is asked again only at the time it named or after a change it cannot foresee
+        (a start, a preemption): its answers stay valid in between, which keeps events cheap.
+        """
+        env, p = self.env, self.p
+        startup_s = p.changeover_s + (p.restart_s if self.started_once else 0.0)
         self._phase = ("startup", None)
         if startup_s > 0:
-            yield self.env.timeout(startup_s)
+            yield env.timeout(startup_s)
         self.started_once = True
         self.live_s = self.durable_s
         self._log("progress", market)
-        while self.durable_s < self.p.work_s - _EPS:
-            decision = self._decide(market)
+        decision = self._decide(market)
+        work_s, interval_s, stall_s = p.work_s, p.checkpoint_interval_s, p.checkpoint_stall_s
+        timeout = env.timeout
+        while self.durable_s < work_s - _EPS:
+            now = env.now
+            if now >= decision.reconsider_at - _EPS:
+                decision = self._decide(market)
             if decision.market != market:
                 yield from self._checkpoint(final=True)
                 return
-            yield from self._segment(decision.reconsider_at)
-        return
-
-    def _segment(self, reconsider_at: float):
-        """Work until the next checkpoint, the end of the work or the policy's wake-up time."""
-        to_checkpoint = self.last_checkpoint_s + self.p.checkpoint_interval_s - self.live_s
-        to_end = self.p.work_s - self.live_s
-        run_s = min(to_checkpoint, to_end, max(reconsider_at - self.env.now, 0.0))
-        if run_s <= _EPS and to_checkpoint > _EPS and to_end > _EPS:
-            run_s = min(to_checkpoint, to_end, 1.0)  # a wake-up time already due: make progress
-        if run_s > _EPS:
-            self._phase = ("work", self.env.now)
-            start_live = self.live_s
-            yield self.env.timeout(run_s)
-            self.live_s = start_live + run_s
-        if to_checkpoint - run_s <= _EPS or to_end - run_s <= _EPS:
-            yield from self._checkpoint(final=to_end - run_s <= _EPS)
+            live = self.live_s
+            to_checkpoint = self.last_checkpoint_s + interval_s - live
+            to_end = work_s - live
+            run_s = min(to_checkpoint, to_end, max(decision.reconsider_at - now, 0.0))
+            if run_s <= _EPS and to_checkpoint > _EPS and to_end > _EPS:
+                run_s = min(to_checkpoint, to_end, 1.0)  # a wake-up time already due: make progress
+            if run_s > _EPS:
+                self._phase = ("work", now)
+                yield timeout(run_s)
+                self.live_s = live = live + run_s
+            final = to_end - run_s <= _EPS
+            if not final and to_checkpoint - run_s > _EPS:
+                continue
+            pending = self._pending
+            if stall_s is None or final or (pending is not None and pending[0] > env.now + _EPS):
+                yield from self._checkpoint(final=final)
+                continue
+            # The common case inline: an async save behind a short stall, the last write done.
+            self._settle(env.now)
+            self.last_checkpoint_s = live
+            self._phase = ("stall", None)
+            yield timeout(stall_s)
+            self._pending = (env.now + p.checkpoint_s, live)
 
     def _checkpoint(self, final: bool):
         """A periodic (or final) checkpoint of the live work; sync, or async behind a stall."""
@@ -181,22 +198,19 @@ class Job:
         self.last_checkpoint_s = target
         if target <= self.durable_s + _EPS:
             return
+        pending = self._pending
+        if pending is not None:   # the next save waits for the previous async write
+            if pending[0] > self.env.now + _EPS:
+                yield self.env.timeout(pending[0] - self.env.now)
+            self._settle(self.env.now)
         if self.p.checkpoint_stall_s is None or final:
-            yield from self._wait_for_writer()
             self._phase = ("checkpoint", (self.env.now, target))
             yield self.env.timeout(self.p.checkpoint_s)
             self._bank(target)
             return
-        yield from self._wait_for_writer()
         self._phase = ("stall", None)
         yield self.env.timeout(self.p.checkpoint_stall_s)
         self._pending = (self.env.now + self.p.checkpoint_s, target)
-
-    def _wait_for_writer(self):
-        """The next save waits for the previous async write to finish."""
-        if self._pending is not None and self._pending[0] > self.env.now + _EPS:
-            yield self.env.timeout(self._pending[0] - self.env.now)
-        self._settle(self.env.now)
 
     def _settle(self, until_s: float) -> None:
         """Bank the async write if it has completed by `until_s` (it needs no process of its own)."""

@@ -1,0 +1,95 @@
+"""Benchmark the planner: model events/s against a bare SimPy loop, and how plan time scales.
+
+Prints, from one run on this machine:
+  1. events per second of the job model (SDXL spot trials) and of a bare SimPy loop of timeouts,
+     and their ratio (the figure to watch: the model's own overhead per event);
+  2. wall time of `plan` on the SDXL workload as trials and the shortlist grow;
+  3. the stability of the chosen plan's P90 makespan and P90 cost: the distribution-free 95%
+     confidence interval of each quantile (binomial order statistics) at the default trials, and
+     the spread of the P90 over independent seeds.
+
+Usage: python scripts/bench_planner.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import numpy as np
+import simpy
+
+from costsim import io
+from costsim.catalog import offerings_for
+from costsim.montecarlo import quantile, quantile_ci, run_trials
+from costsim.planner import PlanOptions, configure, plan
+
+
+def bare_simpy_events_per_s(events: int) -> float:
+    """A process that only yields timeouts: the floor of SimPy's cost per event."""
+    env = simpy.Environment()
+
+    def loop():
+        for _ in range(events):
+            yield env.timeout(1.0)
+    env.process(loop())
+    started = time.perf_counter()
+    env.run()
+    return events / (time.perf_counter() - started)
+
+
+def model_events_per_s(config, trials: int) -> tuple[float, int]:
+    started = time.perf_counter()
+    samples = run_trials(config, trials, seed=1)
+    return samples.events / (time.perf_counter() - started), samples.events
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions")
+    args = parser.parse_args()
+    workload = io.load_workload("sdxl")
+    profile = io.load_profile(workload.profile)
+    offerings = offerings_for(workload)
+    configured, _ = configure(workload, profile, offerings, workload.deadline_s)
+    spot = next(c for c in configured if c.candidate.policy == "greedy" and c.candidate.offering.gpu == "H200")
+
+    print("== events per second (same process, same run)")
+    rates = []
+    for _ in range(3 if args.quick else 5):
+        model_rate, events = model_events_per_s(spot.config, 500)
+        bare_rate = bare_simpy_events_per_s(events)
+        rates.append((model_rate, bare_rate))
+        print(f"model {model_rate:>10,.0f} ev/s   bare SimPy {bare_rate:>10,.0f} ev/s   ratio {model_rate / bare_rate:.2f}"
+              f"   ({events:,} events)")
+    print(f"median ratio {statistics.median(m / b for m, b in rates):.2f}")
+
+    print("\n== plan wall time (SDXL; jobs = CPU count)")
+    print(f"{'trials':>7} {'shortlist':>9} {'simulated':>9} {'events':>11} {'wall_s':>7}")
+    grid = [(100, 8), (400, 8), (400, 16), (1000, 16)] if not args.quick else [(100, 8), (400, 16)]
+    for trials, shortlist in grid:
+        result = plan(workload, profile, offerings, PlanOptions(trials=trials, shortlist=shortlist))
+        print(f"{trials:>7} {shortlist:>9} {len(result.ranked):>9} {result.events:>11,} {result.wall_s:>7.2f}")
+
+    print("\n== stability of the chosen plan's P90 at 400 trials")
+    result = plan(workload, profile, offerings, PlanOptions(trials=400))
+    chosen = next(c for c in configured if c.candidate == result.chosen.configured.candidate)
+    print(f"chosen: {chosen.candidate.label}")
+    p90s = []
+    for seed in range(5 if args.quick else 10):
+        s = run_trials(chosen.config, 400, seed=100 + seed)
+        low, high = quantile_ci(s.makespan_s, 0.9)
+        clow, chigh = quantile_ci(s.cost, 0.9)
+        p90, cost_p90 = quantile(s.makespan_s, 0.9), quantile(s.cost, 0.9)
+        p90s.append((p90, cost_p90))
+        print(f"seed {100 + seed}: P90 makespan {p90 / 3600:6.2f} h (95% CI {low / 3600:.2f}-{high / 3600:.2f}, "
+              f"+-{50 * (high - low) / p90:.1f}%)   P90 cost {cost_p90:7.2f} (95% CI +-{50 * (chigh - clow) / cost_p90:.1f}%)")
+    makespans = np.array([m for m, _ in p90s])
+    costs = np.array([c for _, c in p90s])
+    print(f"P90 makespan over seeds: mean {makespans.mean() / 3600:.2f} h, relative sd {makespans.std(ddof=1) / makespans.mean():.1%}")
+    print(f"P90 cost over seeds:     mean {costs.mean():.2f}, relative sd {costs.std(ddof=1) / costs.mean():.1%}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,112 @@
+"""Bad input: one line naming the file (or flag), the field and what is allowed; exit 2; no traceback."""
+
+import pytest
+
+
+def check(result, *fragments):
+    assert result.exit_code == 2, (result.stdout, result.stderr)
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+
+def write(tmp_path, text, name="w.yaml"):
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+GOOD = ("name: x\nmodel: sdxl-unet\nsamples: 100000\nglobal_batch: 64\ndeadline: 36h\n"
+        "profile: sdxl-unet\n")
+
+
+def test_missing_workload_file(run_cli, tmp_path):
+    check(run_cli("plan", "--workload", str(tmp_path / "none.yaml")), "none.yaml", "file", "not found")
+
+
+def test_unknown_builtin_workload_lists_the_builtins(run_cli):
+    check(run_cli("plan", "--workload", "nosuch"), "nosuch", "built-ins: sdxl, tiny")
+
+
+def test_bad_yaml(run_cli, tmp_path):
+    check(run_cli("plan", "--workload", write(tmp_path, "name: x\nmodel: [\n")), "w.yaml", "not valid YAML")
+
+
+def test_workload_that_is_not_a_mapping(run_cli, tmp_path):
+    check(run_cli("plan", "--workload", write(tmp_path, "- a\n- b\n")), "w.yaml", "document", "mapping")
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("deadline", "-5h", "positive duration"), ("deadline", "0s", "positive duration"),
+    ("deadline", "soon", "positive duration"), ("samples", "-3", "an integer > 0"),
+    ("global_batch", "2.5", "an integer > 0"), ("p_deadline", "1.5", "probability"),
+])
+def test_bad_field_values(run_cli, tmp_path, field, value, message):
+    lines = [line for line in GOOD.splitlines() if not line.startswith(field + ":")] + [f"{field}: {value}"]
+    check(run_cli("plan", "--workload", write(tmp_path, "\n".join(lines) + "\n")), "w.yaml", field, message)
+
+
+def test_missing_required_field(run_cli, tmp_path):
+    text = "\n".join(line for line in GOOD.splitlines() if not line.startswith("samples")) + "\n"
+    check(run_cli("plan", "--workload", write(tmp_path, text)), "w.yaml", "samples", "missing")
+
+
+def test_unknown_field_lists_the_allowed_ones(run_cli, tmp_path):
+    check(run_cli("plan", "--workload", write(tmp_path, GOOD + "deadlin: 3h\n")), "deadlin", "allowed:")
+
+
+def test_unknown_gpu_flag(run_cli):
+    check(run_cli("plan", "--workload", "sdxl", "--gpu", "Z100"), "--gpu", "Z100", "allowed:")
+
+
+def test_unknown_gpu_in_workload(run_cli, tmp_path):
+    check(run_cli("plan", "--workload", write(tmp_path, GOOD + "gpus: [Z100]\n")), "w.yaml", "gpus", "Z100")
+
+
+def test_unknown_owned_sku(run_cli, tmp_path):
+    check(run_cli("plan", "--workload", write(tmp_path, GOOD + "owned: [{sku: dgx-z, nodes: 1}]\n")),
+          "owned.sku", "dgx-z", "allowed:")
+
+
+def test_unknown_offering_for_simulate(run_cli):
+    check(run_cli("simulate", "--workload", "sdxl", "--offering", "aws/nowhere/x"), "--offering", "catalog")
+
+
+def test_deadline_shorter_than_the_work(run_cli):
+    check(run_cli("plan", "--workload", "sdxl", "--deadline", "1h"), "sdxl.yaml", "deadline", "shorter than the work")
+
+
+def test_profile_missing_for_the_gpu_type(run_cli, tmp_path):
+    check(run_cli("plan", "--workload", "sdxl", "--gpu", "T4"), "sdxl-unet.yaml", "gpus", "T4")
+    profile = write(tmp_path, "id: p\nmodel: m\nsource: s\ndate: 2026-01-01\ncheckpoint_bytes: 1\n"
+                    "checkpoint_save: 1s\ncheckpoint_stall: 0s\nrestart: 1s\nstartup: 1s\ngpus:\n  Q1:\n"
+                    "    compute_overhead: 0s\n    compute_per_sample: 1s\n    max_batch_per_gpu: 1\n", "p.yaml")
+    check(run_cli("plan", "--workload", "sdxl", "--profile", profile), "p.yaml", "gpus", "add gpus.<TYPE>")
+
+
+def test_bad_duration_flag_is_one_line(run_cli):
+    check(run_cli("plan", "--workload", "sdxl", "--deadline", "-3h"), "--deadline", "positive duration")
+
+
+def test_bare_simulate_needs_prices_for_its_markets(run_cli):
+    check(run_cli("simulate", "--work-hours", "1", "--deadline", "2h", "--checkpoint-interval", "1h",
+                  "--policy", "greedy", "--preemption-mtbf", "1h", "--spot-price", "1"), "--on-demand-price")
+
+
+def test_bare_simulate_needs_a_spot_model(run_cli):
+    check(run_cli("simulate", "--work-hours", "1", "--deadline", "2h", "--checkpoint-interval", "1h",
+                  "--spot-price", "1"), "--preemption-mtbf", "--trace")
+
+
+def test_trace_file_missing_or_malformed(run_cli, tmp_path):
+    args = ["simulate", "--work-hours", "1", "--deadline", "2h", "--checkpoint-interval", "1h", "--spot-price", "1"]
+    check(run_cli(*args, "--trace", str(tmp_path / "no.json")), "no.json", "not found")
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"metadata": {"gap_seconds": 60}, "data": [0, 2, 1]}')
+    check(run_cli(*args, "--trace", str(bad)), "bad.json", "data", "0 (spot available) or 1")
+
+
+def test_missing_flags_for_bare_simulate(run_cli):
+    check(run_cli("simulate", "--work-hours", "1"), "--deadline", "--checkpoint-interval")

@@ -1,0 +1,131 @@
+"""The costsim commands as a user drives them: exit codes, output contracts, files written."""
+
+import json
+
+import pytest
+
+from costsim.cli import cli
+from costsim.planfile import SCHEMA, read_plan
+
+FAST = ["--trials", "40", "--shortlist", "4", "--jobs", "1"]
+
+
+def test_every_command_has_help_with_an_example(run_cli):
+    for name in cli.commands:
+        result = run_cli(name, "--help")
+        assert result.exit_code == 0, name
+        assert "Example:" in result.stdout, name
+
+
+def test_plan_sdxl_prints_a_ranked_table_and_writes_plan_json(run_cli, tmp_path):
+    out, plot = tmp_path / "plan.json", tmp_path / "plan.png"
+    result = run_cli("plan", "--workload", "sdxl", *FAST, "--out", str(out), "--plot", str(plot))
+    assert result.exit_code == 0, result.stderr
+    header = result.stdout.splitlines()[1]
+    for column in ("offering", "policy", "P50 finish", "P90 finish", "mean cost", "P90 cost", "P(deadline)",
+                   "saving vs OD"):
+        assert column in header
+    chosen_rows = [line for line in result.stdout.splitlines() if line.startswith("*")]
+    assert len(chosen_rows) == 1
+    plan = read_plan(out)
+    assert plan["schema"] == SCHEMA
+    assert plan["prediction"]["p_deadline"] >= plan["policy"]["p_deadline_target"]
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "configurations simulated" in result.stderr   # progress goes to stderr
+
+
+def test_plan_json_has_chosen_candidates_and_stats(run_cli, tmp_path):
+    result = run_cli("plan", "--workload", "sdxl", *FAST, "--format", "json", "--out", str(tmp_path / "p.json"))
+    assert result.exit_code == 0, result.stderr
+    doc = result.json()
+    assert set(doc) >= {"chosen", "candidates", "stats"}
+    assert set(doc["stats"]) >= {"candidates", "trials", "events", "wall_s"}
+    assert doc["stats"]["events"] > 0 and doc["stats"]["trials"] == 40
+    costs = [c["cost"]["mean"] for c in doc["candidates"] if c["meets_target"]]
+    assert doc["chosen"]["prediction"]["cost"]["mean"] == pytest.approx(min(costs))
+    for key in ("workload", "resources", "policy", "checkpoint", "prediction", "profile", "created",
+                "costsim_version"):
+        assert key in doc["chosen"]
+
+
+def test_plan_is_reproducible_with_a_seed(run_cli, tmp_path):
+    runs = [run_cli("plan", "--workload", "sdxl", *FAST, "--seed", "5", "--format", "json",
+                    "--out", str(tmp_path / f"{i}.json")).json() for i in range(2)]
+    assert runs[0]["candidates"] == runs[1]["candidates"]
+
+
+def test_plan_csv_has_one_row_per_candidate(run_cli, tmp_path):
+    result = run_cli("plan", "--workload", "tiny", "--trials", "10", "--format", "csv", "--out",
+                     str(tmp_path / "p.json"))
+    lines = result.stdout.strip().splitlines()
+    assert lines[0].startswith("offering,gpu,gpus_per_node,nodes,policy")
+    assert len(lines) == 2 and lines[1].startswith("owned/local-cpu,cpu,2,1,owned")
+
+
+def test_tiny_plan_runs_on_the_local_cpu_with_two_processes(run_cli, tmp_path):
+    out = tmp_path / "plan.json"
+    assert run_cli("plan", "--workload", "tiny", "--trials", "10", "--out", str(out)).exit_code == 0
+    plan = json.loads(out.read_text())
+    assert plan["resources"]["offering"] == "owned/local-cpu"
+    assert plan["resources"]["gpus_per_node"] == 2 and plan["resources"]["nodes"] == 1
+    assert plan["workload"]["model"] == "tiny"
+
+
+def test_plan_that_no_candidate_can_meet_fails_clearly(run_cli, tmp_path):
+    result = run_cli("plan", "--workload", "sdxl", *FAST, "--budget", "1", "--out", str(tmp_path / "p.json"))
+    assert result.exit_code == 1
+    assert "no candidate reaches" in result.stderr and "--budget" in result.stderr
+    assert not (tmp_path / "p.json").exists()
+
+
+def test_simulate_bare_flags_json_contract(run_cli):
+    result = run_cli("simulate", "--work-hours", "10", "--deadline", "14h", "--checkpoint-interval", "1h",
+                     "--checkpoint-cost", "5m", "--restart-cost", "10m", "--preemption-mtbf", "6h",
+                     "--policy", "greedy", "--spot-price", "1", "--on-demand-price", "3", "--trials", "200",
+                     "--per-trial", "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    doc = result.json()
+    assert set(doc["makespan_h"]) == {"mean", "p50", "p90"} and set(doc["cost"]) == {"mean", "p50", "p90"}
+    assert doc["trials"] == 200 and len(doc["per_trial"]) == 200
+    assert set(doc["per_trial"][0]) == {"cost", "makespan_h", "met_deadline"}
+    assert doc["deadline_met"] == pytest.approx(sum(t["met_deadline"] for t in doc["per_trial"]) / 200)
+    assert doc["preemptions"] > 0
+
+
+def test_simulate_replays_one_trial_per_trace_file(run_cli, tmp_path):
+    # Spot [0, 1800) and [3000, ...): the exact case of test_sim_traces, through the CLI.
+    trace = tmp_path / "t.json"
+    trace.write_text(json.dumps({"metadata": {"gap_seconds": 600}, "data": [0, 0, 0, 1, 1] + [0] * 7}))
+    result = run_cli("simulate", "--work-hours", str(3000 / 3600), "--deadline", "2h", "--checkpoint-interval",
+                     "900s", "--checkpoint-cost", "60s", "--restart-cost", "120s", "--changeover", "60s",
+                     "--policy", "greedy", "--spot-price", "1", "--on-demand-price", "3", "--trace", str(trace),
+                     "--trace", str(trace), "--per-trial", "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    doc = result.json()
+    assert doc["trials"] == 2
+    assert doc["per_trial"][0]["makespan_h"] == pytest.approx(5460 / 3600)
+    assert doc["per_trial"][0]["cost"] == pytest.approx(4260 / 3600)
+
+
+def test_simulate_from_a_workload_and_offering(run_cli):
+    result = run_cli("simulate", "--workload", "sdxl", "--offering", "aws/us-east-1/p5en.48xlarge", "--policy",
+                     "greedy", "--trials", "50", "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    assert result.json()["deadline_met"] > 0.9
+
+
+def test_simulate_table_output(run_cli):
+    result = run_cli("simulate", "--work-hours", "2", "--deadline", "3h", "--checkpoint-interval", "30m",
+                     "--policy", "on-demand", "--on-demand-price", "2", "--trials", "3")
+    assert result.exit_code == 0
+    assert "makespan_h" in result.stdout and "deadline met in 1.000 of 3 trials" in result.stdout
+
+
+def test_catalog_lists_dated_prices_and_filters_by_gpu(run_cli):
+    result = run_cli("catalog", "--gpu", "H100", "--format", "json")
+    rows = result.json()
+    assert rows and all(r["gpu"] == "H100" for r in rows)
+    assert all(r["read_date"] and r["source"] for r in rows)
+    assert {r["offering"].split("/")[0] for r in rows} >= {"aws", "gcp", "azure", "lambda"}
+    table = run_cli("catalog")
+    assert "read_date" in table.stdout and "p5.48xlarge" in table.stdout

@@ -1,0 +1,102 @@
+"""Small handmade scenarios with exact expected event logs, finish times and costs (worked by hand)."""
+
+import math
+
+import pytest
+
+from costsim.sim import policies
+from costsim.sim.job import JobParams
+from costsim.sim.market import AlwaysAvailable, Timeline, TraceTimeline
+from costsim.sim.trial import MarketPrice, run_trial
+
+PRICES = {"spot": MarketPrice(per_hour=1.0), "on-demand": MarketPrice(per_hour=3.0)}
+# Spot available [0, 1800) and [3000, 7200): 600 s ticks.
+TRACE = [0, 0, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0]
+
+
+def params(**overrides):
+    base = dict(work_s=3000, deadline_s=7200, checkpoint_interval_s=900, checkpoint_s=60, restart_s=120,
+                changeover_s=60)
+    return JobParams(**{**base, **overrides})
+
+
+def test_greedy_preempted_without_notice_loses_work_since_last_checkpoint():
+    out = run_trial(params(), policies.get("greedy"), TraceTimeline(TRACE, 600), PRICES, record_log=True)
+    # 60 s changeover; 900 work + 60 ckpt -> 1020; reclaimed at 1800 losing 780 s; slack left, so
+    # wait for spot at 3000; changeover + restart 180; three more intervals (900, 900, 300) + ckpts.
+    assert out.record.log == [
+        (0, "start", "spot"), (60, "progress", "spot"), (1020, "checkpoint", ""), (1800, "notice", ""),
+        (1800, "preempted", "spot"), (1800, "release", "spot"), (1800, "wait", ""), (3000, "start", "spot"),
+        (3180, "progress", "spot"), (4140, "checkpoint", ""), (5100, "checkpoint", ""), (5460, "checkpoint", ""),
+        (5460, "release", "spot"), (5460, "done", "")]
+    assert out.makespan_s == pytest.approx(5460)
+    assert out.lost_work_s == pytest.approx(780)
+    assert out.preemptions == 1
+    assert out.cost == pytest.approx((1800 + 2460) / 3600 * 1.0)
+    assert out.met_deadline
+
+
+def test_notice_window_fits_an_emergency_checkpoint_and_nothing_is_lost():
+    out = run_trial(params(notice_s=120), policies.get("greedy"), TraceTimeline(TRACE, 600), PRICES,
+                    record_log=True)
+    # Notice at 1680 with 1560 s done; the 60 s emergency save lands at 1740; reclaim at 1800.
+    # Resume at 3180 from 1560: next checkpoint at 2460 (4140), then 540 s and the final save (4740).
+    assert out.record.log == [
+        (0, "start", "spot"), (60, "progress", "spot"), (1020, "checkpoint", ""), (1680, "notice", ""),
+        (1740, "checkpoint", ""), (1800, "preempted", "spot"), (1800, "release", "spot"), (1800, "wait", ""),
+        (3000, "start", "spot"), (3180, "progress", "spot"), (4140, "checkpoint", ""), (4740, "checkpoint", ""),
+        (4740, "release", "spot"), (4740, "done", "")]
+    assert out.lost_work_s == 0
+    assert out.cost == pytest.approx((1800 + 1740) / 3600)
+
+
+def test_notice_shorter_than_the_save_loses_the_work():
+    out = run_trial(params(notice_s=30), policies.get("greedy"), TraceTimeline(TRACE, 600), PRICES)
+    assert out.lost_work_s == pytest.approx(1770 - 1020)   # work done at the notice, less the checkpoint
+
+
+def test_greedy_falls_back_to_on_demand_when_the_slack_runs_out():
+    # Spot only in the first 1200 s, then never: 3000 s of work, deadline 4000 s.
+    trace = [0, 0] + [1] * 20
+    out = run_trial(params(deadline_s=4000, notice_s=0), policies.get("greedy"), TraceTimeline(trace, 600),
+                    PRICES, record_log=True)
+    # Spot: progress at 60, checkpoint 900 at 1020, reclaimed at 1200 (180 s lost). Slack then:
+    # 4000 - 1200 - 2100 left - (2100/900*60 = 140 periodic + 60 final save) - 180 changeover = 320,
+    # so it waits until the slack only covers one start-up: 1200 + (320 - 180) = 1340.
+    on_demand_start = 1340
+    assert (on_demand_start, "start", "on-demand") in out.record.log
+    finish = on_demand_start + 180 + 2100 + 3 * 60   # checkpoints at 1800, 2700 and 3000 of work
+    assert out.makespan_s == pytest.approx(finish)
+    assert out.met_deadline
+    assert out.cost == pytest.approx(1200 / 3600 * 1.0 + (finish - on_demand_start) / 3600 * 3.0)
+
+
+def test_spot_only_is_stranded_when_capacity_never_returns():
+    out = run_trial(params(), policies.get("spot-only"), TraceTimeline([0, 0, 1, 1], 600), PRICES, record_log=True)
+    assert not out.finished and math.isinf(out.makespan_s) and not out.met_deadline
+    assert out.record.log[-1] == (1200, "stranded", "")
+    assert out.cost == pytest.approx(1200 / 3600)
+
+
+def test_on_demand_pays_changeover_work_and_every_checkpoint():
+    out = run_trial(params(checkpoint_interval_s=1000, checkpoint_s=10, changeover_s=100),
+                    policies.get("on-demand"), Timeline(), PRICES)
+    assert out.makespan_s == pytest.approx(100 + 3000 + 3 * 10)
+    assert out.cost == pytest.approx(3130 / 3600 * 3.0)
+
+
+def test_async_checkpoint_stalls_briefly_and_becomes_durable_after_the_write():
+    out = run_trial(params(checkpoint_interval_s=1000, checkpoint_s=50, checkpoint_stall_s=2, changeover_s=100),
+                    policies.get("on-demand"), AlwaysAvailable(), PRICES, record_log=True)
+    checkpoints = [t for t, event, _ in out.record.log if event == "checkpoint"]
+    # stalls of 2 s at 1100 and 2102; writes done 50 s after each stall; the final save is synchronous.
+    assert checkpoints == [1152, 2154, 3154]
+    assert out.makespan_s == pytest.approx(3154)
+
+
+def test_billing_increment_and_minimum_apply_per_stint():
+    prices = {"on-demand": MarketPrice(per_hour=3.6, count=2, increment_s=60, minimum_s=600)}
+    out = run_trial(JobParams(work_s=100, deadline_s=1000, checkpoint_interval_s=100, checkpoint_s=1),
+                    policies.get("on-demand"), Timeline(), prices)
+    assert out.makespan_s == pytest.approx(101)
+    assert out.cost == pytest.approx(2 * 3.6 * 600 / 3600)
