@@ -1,0 +1,236 @@
+"""Checkpoints: `step-N/` folders written with torch.distributed.checkpoint, atomically, verified.
+
+- Every rank writes its share (DCP de-duplicates replicated DDP state across ranks) into a hidden
+  temporary folder; rank 0 then records each file's size and CRC-32 in `manifest.json`, fsyncs and
+  renames the folder to `step-N/`. A step exists only once that rename happened: a save cut short
+  leaves a temporary folder that is never loaded (and is cleaned at the next start).
+- Async mode: the training stall is the staging copy to host memory (pinned, allocated once, on
+  GPUs); a background thread writes, and the next save waits for the previous one.
+- Load: rank 0 picks the newest step whose files match their manifest, skipping (and reporting)
+  corrupt or partial ones; all ranks load it. The DCP metadata pickle is read with an unpickler
+  that admits only DCP's own metadata classes, and tensors with `weights_only=True`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import re
+import shutil
+import threading
+import time
+import zlib
+from pathlib import Path
+from typing import Callable
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
+from torch.distributed.checkpoint import metadata as dcp_metadata
+from torch.distributed.checkpoint.staging import BlockingAsyncStager
+
+from costsim.io import write_atomic
+
+MANIFEST = "manifest.json"
+_STEP = re.compile(r"^step-(\d+)$")
+_DCP_CLASSES = {"Metadata", "TensorStorageMetadata", "BytesStorageMetadata", "ChunkStorageMetadata",
+                "TensorProperties", "MetadataIndex", "StorageMeta", "_MEM_FORMAT_ENCODING"}
+
+
+class _MetadataUnpickler(pickle.Unpickler):
+    """Admits DCP's metadata classes and torch's dtypes/layouts/Size, nothing else."""
+
+    def find_class(self, module: str, name: str):
+        if module == "torch.distributed.checkpoint.metadata" and name in _DCP_CLASSES:
+            return getattr(dcp_metadata, name)
+        if module == "torch.distributed.checkpoint.filesystem" and name == "_StorageInfo":
+            from torch.distributed.checkpoint.filesystem import _StorageInfo
+            return _StorageInfo
+        if module == "torch" and (name == "Size" or isinstance(getattr(torch, name, None),
+                                                               (torch.dtype, torch.layout, torch.memory_format))):
+            return getattr(torch, name)
+        if module == "torch.serialization" and name == "_get_layout":
+            return torch.serialization._get_layout  # maps a layout's name to the layout, nothing more
+        if module == "pathlib" and name in ("Path", "PosixPath", "PurePosixPath"):
+            import pathlib   # DCP records the checkpoint path; a path object runs no code
+            return getattr(pathlib, name)
+        if module == "collections" and name == "OrderedDict":
+            from collections import OrderedDict
+            return OrderedDict
+        raise pickle.UnpicklingError(f"checkpoint metadata refers to {module}.{name}, which is not allowed")
+
+
+class SafeFileSystemReader(FileSystemReader):
+    """FileSystemReader whose metadata load cannot run arbitrary code."""
+
+    def read_metadata(self, *args, **kwargs):
+        path = self._get_metadata_path(kwargs.get("rank"))
+        with self.fs.create_stream(path, "rb") as stream:
+            metadata = _MetadataUnpickler(stream).load()
+        if getattr(metadata, "storage_meta", None) is None:
+            metadata.storage_meta = dcp_metadata.StorageMeta()
+        metadata.storage_meta.load_id = self.load_id
+        return metadata
+
+
+def crc32_file(path: Path, chunk: int = 8 << 20) -> int:
+    value = 0
+    with open(path, "rb") as handle:
+        while block := handle.read(chunk):
+            value = zlib.crc32(block, value)
+    return value
+
+
+def verify(folder: Path) -> str | None:
+    """None if the checkpoint is complete and intact, else why not."""
+    try:
+        manifest = json.loads((folder / MANIFEST).read_text())
+        files = manifest["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return "no readable manifest (partial or damaged)"
+    if ".metadata" not in files:
+        return "manifest lists no DCP metadata"
+    for name, expected in files.items():
+        path = folder / name
+        if not path.is_file():
+            return f"{name} is missing"
+        if path.stat().st_size != expected["size"]:
+            return f"{name} has {path.stat().st_size} bytes, expected {expected['size']}"
+        if crc32_file(path) != expected["crc32"]:
+            return f"{name} fails its CRC-32 check"
+    return None
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class Checkpointer:
+    """Save and load training state under `root`; rank 0 owns the folder's bookkeeping."""
+
+    def __init__(self, root: Path, *, keep: int, async_mode: bool, rank: int,
+                 on_event: Callable[..., None], warn: Callable[[str], None]):
+        self.root, self.keep, self.async_mode, self.rank = Path(root), max(keep, 1), async_mode, rank
+        self.on_event, self.warn = on_event, warn
+        self._worker: threading.Thread | None = None
+        self._error: BaseException | None = None
+        self._stager = BlockingAsyncStager(cache_staged_state_dict=torch.cuda.is_available()) if async_mode else None
+        self.stall_total_s = 0.0
+        # DCP's collectives get their own gloo group, so the async writer never shares one with training.
+        self._group = dist.new_group(backend="gloo") if dist.is_initialized() else None
+
+    # -- discovery ------------------------------------------------------------------------------
+    def steps(self) -> list[int]:
+        """Step numbers of the finished checkpoint folders, newest first."""
+        found = [int(m.group(1)) for p in self.root.glob("step-*") if (m := _STEP.match(p.name))]
+        return sorted(found, reverse=True)
+
+    def folder(self, step: int) -> Path:
+        return self.root / f"step-{step}"
+
+    def choose(self) -> int:
+        """Newest valid step (0 when none); skipped ones are reported. Rank 0 only."""
+        for partial in self.root.glob(".step-*.tmp"):
+            self.warn(f"removing partial checkpoint {partial.name} (a save that did not finish)")
+            self.on_event("checkpoint_skipped", step=_step_of(partial.name), reason="partial")
+            shutil.rmtree(partial, ignore_errors=True)
+        for step in self.steps():
+            problem = verify(self.folder(step))
+            if problem is None:
+                return step
+            self.warn(f"skipping checkpoint step-{step}: {problem}")
+            self.on_event("checkpoint_skipped", step=step, reason=problem)
+        return 0
+
+    # -- load -----------------------------------------------------------------------------------
+    def agree_on_step(self) -> int:
+        """Rank 0 chooses; every rank learns the choice."""
+        choice = torch.tensor([self.choose() if self.rank == 0 else 0], dtype=torch.int64)
+        if dist.is_initialized():
+            dist.broadcast(choice, src=0, group=self._group)
+        return int(choice.item())
+
+    def load(self, step: int, state: dict) -> None:
+        """Load `step` into `state` in place."""
+        started = time.perf_counter()
+        folder = self.folder(step)
+        dcp.load(state, storage_reader=SafeFileSystemReader(str(folder)), process_group=self._group)
+        self.on_event("checkpoint_load", step=step, duration_s=time.perf_counter() - started,
+                      bytes=_folder_bytes(folder))
+
+    # -- save -----------------------------------------------------------------------------------
+    def save(self, step: int, state: dict, *, blocking: bool = False, reason: str = "interval") -> None:
+        """Checkpoint `state` as step `step`; blocking (sync) or behind a staging stall (async)."""
+        self.wait()
+        tmp = self.root / f".step-{step}.tmp"
+        started = time.perf_counter()
+        if self.async_mode and not blocking:
+            future = dcp.async_save(state, storage_writer=FileSystemWriter(str(tmp)), async_stager=self._stager,
+                                    process_group=self._group)
+            stall_s = time.perf_counter() - started
+            self._worker = threading.Thread(target=self._complete, args=(future, step, tmp, started, stall_s, reason),
+                                            name=f"checkpoint-{step}", daemon=True)
+            self._worker.start()
+        else:
+            dcp.save(state, storage_writer=FileSystemWriter(str(tmp)), process_group=self._group)
+            stall_s = time.perf_counter() - started
+            self._finish(step, tmp, started, stall_s, reason)
+        self.stall_total_s += stall_s
+
+    def _complete(self, future, step, tmp, started, stall_s, reason) -> None:
+        try:
+            future.result()
+            self._finish(step, tmp, started, stall_s, reason)
+        except BaseException as exc:  # surfaced by wait() in the training thread
+            self._error = exc
+
+    def _finish(self, step: int, tmp: Path, started: float, stall_s: float, reason: str) -> None:
+        if self.rank == 0:
+            self._commit(step, tmp)
+            self._prune()
+        self.on_event("checkpoint_save", step=step, duration_s=time.perf_counter() - started, stall_s=stall_s,
+                      bytes=_folder_bytes(self.folder(step)) if self.rank == 0 else None,
+                      mode="async" if self.async_mode and reason == "interval" else "sync", reason=reason)
+
+    def _commit(self, step: int, tmp: Path) -> None:
+        files = {p.name: {"size": p.stat().st_size, "crc32": crc32_file(p)} for p in sorted(tmp.iterdir()) if p.is_file()}
+        write_atomic(tmp / MANIFEST, json.dumps({"step": step, "files": files, "created": time.time()}, indent=1))
+        _fsync_dir(tmp)
+        final = self.folder(step)
+        if final.exists():   # a damaged earlier save of the same step: replace it
+            shutil.rmtree(final)
+        os.rename(tmp, final)
+        _fsync_dir(self.root)
+
+    def _prune(self) -> None:
+        for step in self.steps()[self.keep:]:
+            shutil.rmtree(self.folder(step), ignore_errors=True)
+
+    def wait(self) -> None:
+        """Block until the previous async save is complete; re-raise its error if it failed."""
+        if self._worker is not None:
+            self._worker.join()
+            self._worker = None
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise RuntimeError(f"asynchronous checkpoint failed: {error}") from error
+
+    def close(self) -> None:
+        self.wait()
+        if self._stager is not None:
+            self._stager.close()
+
+
+def _step_of(name: str) -> int | None:
+    match = re.match(r"^\.step-(\d+)\.tmp$", name)
+    return int(match.group(1)) if match else None
+
+
+def _folder_bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.iterdir() if p.is_file()) if folder.exists() else 0

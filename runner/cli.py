@@ -1,0 +1,116 @@
+"""The runner command line: `runner execute plan.json` on every node of the plan."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from costsim.errors import InputError
+
+EXIT_BAD_INPUT = 2
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(package_name="costsim")
+def cli():
+    """Run costsim plans as checkpointed PyTorch DDP jobs that survive preemption.
+
+    Example: runner execute plan.json --run-dir runs/demo
+    """
+
+
+@cli.command("execute")
+@click.argument("plan", type=click.Path(dir_okay=False))
+@click.option("--run-dir", type=click.Path(file_okay=False), help="default: runs/<run id>")
+@click.option("--nnodes", type=click.IntRange(min=1), help="nodes in the job (else from SkyPilot/Slurm/env)")
+@click.option("--node-rank", type=click.IntRange(min=0), help="this node's rank")
+@click.option("--rdzv-endpoint", help="HOST:PORT of the rendezvous (node 0)")
+@click.option("--nproc-per-node", type=click.IntRange(min=1), help="default: the plan's GPUs per node")
+@click.option("--inject-preemptions", "inject", help="drill: N random kills, or a schedule like kill@30,term@60")
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="seeds the model, the data and the drill schedule (same seed, same training)")
+@click.option("--max-restarts", type=click.IntRange(min=0), default=10, show_default=True)
+@click.option("--rdzv-timeout", type=click.FloatRange(min=1), default=60, show_default=True,
+              help="seconds a node other than 0 waits for the rendezvous to answer")
+@click.option("--steps", type=click.IntRange(min=1), help="stop after this many steps (drills, profiling)")
+@click.option("--workload-entry", help="module:function building your own workload (see docs/runner-workloads.md)")
+@click.option("--option", "options", multiple=True, help="KEY=VALUE passed to the workload (repeatable)")
+def execute_command(plan, run_dir, nnodes, node_rank, rdzv_endpoint, nproc_per_node, inject, seed, max_restarts,
+                    rdzv_timeout, steps, workload_entry, options):
+    """Run a plan: torchrun workers, checkpoints, restarts; telemetry and summary in the run folder.
+
+    Example: runner execute plan.json --inject-preemptions 3 --seed 1
+    """
+    from runner import faults
+    from runner.launch import LaunchError, discover  # noqa: F811 (also used after the try below)
+    from runner.plan import load_run_spec
+    from runner.supervisor import Execution, Supervisor, default_run_id, prepare_run_dir
+    from runner.workloads import UnknownWorkload, resolve
+
+    try:
+        spec = load_run_spec(plan)
+        resolve(spec.model, workload_entry)
+        node = discover(nnodes=nnodes, node_rank=node_rank, endpoint=rdzv_endpoint, env=os.environ)
+        nproc = nproc_per_node or _nproc(spec)
+        run_id = node.run_id or default_run_id()
+        folder = Path(run_dir or Path("runs") / run_id)
+        total = steps or spec.total_steps
+        schedule = faults.parse_schedule(inject, total_steps=total, seed=seed) if inject else []
+        for option in options:
+            if "=" not in option:
+                raise click.BadParameter(f"{option!r}: expected KEY=VALUE", param_hint="--option")
+        if spec.global_batch % (nproc * node.nnodes):
+            raise click.BadParameter(f"global batch {spec.global_batch} does not split over "
+                                     f"{nproc * node.nnodes} processes", param_hint="--nproc-per-node")
+        prepare_run_dir(folder, plan)
+    except (UnknownWorkload, LaunchError, PermissionError) as exc:
+        raise InputError(plan, "workload" if isinstance(exc, UnknownWorkload) else "node", str(exc)) from None
+    except ValueError as exc:
+        if isinstance(exc, InputError):
+            raise
+        raise InputError("--inject-preemptions", "inject-preemptions", str(exc)) from None
+    click.echo(f"runner: {spec.workload} ({spec.model}) on {node.nnodes} node(s) x {nproc} process(es) "
+               f"[{node.source}], {total} steps; run folder {folder}", err=True)
+    execution = Execution(spec=spec, node=node, run_dir=folder, run_id=run_id, nproc_per_node=nproc, seed=seed,
+                          schedule=schedule, max_restarts=max_restarts, workload_entry=workload_entry,
+                          options=list(options), steps=steps, rdzv_timeout_s=rdzv_timeout)
+    try:
+        code = Supervisor(execution).run()
+    except LaunchError as exc:
+        raise InputError("--rdzv-endpoint", "rdzv-endpoint", str(exc)) from None
+    sys.exit(code)
+
+
+def _nproc(spec) -> int:
+    if spec.cpu:
+        return spec.gpus_per_node
+    import torch
+    available = torch.cuda.device_count()
+    if available < spec.gpus_per_node:
+        raise InputError(spec.plan_path, "resources.gpus_per_node",
+                         f"the plan wants {spec.gpus_per_node} GPUs per node, this node has {available}; "
+                         "pass --nproc-per-node to run on fewer")
+    return spec.gpus_per_node
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: bad input is one line on stderr and exit status 2, never a traceback."""
+    try:
+        cli.main(args=argv, prog_name="runner", standalone_mode=False)
+    except click.exceptions.Exit as done:
+        sys.exit(done.exit_code)
+    except click.UsageError as exc:
+        command = exc.ctx.command_path if exc.ctx else "runner"
+        click.echo(f"error: {command}: {exc.format_message()} (see {command} --help)", err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except InputError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    except KeyboardInterrupt:
+        sys.exit(130)

@@ -1,0 +1,121 @@
+"""From a plan and the node's environment to the torchrun command line (a list; never a shell).
+
+Node rank and peers come from, in order: the command-line flags; SkyPilot's SKYPILOT_* variables;
+Slurm's SLURM_* variables; MASTER_ADDR/MASTER_PORT with NNODES/NODE_RANK. Otherwise one node.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import sys
+import time
+from dataclasses import dataclass
+from typing import Mapping
+
+DEFAULT_PORT = 29500
+
+
+@dataclass(frozen=True, kw_only=True)
+class Node:
+    nnodes: int
+    node_rank: int
+    endpoint: str | None   # HOST:PORT of the rendezvous; None on one node
+    run_id: str | None
+    source: str
+
+
+class LaunchError(ValueError):
+    """Bad or missing node information (the message names the flag or variable)."""
+
+
+def _int(value: str, name: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise LaunchError(f"{name}={value!r} is not an integer") from None
+
+
+def expand_slurm_nodelist(nodelist: str) -> list[str]:
+    """`gpu[01-03,07],cpu1` -> ['gpu01', 'gpu02', 'gpu03', 'gpu07', 'cpu1'] (Slurm's compact form)."""
+    hosts = []
+    for prefix, ranges, plain in re.findall(r"([^,\[]+)\[([^\]]+)\]|([^,\[\]]+)", nodelist):
+        if plain:
+            hosts.append(plain)
+            continue
+        for part in ranges.split(","):
+            low, _, high = part.partition("-")
+            width = len(low)
+            for number in range(int(low), int(high or low) + 1):
+                hosts.append(f"{prefix}{number:0{width}d}")
+    return hosts
+
+
+def discover(*, nnodes: int | None, node_rank: int | None, endpoint: str | None, env: Mapping[str, str]) -> Node:
+    """Where this node stands in the job."""
+    if nnodes is not None or node_rank is not None or endpoint is not None:
+        if nnodes is None or nnodes < 1:
+            raise LaunchError("--nnodes is required with --node-rank/--rdzv-endpoint")
+        if nnodes > 1 and (node_rank is None or endpoint is None):
+            raise LaunchError("--nnodes > 1 needs --node-rank and --rdzv-endpoint HOST:PORT")
+        return _checked(Node(nnodes=nnodes, node_rank=node_rank or 0, endpoint=endpoint, run_id=None, source="flags"))
+    if "SKYPILOT_NODE_RANK" in env:
+        ips = [ip for ip in env.get("SKYPILOT_NODE_IPS", "").split() if ip]
+        count = _int(env.get("SKYPILOT_NUM_NODES", str(len(ips) or 1)), "SKYPILOT_NUM_NODES")
+        if count > 1 and not ips:
+            raise LaunchError("SKYPILOT_NUM_NODES > 1 but SKYPILOT_NODE_IPS is empty")
+        return _checked(Node(nnodes=count, node_rank=_int(env["SKYPILOT_NODE_RANK"], "SKYPILOT_NODE_RANK"),
+                             endpoint=f"{ips[0]}:{DEFAULT_PORT}" if count > 1 else None,
+                             run_id=env.get("SKYPILOT_TASK_ID"), source="skypilot"))
+    if "SLURM_NODEID" in env and "SLURM_NNODES" in env:
+        count = _int(env["SLURM_NNODES"], "SLURM_NNODES")
+        host = env.get("MASTER_ADDR") or (expand_slurm_nodelist(env.get("SLURM_JOB_NODELIST", "")) or [None])[0]
+        if count > 1 and not host:
+            raise LaunchError("Slurm job of several nodes without SLURM_JOB_NODELIST or MASTER_ADDR")
+        port = env.get("MASTER_PORT", str(DEFAULT_PORT))
+        return _checked(Node(nnodes=count, node_rank=_int(env["SLURM_NODEID"], "SLURM_NODEID"),
+                             endpoint=f"{host}:{port}" if count > 1 else None, run_id=env.get("SLURM_JOB_ID"),
+                             source="slurm"))
+    if "MASTER_ADDR" in env and _int(env.get("NNODES", "1"), "NNODES") > 1:
+        return _checked(Node(nnodes=_int(env["NNODES"], "NNODES"), node_rank=_int(env.get("NODE_RANK", "0"), "NODE_RANK"),
+                             endpoint=f"{env['MASTER_ADDR']}:{env.get('MASTER_PORT', DEFAULT_PORT)}", run_id=None,
+                             source="MASTER_ADDR"))
+    return Node(nnodes=1, node_rank=0, endpoint=None, run_id=None, source="single node")
+
+
+def _checked(node: Node) -> Node:
+    if not 0 <= node.node_rank < node.nnodes:
+        raise LaunchError(f"node rank {node.node_rank} is outside 0..{node.nnodes - 1} ({node.source})")
+    if node.endpoint is not None:
+        host, _, port = node.endpoint.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise LaunchError(f"rendezvous endpoint {node.endpoint!r} is not HOST:PORT ({node.source})")
+    return node
+
+
+def wait_for_rendezvous(endpoint: str, timeout_s: float) -> None:
+    """A node other than the host checks that the rendezvous answers before starting workers."""
+    host, _, port = endpoint.rpartition(":")
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with socket.create_connection((host, int(port)), timeout=2.0):
+                return
+        except OSError as exc:
+            if time.monotonic() >= deadline:
+                raise LaunchError(f"cannot reach the rendezvous at {endpoint} after {timeout_s:.0f}s: {exc}") from None
+            time.sleep(1.0)
+
+
+def torchrun_argv(node: Node, *, nproc_per_node: int, run_id: str, worker_args: list[str],
+                  join_timeout_s: int = 600) -> list[str]:
+    """The torchrun invocation: one process per GPU (or per CPU worker), restarts left to the supervisor."""
+    argv = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc_per_node),
+            "--max-restarts", "0", "--monitor-interval", "0.2"]
+    if node.nnodes == 1:
+        argv += ["--standalone"]
+    else:
+        argv += ["--nnodes", str(node.nnodes), "--node-rank", str(node.node_rank), "--rdzv-backend", "c10d",
+                 "--rdzv-endpoint", node.endpoint, "--rdzv-id", run_id,
+                 "--rdzv-conf", f"join_timeout={join_timeout_s}"]
+    return argv + ["-m", "runner.train"] + worker_args

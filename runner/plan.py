@@ -1,0 +1,56 @@
+"""What the runner needs from plan.json, validated once (the contract is costsim.planfile's)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from costsim.errors import InputError
+from costsim.planfile import read_plan
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunSpec:
+    plan_path: str
+    workload: str            # the plan's workload name
+    model: str               # a runner workload name (registry) or the user's entry point's name
+    samples: int
+    global_batch: int
+    precision: str
+    gpu: str
+    gpus_per_node: int
+    nodes: int
+    market: str
+    interval_s: float | None
+    interval_steps: int | None
+    keep: int
+    async_checkpoint: bool
+    predicted_step_s: float
+    accumulation: int
+
+    @property
+    def total_steps(self) -> int:
+        return max(1, math.ceil(self.samples / self.global_batch))
+
+    @property
+    def cpu(self) -> bool:
+        return self.gpu.lower() == "cpu"
+
+
+def load_run_spec(path: str | Path) -> RunSpec:
+    """RunSpec from plan.json; bad content is an InputError naming the file and field."""
+    doc = read_plan(path)
+    w, r, c, p = doc["workload"], doc["resources"], doc["checkpoint"], doc["prediction"]
+    interval_steps = c.get("interval_steps")
+    if interval_steps is not None and (not isinstance(interval_steps, int) or interval_steps < 1):
+        raise InputError(str(path), "checkpoint.interval_steps", f"got {interval_steps!r}; expected an integer >= 1")
+    precision = w.get("precision", "fp32")
+    if precision not in ("bf16", "fp16", "fp32"):
+        raise InputError(str(path), "workload.precision", f"got {precision!r}; allowed: bf16, fp16, fp32")
+    return RunSpec(plan_path=str(path), workload=w["name"], model=w["model"], samples=int(w["samples"]),
+                   global_batch=int(w["global_batch"]), precision=precision, gpu=str(r.get("gpu", "cpu")),
+                   gpus_per_node=int(r["gpus_per_node"]), nodes=int(r["nodes"]), market=str(r.get("market", "")),
+                   interval_s=None if interval_steps else float(c["interval_s"]), interval_steps=interval_steps,
+                   keep=int(c["keep"]), async_checkpoint=bool(c["async"]),
+                   predicted_step_s=float(p["step_time_s"]), accumulation=int(p.get("accumulation", 1)))

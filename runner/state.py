@@ -1,0 +1,69 @@
+"""Training state as a DCP state dict: model, optimizer, scheduler, progress and every RNG."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+
+import numpy as np
+import torch
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+
+def rng_state() -> dict:
+    """This process's random states as tensors and numbers (no pickled objects)."""
+    np_state = np.random.get_state()
+    state = {"torch": torch.get_rng_state(),
+             "python": torch.tensor(random.getstate()[1], dtype=torch.int64),
+             "numpy_keys": torch.from_numpy(np_state[1].astype(np.int64)), "numpy_pos": int(np_state[2])}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    torch.set_rng_state(state["torch"])
+    random.setstate((3, tuple(int(x) for x in state["python"].tolist()), None))
+    np.random.set_state(("MT19937", state["numpy_keys"].numpy().astype(np.uint32), int(state["numpy_pos"]), 0, 0.0))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"])
+
+
+def training_state(model, optimizer, scheduler, step: int, rank: int) -> dict:
+    """The state dict that a checkpoint saves and a resume loads in place."""
+    model_state, optim_state = get_state_dict(model, optimizer)
+    return {"model": model_state, "optim": optim_state,
+            "scheduler": scheduler.state_dict() if scheduler is not None else {},
+            "progress": {"step": step}, f"rng_rank{rank}": rng_state()}
+
+
+def apply_state(state: dict, model, optimizer, scheduler, rank: int) -> int:
+    """Put a loaded state into the live objects; returns the step to continue from."""
+    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    if scheduler is not None:
+        scheduler.load_state_dict(state["scheduler"])
+    set_rng_state(state[f"rng_rank{rank}"])
+    return int(state["progress"]["step"])
+
+
+def state_sha256(model, optimizer) -> str:
+    """A hash of the model and optimizer state: equal for equal training."""
+    model_state, optim_state = get_state_dict(model, optimizer)
+    digest = hashlib.sha256()
+    _feed(digest, "model", model_state)
+    _feed(digest, "optim", optim_state)
+    return digest.hexdigest()
+
+
+def _feed(digest, prefix: str, value) -> None:
+    if isinstance(value, dict):
+        for key in sorted(value, key=str):
+            _feed(digest, f"{prefix}.{key}", value[key])
+    elif isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            _feed(digest, f"{prefix}.{index}", item)
+    elif isinstance(value, torch.Tensor):
+        digest.update(prefix.encode())
+        digest.update(value.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    else:
+        digest.update(f"{prefix}={value!r}".encode())

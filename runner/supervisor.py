@@ -1,0 +1,168 @@
+"""The supervisor: launch torchrun, restart from the last checkpoint after a preemption or a
+failure (until done or out of restarts), inject drill faults, and write the run's summary."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from costsim.io import write_atomic
+from runner import faults
+from runner.launch import Node, torchrun_argv, wait_for_rendezvous
+from runner.plan import RunSpec
+from runner.telemetry import Telemetry, read_events
+
+SUMMARY = "summary.json"
+
+
+@dataclass(kw_only=True)
+class Execution:
+    spec: RunSpec
+    node: Node
+    run_dir: Path
+    run_id: str
+    nproc_per_node: int
+    seed: int = 0
+    schedule: list[faults.Fault] = field(default_factory=list)
+    max_restarts: int = 10
+    workload_entry: str | None = None
+    options: list[str] = field(default_factory=list)
+    steps: int | None = None
+    rdzv_timeout_s: float = 60.0
+
+
+def default_run_id(env=os.environ) -> str:
+    return (env.get("SKYPILOT_TASK_ID") or env.get("SLURM_JOB_ID")
+            or datetime.datetime.now().strftime("%Y%m%d-%H%M%S-") + str(os.getpid()))
+
+
+def prepare_run_dir(run_dir: Path, plan_path: str) -> None:
+    """Make the run folder, prove the checkpoint folder writable, keep a copy of the plan."""
+    checkpoints = run_dir / "checkpoints"
+    try:
+        checkpoints.mkdir(parents=True, exist_ok=True)
+        probe = checkpoints / f".write-probe-{os.getpid()}"
+        probe.write_bytes(b"ok")
+        probe.unlink()
+    except OSError as exc:
+        raise PermissionError(f"{checkpoints}: checkpoint folder is not writable ({exc.strerror or exc})") from None
+    shutil.copyfile(plan_path, run_dir / ".plan.json.tmp")
+    os.replace(run_dir / ".plan.json.tmp", run_dir / "plan.json")
+
+
+class Supervisor:
+    def __init__(self, execution: Execution):
+        self.x = execution
+        self.telemetry = Telemetry(execution.run_dir, execution.run_id, rank=None, world_size=None)
+        self.notice = False
+        self.child: subprocess.Popen | None = None
+
+    def _on_sigterm(self, signum, frame) -> None:
+        # A notice for this node: pass it on to torchrun (which forwards it to every worker).
+        self.notice = True
+        if self.child is not None and self.child.poll() is None:
+            self.child.send_signal(signal.SIGTERM)
+
+    def _worker_args(self, fault: faults.Fault | None) -> list[str]:
+        x = self.x
+        args = ["--plan", str(x.run_dir / "plan.json"), "--run-dir", str(x.run_dir), "--run-id", x.run_id,
+                "--seed", str(x.seed)]
+        if fault:
+            args += ["--fault", fault.encode()]
+        if x.steps:
+            args += ["--steps", str(x.steps)]
+        if x.workload_entry:
+            args += ["--workload-entry", x.workload_entry]
+        for option in x.options:
+            args += ["--option", option]
+        return args
+
+    def run(self) -> int:
+        """Attempts until the job ends; returns the exit status for `runner execute`."""
+        x, started = self.x, time.time()
+        signal.signal(signal.SIGTERM, self._on_sigterm)
+        if x.node.endpoint and x.node.node_rank > 0:
+            wait_for_rendezvous(x.node.endpoint, x.rdzv_timeout_s)
+        pending = list(x.schedule)
+        attempts, restarts = [], 0
+        while True:
+            fault = pending[0] if pending else None
+            attempt_start = time.time()
+            argv = torchrun_argv(x.node, nproc_per_node=x.nproc_per_node, run_id=x.run_id,
+                                 worker_args=self._worker_args(fault))
+            self.telemetry.event("launch", attempt=len(attempts), fault=fault.encode() if fault else None)
+            self.child = subprocess.Popen(argv, env=_child_env(x))
+            code = self.child.wait()
+            self.child = None
+            events = [e for e in read_events(x.run_dir) if e["t"] >= attempt_start]
+            attempts.append({"exit_code": code, "started": attempt_start, "ended": time.time()})
+            if any(e["event"] == "end" for e in events):
+                return self._finish(started, attempts, restarts, status="done")
+            fired = {e["step"] for e in events if e["event"] == "preempted" and str(e.get("kind", "")).startswith("injected")}
+            pending = [f for f in pending if f.step not in fired]
+            if self.notice:
+                self._finish(started, attempts, restarts, status="preempted")
+                return faults.PREEMPTED_EXIT
+            reason = "preempted" if any(e["event"] == "preempted" for e in events) else "failed"
+            if restarts >= x.max_restarts:
+                self._finish(started, attempts, restarts, status="failed")
+                print(f"runner: giving up after {restarts} restarts (last exit {code})", file=sys.stderr)
+                return 1
+            restarts += 1
+            self.telemetry.event("restart", attempt=len(attempts), restarts=restarts, reason=reason, exit_code=code)
+            print(f"runner: restart {restarts}: {reason} (torchrun exit {code}); resuming from the last checkpoint",
+                  file=sys.stderr, flush=True)
+
+    def _finish(self, started: float, attempts: list, restarts: int, status: str) -> int:
+        summary = summarise(self.x.run_dir, run_id=self.x.run_id, wall_s=time.time() - started, restarts=restarts,
+                            status=status, attempts=attempts)
+        write_atomic(self.x.run_dir / SUMMARY, json.dumps(summary, indent=2) + "\n")
+        self.telemetry.event("exit", status=status, restarts=restarts)
+        self.telemetry.close()
+        return 0 if status == "done" else 1
+
+
+def _child_env(x: Execution) -> dict:
+    env = dict(os.environ)
+    env.setdefault("NCCL_NVLS_ENABLE", "0")
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def summarise(run_dir: Path, *, run_id: str, wall_s: float, restarts: int, status: str, attempts: list) -> dict:
+    """The run's summary, read off its telemetry."""
+    events = read_events(run_dir)
+    end = next((e for e in reversed(events) if e["event"] == "end"), None)
+    saves = [e for e in events if e["event"] == "checkpoint_save" and e.get("rank") == 0]
+    steps = [e for e in events if e["event"] == "step"]
+    return {
+        "run": run_id, "status": status, "wall_s": wall_s,
+        "steps": end["step"] if end else max((e["step"] for e in steps), default=0),
+        "samples": end["samples"] if end else sum(e.get("samples", 0) for e in steps),
+        "restarts": restarts, "lost_steps": lost_steps(events),
+        "checkpoint_stall_s": sum(e.get("stall_s", 0.0) for e in saves),
+        "checkpoint_saves": len(saves),
+        "final_state_sha256": end["final_state_sha256"] if end else None,
+        "attempts": attempts,
+    }
+
+
+def lost_steps(events: list[dict]) -> int:
+    """Steps trained twice: for each preemption, the step reached less the step resumed from."""
+    lost, reached = 0, None
+    for e in events:
+        if e["event"] == "preempted" and e.get("rank") in (0, None):
+            reached = e["step"] if e.get("kind") != "notice" else None
+        elif e["event"] == "start" and e.get("rank") == 0 and reached is not None:
+            lost += max(reached - e["step"], 0)
+            reached = None
+    return lost

@@ -1,0 +1,59 @@
+"""Telemetry: JSON lines in runs/<id>/telemetry.jsonl, appended by every rank and the supervisor.
+
+Each line is written with one O_APPEND write, so lines from several processes never interleave.
+Step events are buffered and flushed about once a second (and before anything that may kill us).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+TELEMETRY = "telemetry.jsonl"
+
+
+class Telemetry:
+    def __init__(self, run_dir: Path, run_id: str, rank: int | None, world_size: int | None,
+                 flush_every_s: float = 1.0):
+        self.path = Path(run_dir) / TELEMETRY
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.base = {"run": run_id, "rank": rank, "world_size": world_size}
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._buffer: list[str] = []
+        self._flush_every_s = flush_every_s
+        self._last_flush = time.monotonic()
+
+    def event(self, event: str, *, buffered: bool = False, **figures) -> None:
+        record = {"t": time.time(), **self.base, "event": event,
+                  **{k: v for k, v in figures.items() if v is not None}}
+        self._buffer.append(json.dumps(record, separators=(",", ":")) + "\n")
+        if not buffered or time.monotonic() - self._last_flush >= self._flush_every_s:
+            self.flush()
+
+    def flush(self, durable: bool = False) -> None:
+        if self._buffer:
+            os.write(self._fd, "".join(self._buffer).encode())
+            self._buffer.clear()
+        if durable:
+            os.fsync(self._fd)
+        self._last_flush = time.monotonic()
+
+    def close(self) -> None:
+        self.flush(durable=True)
+        os.close(self._fd)
+
+
+def read_events(run_dir: Path) -> list[dict]:
+    """All telemetry records of a run, in file order; a torn last line is ignored."""
+    path = Path(run_dir) / TELEMETRY
+    if not path.exists():
+        return []
+    events = []
+    for line in path.read_text().splitlines():
+        try:
+            events.append(json.loads(line))
+        except ValueError:
+            continue
+    return events

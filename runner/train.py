@@ -1,0 +1,182 @@
+"""The worker that torchrun starts on every GPU (or CPU process): build -> train -> close.
+
+The loop always tries to load first (a fresh start finds nothing), saves at the plan's interval,
+and on a SIGTERM notice writes an emergency checkpoint and exits with PREEMPTED_EXIT, so resuming is
+not a special path. Ranks agree on checkpoint and notice decisions at sync points, about twice a
+second, with one small all-reduce.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+from runner import faults
+from runner.checkpoint import Checkpointer
+from runner.plan import load_run_spec
+from runner.state import apply_state, state_sha256, training_state
+from runner.telemetry import Telemetry
+from runner.workloads import BuildContext, resolve
+
+SYNC_TARGET_S = 0.5
+PROGRESS_EVERY_S = 5.0
+
+
+class Trainer:
+    def __init__(self, args, spec, rank: int, world_size: int, local_rank: int):
+        self.spec, self.rank, self.world_size = spec, rank, world_size
+        self.device = torch.device("cpu") if spec.cpu else torch.device("cuda", local_rank)
+        self.total_steps = args.steps or spec.total_steps
+        self.telemetry = Telemetry(Path(args.run_dir), args.run_id, rank, world_size)
+        self.fault = faults.decode(args.fault)
+        per_rank = spec.global_batch // world_size
+        self.accumulation = spec.accumulation if per_rank % spec.accumulation == 0 else 1
+        ctx = BuildContext(rank=rank, world_size=world_size, device=self.device, micro_batch=per_rank // self.accumulation,
+                           accumulation=self.accumulation, seed=args.seed, precision=spec.precision,
+                           options=dict(kv.split("=", 1) for kv in args.option))
+        built = resolve(spec.model, args.workload_entry)(ctx)
+        self.built = built
+        self.model = DistributedDataParallel(built.model, device_ids=None if spec.cpu else [local_rank],
+                                             gradient_as_bucket_view=True)
+        self.checkpointer = Checkpointer(Path(args.run_dir) / "checkpoints", keep=spec.keep,
+                                         async_mode=spec.async_checkpoint, rank=rank,
+                                         on_event=self.telemetry.event, warn=self.warn)
+        self.notice = faults.NoticeFlag()
+        self.step = 0
+
+    def warn(self, message: str) -> None:
+        if self.rank == 0:
+            print(f"runner: warning: {message}", file=sys.stderr, flush=True)
+
+    def state(self) -> dict:
+        return training_state(self.model, self.built.optimizer, self.built.scheduler, self.step, self.rank)
+
+    def restore(self) -> None:
+        step = self.checkpointer.agree_on_step()
+        if step:
+            state = self.state()
+            self.checkpointer.load(step, state)
+            self.step = apply_state(state, self.model, self.built.optimizer, self.built.scheduler, self.rank)
+
+    def train_step(self) -> None:
+        built, model = self.built, self.model
+        built.optimizer.zero_grad(set_to_none=True)
+        autocast = (torch.autocast(self.device.type, dtype=built.autocast_dtype) if built.autocast_dtype
+                    else contextlib.nullcontext())
+        for micro in range(self.accumulation):
+            sync = micro == self.accumulation - 1
+            with autocast, (contextlib.nullcontext() if sync else model.no_sync()):
+                loss = built.loss(model, built.batch(self.step, micro)) / self.accumulation
+            loss.backward()
+        built.optimizer.step()
+        if built.scheduler is not None:
+            built.scheduler.step()
+
+    def agree(self, checkpoint_due: bool, next_sync: int) -> tuple[bool, bool, int]:
+        """One all-reduce (MAX): checkpoint due (rank 0's clock), notice seen anywhere, next sync step."""
+        flags = torch.tensor([int(checkpoint_due), int(self.notice.requested), next_sync], dtype=torch.int64)
+        dist.all_reduce(flags, op=dist.ReduceOp.MAX, group=self.checkpointer._group)
+        return bool(flags[0]), bool(flags[1]), int(flags[2])
+
+    def train(self) -> int:
+        self.restore()
+        self.telemetry.event("start", step=self.step, total_steps=self.total_steps)
+        spec, started = self.spec, time.monotonic()
+        last_checkpoint, last_step_end, last_progress = time.monotonic(), time.monotonic(), time.monotonic()
+        next_sync, first_step = self.step + 1, self.step
+        while self.step < self.total_steps:
+            if self.fault and self.step == self.fault.step:
+                self.telemetry.event("preempted", step=self.step, kind=f"injected-{self.fault.kind}")
+                self.telemetry.flush(durable=True)
+                faults.fire(self.fault, rank=self.rank, world_size=self.world_size)
+                self.fault = None
+            self.train_step()
+            self.step += 1
+            now = time.monotonic()
+            if self.rank == 0:
+                self.telemetry.event("step", buffered=True, step=self.step, step_time_s=now - last_step_end,
+                                     samples=spec.global_batch)
+            last_step_end = now
+            by_steps = spec.interval_steps is not None and self.step % spec.interval_steps == 0
+            if self.step >= next_sync or by_steps:
+                due = by_steps or (spec.interval_s is not None and now - last_checkpoint >= spec.interval_s)
+                rate = (now - started) / max(self.step - first_step, 1)
+                proposal = self.step + max(1, int(SYNC_TARGET_S / max(rate, 1e-6))) if self.rank == 0 else 0
+                due, notice, next_sync = self.agree(due, proposal)
+                if notice:
+                    return self.stop_for_notice()
+                if due and self.step < self.total_steps:
+                    self.checkpointer.save(self.step, self.state())
+                    last_checkpoint = time.monotonic()
+            if self.rank == 0 and now - last_progress >= PROGRESS_EVERY_S:
+                self.progress(started, first_step)
+                last_progress = now
+        return self.finish(started)
+
+    def stop_for_notice(self) -> int:
+        self.checkpointer.save(self.step, self.state(), blocking=True, reason="preemption")
+        self.telemetry.event("preempted", step=self.step, kind="notice", emergency_checkpoint=self.step)
+        return faults.PREEMPTED_EXIT
+
+    def finish(self, started: float) -> int:
+        self.checkpointer.save(self.step, self.state(), blocking=True, reason="final")
+        digest = state_sha256(self.model, self.built.optimizer)
+        if self.rank == 0:
+            self.telemetry.event("end", step=self.step, final_state_sha256=digest,
+                                 samples=self.step * self.spec.global_batch, wall_s=time.monotonic() - started)
+            self.progress(started, 0)
+        return 0
+
+    def progress(self, started: float, first_step: int) -> None:
+        elapsed = time.monotonic() - started
+        done = self.step - first_step
+        rate = done / elapsed if elapsed > 0 else 0.0
+        eta = (self.total_steps - self.step) / rate if rate > 0 else float("inf")
+        saved = self.checkpointer.steps()
+        print(f"runner: step {self.step}/{self.total_steps}  {rate:.2f} steps/s  {rate * self.spec.global_batch:.1f} "
+              f"samples/s  ETA {eta:.0f}s  last checkpoint {saved[0] if saved else 'none'}", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        self.checkpointer.close()
+        self.telemetry.close()
+
+
+def parse(argv: list[str] | None):
+    parser = argparse.ArgumentParser(description="runner worker (started by torchrun; use `runner execute`)")
+    parser.add_argument("--plan", required=True)
+    parser.add_argument("--run-dir", required=True)
+    parser.add_argument("--run-id", required=True)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--fault")
+    parser.add_argument("--steps", type=int)
+    parser.add_argument("--workload-entry")
+    parser.add_argument("--option", action="append", default=[])
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse(argv)
+    spec = load_run_spec(args.plan)
+    backend = "gloo" if spec.cpu else "cpu:gloo,cuda:nccl"
+    if not spec.cpu:
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+    dist.init_process_group(backend=backend)
+    trainer = Trainer(args, spec, dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", 0)))
+    try:
+        code = trainer.train()
+    finally:
+        trainer.close()
+        dist.destroy_process_group()
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()

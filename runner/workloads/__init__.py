@@ -1,0 +1,79 @@
+"""Workloads the runner can train, registered by name; a user's own plugs in the same way.
+
+A workload is a function `build(ctx: BuildContext) -> Built`. It makes the model, the optimizer
+(and optionally an LR scheduler) and a deterministic data function; the runner owns the loop,
+DDP, checkpoints and telemetry. See docs/runner-workloads.md for the interface and an example.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildContext:
+    """What a workload may know when it builds."""
+
+    rank: int
+    world_size: int
+    device: torch.device
+    micro_batch: int          # samples per micro-batch on this rank
+    accumulation: int         # micro-batches per optimizer step
+    seed: int
+    precision: str            # bf16 | fp16 | fp32
+    options: dict = field(default_factory=dict)
+
+
+@dataclass(kw_only=True)
+class Built:
+    """What a workload hands the runner.
+
+    `batch(step, micro)` must return this rank's micro-batch `micro` of optimizer step `step` as a
+    pure function of (step, micro, rank, seed): that is what makes a resumed run bit-exact.
+    `loss(model, batch)` returns the scalar loss.
+    """
+
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    batch: Callable[[int, int], Any]
+    loss: Callable[[torch.nn.Module, Any], torch.Tensor]
+    scheduler: Any = None
+    autocast_dtype: torch.dtype | None = None
+
+
+Builder = Callable[[BuildContext], Built]
+# Registered names map to "module:function" so that importing the registry stays cheap.
+REGISTRY: dict[str, str] = {
+    "tiny": "runner.workloads.tiny:build",
+    "sdxl-unet": "runner.workloads.sdxl:build",
+}
+
+
+class UnknownWorkload(LookupError):
+    pass
+
+
+def resolve(model: str, entry: str | None = None) -> Builder:
+    """The builder for a plan's model: a registered name, or the entry point the user named.
+
+    A plan alone can never make the runner import arbitrary code: a model that is not registered
+    runs only when the user passes `--workload-entry module:function` naming it on the command line.
+    """
+    target = entry or REGISTRY.get(model)
+    if target is None:
+        raise UnknownWorkload(f"workload {model!r} is not registered ({', '.join(sorted(REGISTRY))}); "
+                              "to run your own, pass --workload-entry module:function")
+    module_name, _, function = target.partition(":")
+    if not module_name or not function:
+        raise UnknownWorkload(f"--workload-entry {target!r}: expected module:function")
+    try:
+        builder = getattr(importlib.import_module(module_name), function)
+    except (ImportError, AttributeError) as exc:
+        raise UnknownWorkload(f"cannot import {target!r}: {exc}") from None
+    if not callable(builder):
+        raise UnknownWorkload(f"{target!r} is not callable")
+    return builder
