@@ -45,7 +45,7 @@ def execute_command(plan, run_dir, nnodes, node_rank, rdzv_endpoint, nproc_per_n
     Example: runner execute plan.json --inject-preemptions 3 --seed 1
     """
     from runner import faults
-    from runner.launch import LaunchError, discover  # noqa: F811 (also used after the try below)
+    from runner.launch import LaunchError, discover, wait_for_rendezvous
     from runner.plan import load_run_spec
     from runner.supervisor import Execution, Supervisor, default_run_id, prepare_run_dir
     from runner.workloads import UnknownWorkload, resolve
@@ -54,6 +54,8 @@ def execute_command(plan, run_dir, nnodes, node_rank, rdzv_endpoint, nproc_per_n
         spec = load_run_spec(plan)
         resolve(spec.model, workload_entry)
         node = discover(nnodes=nnodes, node_rank=node_rank, endpoint=rdzv_endpoint, env=os.environ)
+        if node.endpoint and node.node_rank > 0:   # before anything is created or started
+            wait_for_rendezvous(node.endpoint, rdzv_timeout)
         nproc = nproc_per_node or _nproc(spec)
         run_id = node.run_id or default_run_id()
         folder = Path(run_dir or Path("runs") / run_id)
@@ -66,8 +68,12 @@ def execute_command(plan, run_dir, nnodes, node_rank, rdzv_endpoint, nproc_per_n
             raise click.BadParameter(f"global batch {spec.global_batch} does not split over "
                                      f"{nproc * node.nnodes} processes", param_hint="--nproc-per-node")
         prepare_run_dir(folder, plan)
-    except (UnknownWorkload, LaunchError, PermissionError) as exc:
-        raise InputError(plan, "workload" if isinstance(exc, UnknownWorkload) else "node", str(exc)) from None
+    except UnknownWorkload as exc:
+        raise InputError(plan, "workload.model", str(exc)) from None
+    except LaunchError as exc:
+        raise InputError("node", "rendezvous", str(exc)) from None
+    except PermissionError as exc:
+        raise InputError("--run-dir", "run-dir", str(exc)) from None
     except ValueError as exc:
         if isinstance(exc, InputError):
             raise
@@ -76,12 +82,8 @@ def execute_command(plan, run_dir, nnodes, node_rank, rdzv_endpoint, nproc_per_n
                f"[{node.source}], {total} steps; run folder {folder}", err=True)
     execution = Execution(spec=spec, node=node, run_dir=folder, run_id=run_id, nproc_per_node=nproc, seed=seed,
                           schedule=schedule, max_restarts=max_restarts, workload_entry=workload_entry,
-                          options=list(options), steps=steps, rdzv_timeout_s=rdzv_timeout)
-    try:
-        code = Supervisor(execution).run()
-    except LaunchError as exc:
-        raise InputError("--rdzv-endpoint", "rdzv-endpoint", str(exc)) from None
-    sys.exit(code)
+                          options=list(options), steps=steps)
+    sys.exit(Supervisor(execution).run())
 
 
 def _nproc(spec) -> int:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from costsim.io import write_atomic
 from runner import faults
-from runner.launch import Node, torchrun_argv, wait_for_rendezvous
+from runner.launch import Node, torchrun_argv
 from runner.plan import RunSpec
 from runner.telemetry import Telemetry, read_events
 
@@ -36,7 +36,6 @@ class Execution:
     workload_entry: str | None = None
     options: list[str] = field(default_factory=list)
     steps: int | None = None
-    rdzv_timeout_s: float = 60.0
 
 
 def default_run_id(env=os.environ) -> str:
@@ -89,8 +88,6 @@ class Supervisor:
         """Attempts until the job ends; returns the exit status for `runner execute`."""
         x, started = self.x, time.time()
         signal.signal(signal.SIGTERM, self._on_sigterm)
-        if x.node.endpoint and x.node.node_rank > 0:
-            wait_for_rendezvous(x.node.endpoint, x.rdzv_timeout_s)
         pending = list(x.schedule)
         attempts, restarts = [], 0
         while True:

@@ -1,0 +1,3 @@
+from costsim.cli import main
+
+main()

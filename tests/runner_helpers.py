@@ -1,0 +1,40 @@
+"""Helpers for runner tests: a tiny plan, and `runner execute` in a subprocess (torchrun needs one)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from runner.telemetry import read_events
+
+
+def tiny_plan(tmp_path: Path, *, interval_steps: int | None = 50, keep: int = 2, async_mode: bool = False) -> Path:
+    """The planner's own plan for the tiny workload, with a checkpoint interval in steps for exact tests."""
+    out = tmp_path / "plan.json"
+    from costsim.cli import main
+    try:
+        main(["plan", "--workload", "tiny", "--trials", "10", "--out", str(out), "--format", "json"])
+    except SystemExit as done:
+        assert done.code in (0, None)
+    plan = json.loads(out.read_text())
+    if interval_steps:
+        plan["checkpoint"]["interval_steps"] = interval_steps
+    plan["checkpoint"]["keep"] = keep
+    plan["checkpoint"]["async"] = async_mode
+    out.write_text(json.dumps(plan))
+    return out
+
+
+def execute(plan: Path, run_dir: Path, *args: str, timeout: int = 240) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "runner", "execute", str(plan), "--run-dir", str(run_dir), *args],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def summary(run_dir: Path) -> dict:
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+def events(run_dir: Path, name: str, rank: int | None = 0) -> list[dict]:
+    return [e for e in read_events(run_dir) if e["event"] == name and (rank is None or e.get("rank") == rank)]

@@ -1,0 +1,80 @@
+"""runner execute from the command line: bad input is one line with exit 2; a user's own workload runs."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.runner_helpers import execute, summary, tiny_plan
+
+pytest.importorskip("torch")
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def plan(tmp_path_factory):
+    return tiny_plan(tmp_path_factory.mktemp("plan"))
+
+
+def one_line_error(result, *fragments):
+    assert result.returncode == 2, (result.returncode, result.stderr[-2000:])
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+
+def test_missing_plan(tmp_path):
+    one_line_error(execute(tmp_path / "none.json", tmp_path / "run"), "none.json", "not found")
+
+
+def test_malformed_plan(tmp_path):
+    bad = tmp_path / "plan.json"
+    bad.write_text("{not json")
+    one_line_error(execute(bad, tmp_path / "run"), "plan.json", "not valid JSON")
+    bad.write_text(json.dumps({"schema": "other/9"}))
+    one_line_error(execute(bad, tmp_path / "run"), "schema", "costsim.plan/1")
+
+
+def test_unknown_workload_is_refused(plan, tmp_path):
+    doc = json.loads(plan.read_text())
+    doc["workload"]["model"] = "os:system"
+    other = tmp_path / "plan.json"
+    other.write_text(json.dumps(doc))
+    one_line_error(execute(other, tmp_path / "run"), "not registered", "--workload-entry")
+
+
+def test_unreachable_rendezvous(plan, tmp_path):
+    result = execute(plan, tmp_path / "run", "--nnodes", "2", "--node-rank", "1", "--rdzv-endpoint", "127.0.0.1:9",
+                     "--rdzv-timeout", "2")
+    one_line_error(result, "cannot reach the rendezvous at 127.0.0.1:9")
+
+
+def test_checkpoint_folder_not_writable(plan, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    one_line_error(execute(plan, blocker / "run"), "not writable")
+    assert not list(tmp_path.glob("**/step-*"))
+
+
+def test_bad_drill_schedule(plan, tmp_path):
+    one_line_error(execute(plan, tmp_path / "run", "--inject-preemptions", "boom@3"), "--inject-preemptions", "bad fault")
+
+
+def test_own_workload_through_a_named_entry_point(plan, tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "docs" / "examples")}
+    result = subprocess.run([sys.executable, "-m", "runner", "execute", str(plan), "--run-dir", str(tmp_path),
+                             "--workload-entry", "linear_workload:build", "--steps", "60"],
+                            capture_output=True, text=True, env=env, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert summary(tmp_path)["steps"] == 60
+    assert (tmp_path / "plan.json").exists() and (tmp_path / "checkpoints" / "step-60" / "manifest.json").exists()
+
+
+def test_runner_help_has_an_example():
+    for args in (["--help"], ["execute", "--help"]):
+        result = subprocess.run([sys.executable, "-m", "runner", *args], capture_output=True, text=True)
+        assert result.returncode == 0 and "Example:" in result.stdout

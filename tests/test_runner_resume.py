@@ -1,0 +1,86 @@
+"""Real DDP runs on CPU (gloo, 2 processes): exact resume, notice handling, damaged checkpoints."""
+
+import shutil
+
+import pytest
+
+from tests.runner_helpers import events, execute, summary, tiny_plan
+
+pytest.importorskip("torch")
+STEPS, INTERVAL = "400", 50
+
+
+@pytest.fixture(scope="module")
+def plan(tmp_path_factory):
+    return tiny_plan(tmp_path_factory.mktemp("plan"), interval_steps=INTERVAL)
+
+
+@pytest.fixture(scope="module")
+def clean(plan, tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("clean")
+    result = execute(plan, run_dir, "--steps", STEPS, "--seed", "3")
+    assert result.returncode == 0, result.stderr[-3000:]
+    return summary(run_dir)
+
+
+def test_clean_run_writes_summary_and_telemetry(clean):
+    assert clean["status"] == "done" and clean["steps"] == int(STEPS) and clean["restarts"] == 0
+    assert clean["samples"] == int(STEPS) * 64
+    assert len(clean["final_state_sha256"]) == 64
+
+
+def test_three_sigkills_resume_to_the_same_final_state(plan, clean, tmp_path):
+    result = execute(plan, tmp_path, "--steps", STEPS, "--seed", "3", "--inject-preemptions", "3")
+    assert result.returncode == 0, result.stderr[-3000:]
+    s = summary(tmp_path)
+    assert s["restarts"] == 3
+    assert s["final_state_sha256"] == clean["final_state_sha256"]
+    kills = [e["step"] for e in events(tmp_path, "preempted")]
+    resumed = [e["step"] for e in events(tmp_path, "start")][1:]
+    assert len(kills) == 3 and len(resumed) == 3
+    for killed_at, resumed_from in zip(kills, resumed):
+        assert 0 <= killed_at - resumed_from <= INTERVAL   # at most one checkpoint interval lost
+    assert s["lost_steps"] == sum(k - r for k, r in zip(kills, resumed))
+    assert "runner: restart 3: preempted" in result.stderr
+
+
+def test_sigterm_notice_checkpoints_and_loses_no_step(plan, clean, tmp_path):
+    result = execute(plan, tmp_path, "--steps", STEPS, "--seed", "3", "--inject-preemptions", "term@130")
+    assert result.returncode == 0, result.stderr[-3000:]
+    notice = [e for e in events(tmp_path, "preempted") if e["kind"] == "notice"]
+    assert len(notice) == 1
+    emergency_step = notice[0]["emergency_checkpoint"]
+    saves = [e for e in events(tmp_path, "checkpoint_save") if e["reason"] == "preemption"]
+    assert [e["step"] for e in saves] == [emergency_step]
+    assert events(tmp_path, "checkpoint_load")[0]["step"] == emergency_step   # resumed exactly there
+    s = summary(tmp_path)
+    assert s["restarts"] == 1 and s["lost_steps"] == 0
+    assert s["final_state_sha256"] == clean["final_state_sha256"]
+
+
+def test_corrupt_newest_checkpoint_is_skipped_and_the_previous_used(plan, tmp_path):
+    assert execute(plan, tmp_path, "--steps", "150", "--seed", "3").returncode == 0
+    newest = tmp_path / "checkpoints" / "step-150"
+    shard = next(p for p in newest.iterdir() if p.suffix == ".distcp")
+    shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])           # truncated
+    partial = tmp_path / "checkpoints" / ".step-175.tmp"
+    shutil.copytree(tmp_path / "checkpoints" / "step-100", partial)              # a save cut short
+    (partial / "manifest.json").unlink()
+    result = execute(plan, tmp_path, "--steps", "200", "--seed", "3")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "skipping checkpoint step-150" in result.stderr
+    assert "removing partial checkpoint .step-175.tmp" in result.stderr
+    skipped = {e["step"]: e["reason"] for e in events(tmp_path, "checkpoint_skipped")}
+    assert "has" in skipped[150] or "CRC" in skipped[150]
+    assert events(tmp_path, "checkpoint_load")[-1]["step"] == 100
+    assert summary(tmp_path)["steps"] == 200
+
+
+def test_async_checkpoints_resume_exactly_too(tmp_path):
+    plan = tiny_plan(tmp_path / "p", interval_steps=INTERVAL, async_mode=True)
+    clean = execute(plan, tmp_path / "a", "--steps", "200", "--seed", "4")
+    drill = execute(plan, tmp_path / "b", "--steps", "200", "--seed", "4", "--inject-preemptions", "kill@120")
+    assert clean.returncode == 0 and drill.returncode == 0, drill.stderr[-3000:]
+    assert summary(tmp_path / "a")["final_state_sha256"] == summary(tmp_path / "b")["final_state_sha256"]
+    modes = {e["mode"] for e in events(tmp_path / "a", "checkpoint_save") if e["reason"] == "interval"}
+    assert modes == {"async"}

@@ -1,0 +1,118 @@
+"""Runner pieces without processes: safe checkpoint metadata, verification, launch, drill schedules."""
+
+import json
+import os
+import pickle
+import sys
+import zlib
+
+import pytest
+
+pytest.importorskip("torch")
+
+from runner import faults  # noqa: E402
+from runner.checkpoint import MANIFEST, SafeFileSystemReader, verify  # noqa: E402
+from runner.launch import LaunchError, Node, discover, expand_slurm_nodelist, torchrun_argv  # noqa: E402
+from runner.workloads import UnknownWorkload, resolve  # noqa: E402
+
+
+class Boom:
+    def __reduce__(self):
+        return (os.system, ("touch /tmp/costsim-pwned",))
+
+
+def test_checkpoint_metadata_cannot_run_code(tmp_path):
+    (tmp_path / ".metadata").write_bytes(pickle.dumps(Boom()))
+    with pytest.raises(pickle.UnpicklingError, match="posix.system|os.system|not allowed"):
+        SafeFileSystemReader(str(tmp_path)).read_metadata()
+    assert not os.path.exists("/tmp/costsim-pwned")
+
+
+def write_checkpoint(folder, files):
+    folder.mkdir()
+    for name, data in files.items():
+        (folder / name).write_bytes(data)
+    manifest = {"step": 1, "files": {n: {"size": len(d), "crc32": zlib.crc32(d)} for n, d in files.items()}}
+    (folder / MANIFEST).write_text(json.dumps(manifest))
+
+
+def test_verify_accepts_intact_and_names_what_is_wrong(tmp_path):
+    files = {".metadata": b"meta", "__0_0.distcp": b"x" * 100}
+    write_checkpoint(tmp_path / "ok", files)
+    assert verify(tmp_path / "ok") is None
+    write_checkpoint(tmp_path / "flip", files)
+    (tmp_path / "flip" / "__0_0.distcp").write_bytes(b"y" * 100)
+    assert "CRC-32" in verify(tmp_path / "flip")
+    write_checkpoint(tmp_path / "short", files)
+    (tmp_path / "short" / "__0_0.distcp").write_bytes(b"x" * 10)
+    assert "10 bytes, expected 100" in verify(tmp_path / "short")
+    write_checkpoint(tmp_path / "gone", files)
+    (tmp_path / "gone" / "__0_0.distcp").unlink()
+    assert "missing" in verify(tmp_path / "gone")
+    (tmp_path / "nomanifest").mkdir()
+    assert "manifest" in verify(tmp_path / "nomanifest")
+
+
+def test_discover_single_node_by_default():
+    assert discover(nnodes=None, node_rank=None, endpoint=None, env={}) == Node(
+        nnodes=1, node_rank=0, endpoint=None, run_id=None, source="single node")
+
+
+def test_discover_from_flags_skypilot_slurm_and_master_addr():
+    assert discover(nnodes=2, node_rank=1, endpoint="10.0.0.1:29400", env={}).endpoint == "10.0.0.1:29400"
+    sky = discover(nnodes=None, node_rank=None, endpoint=None, env={
+        "SKYPILOT_NODE_RANK": "1", "SKYPILOT_NODE_IPS": "10.1.0.5\n10.1.0.6", "SKYPILOT_NUM_NODES": "2",
+        "SKYPILOT_TASK_ID": "sky-7"})
+    assert (sky.nnodes, sky.node_rank, sky.endpoint, sky.run_id, sky.source) == (2, 1, "10.1.0.5:29500", "sky-7", "skypilot")
+    slurm = discover(nnodes=None, node_rank=None, endpoint=None, env={
+        "SLURM_NODEID": "3", "SLURM_NNODES": "4", "SLURM_JOB_NODELIST": "gpu[07-10]", "SLURM_JOB_ID": "991"})
+    assert (slurm.node_rank, slurm.endpoint, slurm.run_id) == (3, "gpu07:29500", "991")
+    env = discover(nnodes=None, node_rank=None, endpoint=None,
+                   env={"MASTER_ADDR": "h0", "MASTER_PORT": "1234", "NNODES": "2", "NODE_RANK": "1"})
+    assert (env.endpoint, env.node_rank) == ("h0:1234", 1)
+
+
+@pytest.mark.parametrize("kwargs, env, message", [
+    (dict(nnodes=2, node_rank=None, endpoint=None), {}, "needs --node-rank and --rdzv-endpoint"),
+    (dict(nnodes=2, node_rank=2, endpoint="h:1"), {}, "outside 0..1"),
+    (dict(nnodes=2, node_rank=1, endpoint="nohostport"), {}, "not HOST:PORT"),
+    (dict(nnodes=None, node_rank=None, endpoint=None), {"SKYPILOT_NODE_RANK": "x"}, "not an integer"),
+])
+def test_discover_rejects_bad_node_information(kwargs, env, message):
+    with pytest.raises(LaunchError, match=message):
+        discover(**kwargs, env=env)
+
+
+def test_slurm_nodelist_expansion():
+    assert expand_slurm_nodelist("gpu[01-03,07],cpu1") == ["gpu01", "gpu02", "gpu03", "gpu07", "cpu1"]
+    assert expand_slurm_nodelist("a,b") == ["a", "b"]
+
+
+def test_torchrun_argv_is_a_list_without_a_shell():
+    argv = torchrun_argv(Node(nnodes=2, node_rank=1, endpoint="h0:29500", run_id=None, source="flags"),
+                         nproc_per_node=8, run_id="r1", worker_args=["--plan", "p.json; rm -rf /"])
+    assert argv[:3] == [sys.executable, "-m", "torch.distributed.run"]
+    assert argv[argv.index("--rdzv-endpoint") + 1] == "h0:29500" and "--standalone" not in argv
+    assert argv[-1] == "p.json; rm -rf /"   # passed as one argument, never interpreted
+    single = torchrun_argv(Node(nnodes=1, node_rank=0, endpoint=None, run_id=None, source="x"),
+                           nproc_per_node=2, run_id="r", worker_args=[])
+    assert "--standalone" in single and single[single.index("--nproc-per-node") + 1] == "2"
+
+
+def test_workload_registry_refuses_unknown_and_accepts_named_entry_points():
+    with pytest.raises(UnknownWorkload, match="--workload-entry"):
+        resolve("os:system")
+    with pytest.raises(UnknownWorkload, match="cannot import"):
+        resolve("mine", "no_such_module_xyz:build")
+    assert callable(resolve("tiny"))
+
+
+def test_fault_schedules():
+    assert faults.parse_schedule("3", total_steps=100, seed=1) == faults.parse_schedule("3", total_steps=100, seed=1)
+    assert len(faults.parse_schedule("3", total_steps=100, seed=1)) == 3
+    assert faults.parse_schedule("term@60,30", total_steps=100, seed=0) == [faults.Fault(30, "kill"),
+                                                                            faults.Fault(60, "term")]
+    for bad in ("boom@3", "kill@0", "kill@100", "30,30"):
+        with pytest.raises(ValueError):
+            faults.parse_schedule(bad, total_steps=100, seed=0)
+    assert faults.decode("term@7") == faults.Fault(7, "term")
