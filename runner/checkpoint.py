@@ -4,7 +4,7 @@
   temporary folder; rank 0 then records each file's size and CRC-32 in `manifest.json`, fsyncs and
   renames the folder to `step-N/`. A step exists only once that rename happened: a save cut short
   leaves a temporary folder that is never loaded (and is cleaned at the next start).
-- Async mode: the training stall is the staging copy to host memory (pinned, allocated once, on
+- Async mode: the training stall is the staging copy to host memory (pinned and allocated once, on
   GPUs); a background thread writes, and the next save waits for the previous one.
 - Load: rank 0 picks the newest step whose files match their manifest, skipping (and reporting)
   corrupt or partial ones; all ranks load it. The DCP metadata pickle is read with an unpickler
@@ -29,7 +29,6 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
 from torch.distributed.checkpoint import metadata as dcp_metadata
-from torch.distributed.checkpoint.staging import BlockingAsyncStager
 
 from costsim.io import write_atomic
 
@@ -120,7 +119,9 @@ class Checkpointer:
         self.on_event, self.warn = on_event, warn
         self._worker: threading.Thread | None = None
         self._error: BaseException | None = None
-        self._stager = BlockingAsyncStager(cache_staged_state_dict=torch.cuda.is_available()) if async_mode else None
+        # One writer for every save (DCP resets it to each checkpoint_id): in async mode on GPUs its
+        # staging copy goes to pinned host buffers allocated at the first save and reused after.
+        self._writer = FileSystemWriter(str(self.root), cache_staged_state_dict=async_mode and torch.cuda.is_available())
         self.stall_total_s = 0.0
         # DCP's collectives get their own gloo group, so the async writer never shares one with training.
         self._group = dist.new_group(backend="gloo") if dist.is_initialized() else None
@@ -171,14 +172,14 @@ class Checkpointer:
         tmp = self.root / f".step-{step}.tmp"
         started = time.perf_counter()
         if self.async_mode and not blocking:
-            future = dcp.async_save(state, storage_writer=FileSystemWriter(str(tmp)), async_stager=self._stager,
+            future = dcp.async_save(state, checkpoint_id=str(tmp), storage_writer=self._writer,
                                     process_group=self._group)
             stall_s = time.perf_counter() - started
             self._worker = threading.Thread(target=self._complete, args=(future, step, tmp, started, stall_s, reason),
                                             name=f"checkpoint-{step}", daemon=True)
             self._worker.start()
         else:
-            dcp.save(state, storage_writer=FileSystemWriter(str(tmp)), process_group=self._group)
+            dcp.save(state, checkpoint_id=str(tmp), storage_writer=self._writer, process_group=self._group)
             stall_s = time.perf_counter() - started
             self._finish(step, tmp, started, stall_s, reason)
         self.stall_total_s += stall_s
@@ -223,8 +224,6 @@ class Checkpointer:
 
     def close(self) -> None:
         self.wait()
-        if self._stager is not None:
-            self._stager.close()
 
 
 def _step_of(name: str) -> int | None:

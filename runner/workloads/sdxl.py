@@ -29,7 +29,8 @@ def build(ctx: BuildContext) -> Built:
 
     config = load_config(Path(ctx.options.get("config", CONFIG)))
     torch.manual_seed(ctx.seed)
-    model = UNet2DConditionModel.from_config(config).to(ctx.device)
+    with ctx.device:   # initialise on the GPU itself: 2.57B parameters are slow to initialise on a CPU
+        model = UNet2DConditionModel.from_config(config)
     if ctx.options.get("gradient_checkpointing"):
         model.enable_gradient_checkpointing()
     fused = ctx.device.type == "cuda"

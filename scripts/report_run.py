@@ -1,0 +1,86 @@
+"""Read a run folder's telemetry and print what it measured: step time, samples/s, checkpoint
+save/stall/load, restart-to-first-step. `--json` prints the same as JSON.
+
+Usage: python scripts/report_run.py RUN_DIR [--json] [--skip 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from runner.telemetry import read_events  # noqa: E402
+
+
+def measure(run_dir: Path, skip: int = 5) -> dict:
+    events = read_events(run_dir)
+    plan = json.loads((run_dir / "plan.json").read_text())
+    summary = json.loads((run_dir / "summary.json").read_text()) if (run_dir / "summary.json").exists() else {}
+    steady, since_start = [], 0
+    for e in events:
+        if e["event"] == "start" and e.get("rank") == 0:
+            since_start = 0
+        elif e["event"] == "step":
+            since_start += 1
+            if since_start > skip:
+                steady.append(e["step_time_s"])
+    world = next((e["world_size"] for e in events if e.get("world_size")), 1)
+    batch = plan["workload"]["global_batch"]
+    saves = [e for e in events if e["event"] == "checkpoint_save" and e.get("rank") == 0]
+    loads = [e for e in events if e["event"] == "checkpoint_load" and e.get("rank") == 0]
+    step_s = statistics.median(steady) if steady else None
+    return {
+        "world_size": world, "global_batch": batch, "steps_measured": len(steady),
+        "step_time_s": step_s, "samples_per_s": batch / step_s if step_s else None,
+        "samples_per_s_per_gpu": batch / step_s / world if step_s else None,
+        "async_stall_s": [round(e["stall_s"], 3) for e in saves if e.get("mode") == "async"],
+        "async_write_s": [round(e["duration_s"], 3) for e in saves if e.get("mode") == "async"],
+        "sync_save_s": [round(e["duration_s"], 3) for e in saves if e.get("mode") == "sync"],
+        "checkpoint_bytes": max((e.get("bytes") or 0 for e in saves), default=0),
+        "load_s": [round(e["duration_s"], 3) for e in loads],
+        "restart_to_first_step_s": restart_times(events),
+        "startup_to_first_step_s": first_step_after(events, "launch", 0),
+        "summary": summary,
+    }
+
+
+def first_step_after(events: list[dict], name: str, index: int) -> float | None:
+    marks = [e["t"] for e in events if e["event"] == name]
+    if len(marks) <= index:
+        return None
+    t0 = marks[index]
+    return next((round(e["t"] - t0, 3) for e in events if e["event"] == "step" and e["t"] > t0), None)
+
+
+def restart_times(events: list[dict]) -> list[float]:
+    """From the supervisor's restart decision to the first step after it: process start, rendezvous,
+    model build, checkpoint load, first step."""
+    count = sum(1 for e in events if e["event"] == "restart")
+    return [first_step_after(events, "restart", i) for i in range(count)]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("run_dir", type=Path)
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--skip", type=int, default=5, help="steps after each start left out of the step time")
+    args = parser.parse_args()
+    figures = measure(args.run_dir, args.skip)
+    if args.json:
+        print(json.dumps(figures, indent=2))
+        return
+    for key, value in figures.items():
+        if key != "summary":
+            print(f"{key:>26}: {value}")
+    s = figures["summary"]
+    print(f"{'summary':>26}: status {s.get('status')}, {s.get('steps')} steps, {s.get('restarts')} restarts, "
+          f"{s.get('lost_steps')} lost steps, wall {s.get('wall_s', 0):.1f}s")
+
+
+if __name__ == "__main__":
+    main()
