@@ -21,6 +21,7 @@ from runner.plan import RunSpec
 from runner.telemetry import Telemetry, read_events
 
 SUMMARY = "summary.json"
+MAX_FAILURES_WITHOUT_PROGRESS = 3
 
 
 @dataclass(kw_only=True)
@@ -89,7 +90,7 @@ class Supervisor:
         x, started = self.x, time.time()
         signal.signal(signal.SIGTERM, self._on_sigterm)
         pending = list(x.schedule)
-        attempts, restarts = [], 0
+        attempts, restarts, stuck, newest = [], 0, 0, newest_checkpoint(x.run_dir)
         while True:
             fault = pending[0] if pending else None
             attempt_start = time.time()
@@ -109,6 +110,15 @@ class Supervisor:
                 self._finish(started, attempts, restarts, status="preempted")
                 return faults.PREEMPTED_EXIT
             reason = "preempted" if any(e["event"] == "preempted" for e in events) else "failed"
+            # A failure that recurs with no new checkpoint (out of memory, a bug) will not go away by
+            # restarting: paying for the same start-up again is waste.
+            progressed, newest = newest_checkpoint(x.run_dir) > newest, max(newest, newest_checkpoint(x.run_dir))
+            stuck = 0 if reason == "preempted" or progressed else stuck + 1
+            if stuck >= MAX_FAILURES_WITHOUT_PROGRESS:
+                self._finish(started, attempts, restarts, status="failed")
+                print(f"runner: the job failed {stuck} times in a row without a new checkpoint (last exit {code}); "
+                      "not restarting: see the workers' errors above", file=sys.stderr)
+                return 1
             if restarts >= x.max_restarts:
                 self._finish(started, attempts, restarts, status="failed")
                 print(f"runner: giving up after {restarts} restarts (last exit {code})", file=sys.stderr)
@@ -125,6 +135,13 @@ class Supervisor:
         self.telemetry.event("exit", status=status, restarts=restarts)
         self.telemetry.close()
         return 0 if status == "done" else 1
+
+
+def newest_checkpoint(run_dir: Path) -> int:
+    """The newest committed step under run_dir/checkpoints (0 when none)."""
+    steps = [int(p.name.split("-", 1)[1]) for p in (run_dir / "checkpoints").glob("step-*")
+             if p.name.split("-", 1)[1].isdigit()]
+    return max(steps, default=0)
 
 
 def _child_env(x: Execution) -> dict:

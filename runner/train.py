@@ -81,9 +81,14 @@ class Trainer:
             built.scheduler.step()
 
     def agree(self, checkpoint_due: bool, next_sync: int) -> tuple[bool, bool, int]:
-        """One all-reduce (MAX): checkpoint due (rank 0's clock), notice seen anywhere, next sync step."""
+        """One all-reduce (MAX): checkpoint due (rank 0's clock), notice seen anywhere, next sync step.
+
+        It runs on the default group (its gloo side for this CPU tensor), never on the checkpointer's
+        group: an async save's background thread may be in a collective there, and two threads'
+        collectives on one group deadlock.
+        """
         flags = torch.tensor([int(checkpoint_due), int(self.notice.requested), next_sync], dtype=torch.int64)
-        dist.all_reduce(flags, op=dist.ReduceOp.MAX, group=self.checkpointer._group)
+        dist.all_reduce(flags, op=dist.ReduceOp.MAX)
         return bool(flags[0]), bool(flags[1]), int(flags[2])
 
     def train(self) -> int:

@@ -78,3 +78,13 @@ def test_runner_help_has_an_example():
     for args in (["--help"], ["execute", "--help"]):
         result = subprocess.run([sys.executable, "-m", "runner", *args], capture_output=True, text=True)
         assert result.returncode == 0 and "Example:" in result.stdout
+
+
+def test_a_failure_that_recurs_without_progress_is_not_restarted_forever(plan, tmp_path):
+    (tmp_path / "broken.py").write_text("def build(ctx):\n    raise RuntimeError('out of memory (simulated)')\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    result = subprocess.run([sys.executable, "-m", "runner", "execute", str(plan), "--run-dir", str(tmp_path / "run"),
+                             "--workload-entry", "broken:build"], capture_output=True, text=True, env=env, timeout=180)
+    assert result.returncode == 1
+    assert "failed 3 times in a row without a new checkpoint" in result.stderr
+    assert summary(tmp_path / "run")["restarts"] == 2 and summary(tmp_path / "run")["status"] == "failed"
