@@ -201,6 +201,47 @@ def _fmt(value) -> str:
     return "never" if value is None else f"{value:,.3f}"
 
 
+@cli.command("compare")
+@click.option("--scenario", help="scenario file or built-in name (seed-a100, h100-team, rtx4090-workstation)")
+@click.option("--fleet", help="fleet (demand) file or built-in name, with --hardware and --horizon")
+@click.option("--hardware", help="owned SKU from data/hardware/skus.yaml, e.g. hgx-h100-8")
+@click.option("--nodes", type=click.IntRange(min=1), default=1, show_default=True, help="owned servers (with --hardware)")
+@click.option("--horizon", type=DURATION, help="how long to simulate, e.g. 3y (with --fleet)")
+@click.option("--utilization", help="utilisations to sweep, e.g. 0.1,0.3,0.5")
+@click.option("--plot", type=click.Path(dir_okay=False), help="draw cost per used GPU-hour vs utilisation")
+@output_options
+def compare_command(scenario, fleet, hardware, nodes, horizon, utilization, plot, fmt):
+    """Buy vs cloud: cost of each strategy for a team's demand, and break-even utilisation.
+
+    Example: costsim compare --scenario h100-team --plot compare.png
+    """
+    from costsim.compare import compare
+    from costsim.compare_report import as_json, plot as draw, render
+    from costsim.io.scenario import load_scenario
+    from costsim.whatif_fleet import scenario_for_hardware
+    if bool(scenario) == bool(fleet):
+        raise click.UsageError("give --scenario, or --fleet with --hardware and --horizon")
+    if fleet and not (hardware and horizon):
+        raise click.UsageError("--fleet needs --hardware SKU and --horizon (e.g. 3y)")
+    spec = load_scenario(scenario) if scenario else scenario_for_hardware(fleet, hardware, nodes, horizon)
+    comparison = compare(spec, _fractions(utilization))
+    if plot:
+        draw(comparison, plot)
+    click.echo(report.to_json(as_json(comparison)) if fmt == "json" else render(comparison, fmt))
+
+
+def _fractions(text: str | None) -> tuple[float, ...]:
+    if not text:
+        return ()
+    try:
+        values = tuple(float(v) for v in text.split(","))
+    except ValueError:
+        raise click.BadParameter(f"{text!r}: expected fractions like 0.1,0.3,0.5", param_hint="--utilization")
+    if not all(0 < v <= 1 for v in values):
+        raise click.BadParameter(f"{text!r}: each must be in (0, 1]", param_hint="--utilization")
+    return values
+
+
 @cli.command("catalog")
 @click.option("--gpu", help="only this GPU type, e.g. H100")
 @output_options

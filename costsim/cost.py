@@ -78,3 +78,18 @@ def ownership_per_used_hour(own: Ownership, utilization: float) -> float:
     if not 0 < utilization <= 1:
         raise ValueError(f"utilization must be in (0, 1], got {utilization!r}")
     return ownership_per_hour(own, utilization) / utilization
+
+
+def break_even_utilization(own: Ownership, gpus: int, cloud_per_used_gpu_hour: float) -> float | None:
+    """Utilisation above which owning costs less per used GPU-hour than the cloud (None: never).
+
+    Owning costs a + b*u per wall-clock hour (a: capital, fixed costs and idle power; b: the extra
+    power at load), spread over gpus*u used GPU-hours; equal to the cloud's c at u = a / (c*gpus - b).
+    """
+    a = ownership_per_hour(own, 0.0)
+    b = ownership_per_hour(own, 1.0) - a
+    denominator = cloud_per_used_gpu_hour * gpus - b
+    if denominator <= 0:
+        return None
+    u = a / denominator
+    return u if 0 < u <= 1 else None

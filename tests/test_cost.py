@@ -48,3 +48,25 @@ def test_seed_case_cost_per_used_gpu_hour():
 def test_used_hour_rejects_zero_utilization():
     with pytest.raises(ValueError):
         cost.ownership_per_used_hour(cost.Ownership(price=1, life_years=1), 0)
+
+
+def test_break_even_utilization_literal():
+    # 8 GPUs; capital 8,760/y = 1/h; no power: owning costs 1/h, i.e. 1/(8u) per used GPU-hour.
+    own = cost.Ownership(price=8_760 * 5, life_years=5)
+    assert cost.break_even_utilization(own, 8, 0.25) == pytest.approx(0.5)     # 1/(8*0.5) = 0.25
+    assert cost.break_even_utilization(own, 8, 0.1) is None                       # would need u = 1.25
+
+
+def test_break_even_with_power_at_load():
+    own = cost.Ownership(price=8_760, life_years=1, power_kw_load=2.0, power_kw_idle=0.0, pue=1.0,
+                         electricity_per_kwh=0.5)
+    # a = 1/h, b = 1/h at full load; cloud 1/GPU-h on 2 GPUs: u = 1 / (2 - 1) = 1.0
+    assert cost.break_even_utilization(own, 2, 1.0) == pytest.approx(1.0)
+    assert cost.break_even_utilization(own, 2, 0.5) is None
+
+
+def test_seed_case_never_breaks_even_against_cloud_at_4_5():
+    own = cost.Ownership(price=650_000, life_years=3)
+    # 650,000 / (3 * 8760 * 4 * 4.5) = 1.374 > 1: owning never pays at that cloud price
+    assert cost.break_even_utilization(own, 4, 4.5) is None
+    assert cost.break_even_utilization(own, 4, 10.0) == pytest.approx(650_000 / (3 * 8760 * 4 * 10.0))
