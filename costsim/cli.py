@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 
 import click
 
@@ -240,6 +241,58 @@ def _fractions(text: str | None) -> tuple[float, ...]:
     if not all(0 < v <= 1 for v in values):
         raise click.BadParameter(f"{text!r}: each must be in (0, 1]", param_hint="--utilization")
     return values
+
+
+@cli.command("calibrate")
+@click.argument("runs", nargs=-1, required=True)
+@click.option("--profile", "profile_ref", help="profile to start from (default: the one the first run's plan used)")
+@click.option("--out", type=click.Path(dir_okay=False), help="where to write the calibrated profile "
+              "(default: <profile>.calibrated.yaml beside the runs' first folder)")
+@output_options
+def calibrate_command(runs, profile_ref, out, fmt):
+    """Refit throughput, checkpoint and restart figures from runs; report the prediction errors.
+
+    Example: costsim calibrate runs/a runs/b --out data/profiles/tiny-measured.yaml
+    """
+    from costsim.calibrate import calibrate, load_run, report_rows, updated_profile_document
+    loaded = [load_run(ref) for ref in runs]
+    profile = io.load_profile(profile_ref or loaded[0].plan["profile"]["path"])
+    result = calibrate(loaded, profile)
+    target = out or str(loaded[0].path / f"{Path(profile.path).stem}.calibrated.yaml")
+    import yaml
+    io.write_atomic(target, yaml.safe_dump(updated_profile_document(profile.path, result), sort_keys=False))
+    rows = report_rows(result)
+    if fmt == "json":
+        click.echo(report.to_json({"profile": target, "gpu": result.gpu, "fitted": list(result.step_fit.fitted),
+                                   "pinned": result.step_fit.pinned, "notes": result.notes, "runs": rows}))
+        return
+    click.echo(report.table(["run", "figure", "plan predicted", "refit", "measured", "plan error", "refit error"],
+                            _calibration_rows(rows), fmt))
+    if fmt == "table":
+        for note in result.notes:
+            click.echo(f"note: {note}")
+        click.echo(f"wrote {target}")
+
+
+def _calibration_rows(rows):
+    from costsim.calibrate import relative_error
+    out = []
+    for row in rows:
+        for figure in ("step_s", "samples_per_s", "wall_s", "checkpoint_stall_s", "restart_s"):
+            values = row[figure]
+            cells = [values.get("plan"), values.get("refit"), values.get("measured")]
+            errors = [relative_error(values.get("plan"), values.get("measured")),
+                      relative_error(values.get("refit"), values.get("measured"))]
+            out.append([row["run"], figure, *(_num(v) for v in cells), *(_pct(e) for e in errors)])
+    return out
+
+
+def _num(value) -> str:
+    return "-" if value is None else f"{value:,.4g}"
+
+
+def _pct(value) -> str:
+    return "-" if value is None else f"{100 * value:+.1f}%"
 
 
 @cli.command("catalog")

@@ -86,6 +86,44 @@ def execute_command(plan, run_dir, nnodes, node_rank, rdzv_endpoint, nproc_per_n
     sys.exit(Supervisor(execution).run())
 
 
+@cli.command("profile")
+@click.option("--workload", required=True, help="workload file or built-in name (tiny, sdxl)")
+@click.option("--gpus", default="1,2", show_default=True, help="GPU (or CPU process) counts, e.g. 1,2")
+@click.option("--batch", default="1,4,8", show_default=True, help="per-GPU batch sizes, e.g. 1,4,8")
+@click.option("--steps", type=click.IntRange(min=10), default=30, show_default=True, help="steps per configuration")
+@click.option("--gpu", "gpu_type", help="GPU type name as the catalog spells it (e.g. H200); default: cpu")
+@click.option("--out", default="profile.yaml", show_default=True, type=click.Path(dir_okay=False))
+@click.option("--run-root", type=click.Path(file_okay=False), help="where the profiling runs go (default: runs/profile-<time>)")
+@click.option("--option", "options", multiple=True, help="KEY=VALUE passed to the workload (repeatable)")
+def profile_command(workload, gpus, batch, steps, gpu_type, out, run_root, options):
+    """Measure a throughput profile: short runs per (GPUs, batch), fitted like `costsim calibrate`.
+
+    Example: runner profile --workload tiny --gpus 1,2 --batch 8,32 --out tiny-measured.yaml
+    """
+    import datetime
+    from runner.profile import measure
+    counts, batches = _integers(gpus, "--gpus"), _integers(batch, "--batch")
+    gpu_type = gpu_type or "cpu"
+    if gpu_type != "cpu":
+        import torch
+        if torch.cuda.device_count() < max(counts):
+            raise click.BadParameter(f"{max(counts)} GPUs asked, {torch.cuda.device_count()} visible", param_hint="--gpus")
+    root = Path(run_root or Path("runs") / f"profile-{datetime.datetime.now():%Y%m%d-%H%M%S}")
+    written = measure(workload, gpus=counts, batches=batches, steps=steps, gpu=gpu_type, out=out, run_root=root,
+                      options=list(options))
+    click.echo(f"wrote {written} (runs in {root})")
+
+
+def _integers(text: str, flag: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",")]
+    except ValueError:
+        raise click.BadParameter(f"{text!r}: expected integers like 1,2,4", param_hint=flag) from None
+    if not values or min(values) < 1:
+        raise click.BadParameter(f"{text!r}: each must be >= 1", param_hint=flag)
+    return values
+
+
 def _nproc(spec) -> int:
     if spec.cpu:
         return spec.gpus_per_node

@@ -1,0 +1,247 @@
+"""Calibrate: from what runs measured (telemetry) to the figures the planner uses, and how wrong
+the previous prediction was. Reads run folders written by `runner execute` (telemetry.jsonl,
+plan.json, summary.json); never imports the runner."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import math
+import statistics
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from costsim.errors import InputError
+from costsim.fit import Fit, Point, fit, predict_step_s
+from costsim.planfile import read_plan
+from costsim.spec import GpuProfile, Profile
+
+SKIP_AFTER_START = 5
+
+
+@dataclass(slots=True)
+class Run:
+    """What one run measured, and what its plan predicted."""
+
+    path: Path
+    plan: dict
+    summary: dict
+    point: Point
+    steps: int
+    sync_save_s: list[float] = field(default_factory=list)
+    async_stall_s: list[float] = field(default_factory=list)
+    interval_saves: int = 0
+    fixed_s: float | None = None          # launch -> first step, plus end -> exit, first attempt
+    restart_s: list[float] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    @property
+    def wall_s(self) -> float | None:
+        return self.summary.get("wall_s")
+
+
+def _events(path: Path) -> list[dict]:
+    events = []
+    for line in path.read_text().splitlines():
+        try:
+            events.append(json.loads(line))
+        except ValueError:
+            continue   # a torn last line of a killed run
+    return events
+
+
+def load_run(ref: str) -> Run:
+    """A run folder (or its telemetry.jsonl) as measurements."""
+    path = Path(ref)
+    folder = path.parent if path.is_file() else path
+    if not (folder / "telemetry.jsonl").exists():
+        raise InputError(str(ref), "telemetry.jsonl", "not found: give a run folder written by `runner execute`")
+    plan = read_plan(folder / "plan.json")
+    summary = json.loads((folder / "summary.json").read_text()) if (folder / "summary.json").exists() else {}
+    events = _events(folder / "telemetry.jsonl")
+    world = next((e["world_size"] for e in events if e.get("world_size")), None)
+    if world is None:
+        raise InputError(str(folder / "telemetry.jsonl"), "world_size", "no worker events: the run never started")
+    accumulation = int(plan["prediction"].get("accumulation", 1))
+    micro = plan["workload"]["global_batch"] // world // accumulation
+    step_times = _steady_step_times(events)
+    if not step_times:
+        raise InputError(str(folder / "telemetry.jsonl"), "step", f"fewer than {SKIP_AFTER_START + 1} steps after a start")
+    saves = [e for e in events if e["event"] == "checkpoint_save" and e.get("rank") == 0]
+    run = Run(path=folder, plan=plan, summary=summary,
+              # The mean, not the median: wall time is the sum of steps, pauses included.
+              point=Point(world, int(plan["resources"]["nodes"]), micro, accumulation, statistics.fmean(step_times)),
+              steps=summary.get("steps") or max((e["step"] for e in events if e["event"] == "step"), default=0),
+              sync_save_s=[e["duration_s"] for e in saves if e.get("mode") == "sync"],
+              async_stall_s=[e["stall_s"] for e in saves if e.get("mode") == "async"],
+              interval_saves=sum(1 for e in saves if e.get("reason") == "interval"))
+    run.fixed_s = _fixed_overhead(events)
+    run.restart_s = _restarts(events)
+    return run
+
+
+def _steady_step_times(events: list[dict]) -> list[float]:
+    """Step times after the first few of each start, leaving out steps that paid a checkpoint."""
+    saved = {e["step"] + 1 for e in events if e["event"] == "checkpoint_save"}
+    times, since_start = [], 0
+    for e in events:
+        if e["event"] == "start" and e.get("rank") == 0:
+            since_start = 0
+        elif e["event"] == "step":
+            since_start += 1
+            if since_start > SKIP_AFTER_START and e["step"] not in saved:
+                times.append(e["step_time_s"])
+    return times
+
+
+def _fixed_overhead(events: list[dict]) -> float | None:
+    launch = next((e["t"] for e in events if e["event"] == "launch"), None)
+    first = next((e["t"] - e["step_time_s"] for e in events if e["event"] == "step"), None)
+    end = next((e["t"] for e in events if e["event"] == "end"), None)
+    done = next((e["t"] for e in events if e["event"] == "exit"), None)
+    if None in (launch, first, end, done) or any(e["event"] == "restart" for e in events):
+        return None
+    return (first - launch) + (done - end)
+
+
+def _restarts(events: list[dict]) -> list[float]:
+    out = []
+    for i, e in enumerate(events):
+        if e["event"] == "restart":
+            first = next((x for x in events[i:] if x["event"] == "step"), None)
+            if first is not None:
+                out.append(first["t"] - first["step_time_s"] - e["t"])
+    return out
+
+
+def check_compatible(runs: list[Run]) -> None:
+    """One fit is for one workload on one GPU type."""
+    first = runs[0]
+    for run in runs[1:]:
+        for key, label in ((("workload", "model"), "workload"), (("resources", "gpu"), "GPU type")):
+            a, b = first.plan[key[0]][key[1]], run.plan[key[0]][key[1]]
+            if a != b:
+                raise InputError(str(run.path), ".".join(key), f"{label} {b!r} differs from {first.name}'s {a!r}; "
+                                 "calibrate one workload on one GPU type at a time")
+
+
+@dataclass(slots=True)
+class Calibration:
+    runs: list[Run]
+    gpu: str
+    before: GpuProfile
+    after: GpuProfile
+    step_fit: Fit
+    notes: list[str]
+    loo_step_error: dict = field(default_factory=dict)   # run -> relative error predicting it without it
+
+
+def calibrate(runs: list[Run], profile: Profile) -> Calibration:
+    """Refit the GPU's step-time model, checkpoint, start-up and restart figures from the runs."""
+    check_compatible(runs)
+    gpu = runs[0].plan["resources"]["gpu"]
+    if gpu not in profile.gpus:
+        raise InputError(profile.path, f"gpus.{gpu}", "no prior figures for this GPU type to start the fit from")
+    before = profile.gpus[gpu]
+    step_fit = fit([r.point for r in runs], before)
+    notes = [f"{name} pinned: {why}" for name, why in step_fit.pinned.items()]
+    after = replace(step_fit.profile, source=f"measured ({len(runs)} run(s), calibrated {datetime.date.today()})")
+    after = replace(after, **_overheads(runs, before, notes))
+    loo = {}
+    if len(runs) >= 2:
+        for i, run in enumerate(runs):
+            others = [r.point for j, r in enumerate(runs) if j != i]
+            predicted = predict_step_s(fit(others, before).profile, run.point)
+            loo[run.name] = predicted / run.point.step_s - 1.0
+    return Calibration(runs=runs, gpu=gpu, before=before, after=after, step_fit=step_fit, notes=notes,
+                       loo_step_error=loo)
+
+
+def _overheads(runs: list[Run], before: GpuProfile, notes: list[str]) -> dict:
+    def median_or(values, prior, label):
+        values = [v for v in values if v is not None]
+        if not values:
+            notes.append(f"{label}: not measured in these runs, kept at {prior:.3g}s")
+            return prior
+        return statistics.median(values)
+    sizes = {r.summary.get("checkpoint_bytes") for r in runs}
+    if len(sizes) <= 1:
+        notes.append("checkpoint save time is a median: every run saved the same state size")
+    return {"checkpoint_save_s": median_or([v for r in runs for v in r.sync_save_s], before.checkpoint_save_s,
+                                           "synchronous save"),
+            "checkpoint_stall_s": median_or([v for r in runs for v in r.async_stall_s], before.checkpoint_stall_s,
+                                            "async stall"),
+            "startup_s": median_or([r.fixed_s for r in runs], before.startup_s, "start-up"),
+            "restart_s": median_or([v for r in runs for v in r.restart_s], before.restart_s, "restart")}
+
+
+def predicted_wall_s(p: GpuProfile, run: Run) -> float:
+    """Failure-free wall time of a run under a profile: start-up, steps, interval saves, final save."""
+    async_mode = bool(run.plan["checkpoint"]["async"])
+    per_save = p.checkpoint_stall_s if async_mode else p.checkpoint_save_s
+    return p.startup_s + run.steps * predict_step_s(p, run.point) + run.interval_saves * per_save + p.checkpoint_save_s
+
+
+def report_rows(c: Calibration) -> list[dict]:
+    """Per run: the plan's prediction, the refitted one and the measurement."""
+    rows = []
+    for run in c.runs:
+        pred = run.plan["prediction"]
+        measured_wall = run.wall_s
+        rows.append({
+            "run": run.name, "gpus": run.point.gpus, "micro_batch": run.point.micro_batch,
+            "step_s": {"plan": pred["step_time_s"], "refit": predict_step_s(c.after, run.point),
+                       "measured": run.point.step_s},
+            "samples_per_s": {"plan": pred["samples_per_s"],
+                              "refit": run.plan["workload"]["global_batch"] / predict_step_s(c.after, run.point),
+                              "measured": run.plan["workload"]["global_batch"] / run.point.step_s},
+            "wall_s": {"plan": (pred.get("makespan_s") or {}).get("p50"), "refit": predicted_wall_s(c.after, run),
+                       "measured": measured_wall},
+            "checkpoint_stall_s": {"plan": pred.get("checkpoint_stall_s") if run.plan["checkpoint"]["async"]
+                                   else pred.get("checkpoint_save_s"),
+                                   "measured": _median(run.async_stall_s or run.sync_save_s)},
+            "restart_s": {"plan": pred.get("restart_s"), "measured": _median(run.restart_s)},
+            "loo_step_error": c.loo_step_error.get(run.name),
+        })
+    return rows
+
+
+def _median(values):
+    return statistics.median(values) if values else None
+
+
+def relative_error(predicted, measured) -> float | None:
+    if predicted is None or measured in (None, 0):
+        return None
+    return predicted / measured - 1.0
+
+
+def updated_profile_document(profile_path: str, c: Calibration) -> dict:
+    """The profile file with the calibrated GPU's figures replaced and provenance added."""
+    import yaml
+    doc = yaml.safe_load(Path(profile_path).read_text())
+    entry = doc.setdefault("gpus", {}).setdefault(c.gpu, {})
+    a = c.after
+    entry.update({"source": a.source, "compute_overhead": f"{a.compute_overhead_s:.6g}s",
+                  "compute_per_sample": f"{a.compute_per_sample_s:.6g}s", "max_batch_per_gpu": a.max_batch_per_gpu,
+                  "intra_node": {"a": f"{a.intra_a_s:.6g}s", "b": f"{a.intra_b_s:.6g}s"},
+                  "overlap_gamma": round(a.overlap_gamma, 4), "checkpoint_save": f"{a.checkpoint_save_s:.6g}s",
+                  "checkpoint_stall": f"{a.checkpoint_stall_s:.6g}s", "restart": f"{a.restart_s:.6g}s",
+                  "startup": f"{a.startup_s:.6g}s"})
+    doc["id"] = f"{doc.get('id', 'profile')}+cal{datetime.date.today():%Y%m%d}"
+    doc["source"] = "measured"
+    doc["date"] = datetime.date.today().isoformat()
+    doc.setdefault("calibrations", []).append({
+        "when": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "gpu": c.gpu,
+        "runs": [str(r.path) for r in c.runs],
+        "hardware": sorted({r.plan["resources"].get("offering", "") for r in c.runs}),
+        "fitted": list(c.step_fit.fitted), "pinned": c.step_fit.pinned,
+        "step_rms_relative_error": round(c.step_fit.rms_relative_error, 6), "notes": c.notes})
+    return doc
+
+
+def finite(value):
+    return value if value is None or math.isfinite(value) else None

@@ -1,0 +1,78 @@
+"""`runner profile`: measure a throughput profile directly, one short run per (GPUs, batch).
+
+Each configuration runs through the normal runner (torchrun, DDP, telemetry) without periodic
+checkpoints; its steady step time is the mean over the steps after warm-up. The runs are then
+calibrated exactly as `costsim calibrate` would calibrate them, so the profile has the same format.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import sys
+from pathlib import Path
+
+import yaml
+
+from costsim import io as cio
+from costsim.calibrate import calibrate, load_run, updated_profile_document
+from costsim.planfile import SCHEMA
+from costsim.throughput import Infeasible, step_model
+from runner.launch import Node
+from runner.supervisor import Execution, Supervisor, prepare_run_dir
+
+WARMUP_STEPS = 5
+
+
+def synthetic_plan(workload, profile, gpu: str, gpus: int, per_gpu_batch: int) -> dict:
+    """A plan.json for one profiling configuration (single node, no periodic checkpoints)."""
+    prior = profile.gpus.get(gpu)
+    global_batch = gpus * per_gpu_batch
+    step_s = 1.0
+    if prior is not None:
+        try:
+            step_s = step_model(prior, global_batch=global_batch, gpus_per_node=gpus, nodes=1,
+                                inter_node_gbps=0).step_s
+        except Infeasible:
+            pass
+    return {"schema": SCHEMA,
+            "workload": {"name": f"{workload.name}-profile", "model": workload.model, "samples": global_batch * 10**6,
+                         "global_batch": global_batch, "precision": workload.precision, "source": workload.source},
+            "resources": {"offering": f"profile/{gpu}", "gpu": gpu, "gpus_per_node": gpus, "nodes": 1,
+                          "market": "owned", "fallback": None},
+            "policy": {"name": "owned", "deadline_s": 1e9, "changeover_s": 0.0},
+            "checkpoint": {"interval_s": 1e9, "keep": 1, "async": False},
+            "prediction": {"step_time_s": step_s, "samples_per_s": global_batch / step_s, "accumulation": 1,
+                           "makespan_s": {"mean": None, "p50": None, "p90": None}},
+            "profile": {"id": profile.id, "sha256": profile.sha256, "path": profile.path},
+            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "costsim_version": "profile"}
+
+
+def measure(workload_ref: str, *, gpus: list[int], batches: list[int], steps: int, gpu: str, out: str,
+            run_root: Path, options: list[str], workload_entry: str | None = None) -> Path:
+    workload = cio.load_workload(workload_ref)
+    profile = cio.load_profile(workload.profile)
+    run_dirs = []
+    for count in gpus:
+        for batch in batches:
+            folder = run_root / f"gpus{count}-batch{batch}"
+            plan_path = run_root / f"plan-gpus{count}-batch{batch}.json"
+            cio.write_atomic(plan_path, json.dumps(synthetic_plan(workload, profile, gpu, count, batch), indent=1))
+            prepare_run_dir(folder, str(plan_path))
+            print(f"runner profile: {count} x {gpu}, batch {batch} per GPU, {steps} steps", file=sys.stderr, flush=True)
+            execution = Execution(spec=_spec(plan_path), node=Node(nnodes=1, node_rank=0, endpoint=None, run_id=None,
+                                                                   source="profile"),
+                                  run_dir=folder, run_id=folder.name, nproc_per_node=count, steps=steps,
+                                  options=options, workload_entry=workload_entry, max_restarts=0)
+            if Supervisor(execution).run() != 0:
+                raise RuntimeError(f"profiling run {folder} failed: see its output above")
+            run_dirs.append(folder)
+    result = calibrate([load_run(str(d)) for d in run_dirs], profile)
+    cio.write_atomic(out, yaml.safe_dump(updated_profile_document(profile.path, result), sort_keys=False))
+    return Path(out)
+
+
+def _spec(plan_path: Path):
+    from runner.plan import load_run_spec
+    return load_run_spec(plan_path)
