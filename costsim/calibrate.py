@@ -67,7 +67,7 @@ def load_run(ref: str) -> Run:
         raise InputError(str(folder / "telemetry.jsonl"), "world_size", "no worker events: the run never started")
     accumulation = int(plan["prediction"].get("accumulation", 1))
     micro = plan["workload"]["global_batch"] // world // accumulation
-    step_times = _steady_step_times(events)
+    step_times = steady_step_times(events)
     if not step_times:
         raise InputError(str(folder / "telemetry.jsonl"), "step", f"fewer than {SKIP_AFTER_START + 1} steps after a start")
     saves = [e for e in events if e["event"] == "checkpoint_save" and e.get("rank") == 0]
@@ -83,8 +83,8 @@ def load_run(ref: str) -> Run:
     return run
 
 
-def _steady_step_times(events: list[dict]) -> list[float]:
-    """Step times after the first few of each start, leaving out steps that paid a checkpoint."""
+def steady_step_times(events: list[dict], skip: int = SKIP_AFTER_START) -> list[float]:
+    """Step times after the first `skip` of each start, leaving out steps that paid a checkpoint."""
     saved = {e["step"] + 1 for e in events if e["event"] == "checkpoint_save"}
     times, since_start = [], 0
     for e in events:
@@ -92,7 +92,7 @@ def _steady_step_times(events: list[dict]) -> list[float]:
             since_start = 0
         elif e["event"] == "step":
             since_start += 1
-            if since_start > SKIP_AFTER_START and e["step"] not in saved:
+            if since_start > skip and e["step"] not in saved:
                 times.append(e["step_time_s"])
     return times
 

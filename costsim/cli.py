@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 
 import click
 
 from costsim import io, report
+from costsim.entry import run
 from costsim.catalog import find_offering, offerings_for
-from costsim.errors import InputError, ModelError
+from costsim.errors import InputError
 from costsim.planfile import plan_document
 from costsim.planner import PlanOptions, plan
 from costsim.sim.policies import POLICIES
@@ -322,27 +322,5 @@ def catalog_command(gpu, fmt):
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: bad input is one line on stderr and exit status 2, never a traceback."""
-    try:
-        cli.main(args=argv, prog_name="costsim", standalone_mode=False)
-    except click.exceptions.Exit as done:
-        sys.exit(done.exit_code)
-    except click.UsageError as exc:
-        command = exc.ctx.command_path if exc.ctx else "costsim"
-        click.echo(f"error: {command}: {exc.format_message()} (see {command} --help)", err=True)
-        sys.exit(2)
-    except click.ClickException as exc:
-        exc.show()
-        sys.exit(exc.exit_code)
-    except click.Abort:
-        click.echo("aborted", err=True)
-        sys.exit(130)
-    except InputError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(2)
-    except ModelError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(1)
-    except OSError as exc:
-        click.echo(f"error: {exc.filename or ''}: {exc.strerror or exc}", err=True)
-        sys.exit(2)
+    """Entry point (see costsim.entry for the error contract)."""
+    run(cli, "costsim", argv)

@@ -21,7 +21,7 @@ from costsim.sim.job import JobParams
 from costsim.sim.market import HazardModel
 from costsim.sim.policies import POLICY_MARKETS
 from costsim.sim.trial import MarketPrice
-from costsim.spec import ON_DEMAND, OWNED, SPOT, Candidate, Offering, Profile, Stats, Workload
+from costsim.spec import ON_DEMAND, SPOT, Candidate, Offering, Profile, Stats, Workload
 from costsim.throughput import Infeasible, StepModel, step_model
 
 # Without preemptions a checkpoint only insures against failures the model does not simulate.

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import click
 
+from costsim.entry import run
+
 from costsim.errors import InputError
 
-EXIT_BAD_INPUT = 2
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -137,20 +138,5 @@ def _nproc(spec) -> int:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: bad input is one line on stderr and exit status 2, never a traceback."""
-    try:
-        cli.main(args=argv, prog_name="runner", standalone_mode=False)
-    except click.exceptions.Exit as done:
-        sys.exit(done.exit_code)
-    except click.UsageError as exc:
-        command = exc.ctx.command_path if exc.ctx else "runner"
-        click.echo(f"error: {command}: {exc.format_message()} (see {command} --help)", err=True)
-        sys.exit(EXIT_BAD_INPUT)
-    except click.ClickException as exc:
-        exc.show()
-        sys.exit(exc.exit_code)
-    except InputError as exc:
-        click.echo(f"error: {exc}", err=True)
-        sys.exit(EXIT_BAD_INPUT)
-    except KeyboardInterrupt:
-        sys.exit(130)
+    """Entry point (see costsim.entry for the error contract)."""
+    run(cli, "runner", argv)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from costsim.calibrate import steady_step_times  # noqa: E402
 from runner.telemetry import read_events  # noqa: E402
 
 
@@ -21,19 +22,12 @@ def measure(run_dir: Path, skip: int = 5) -> dict:
     events = read_events(run_dir)
     plan = json.loads((run_dir / "plan.json").read_text())
     summary = json.loads((run_dir / "summary.json").read_text()) if (run_dir / "summary.json").exists() else {}
-    steady, since_start = [], 0
-    for e in events:
-        if e["event"] == "start" and e.get("rank") == 0:
-            since_start = 0
-        elif e["event"] == "step":
-            since_start += 1
-            if since_start > skip:
-                steady.append(e["step_time_s"])
+    steady = steady_step_times(events, skip)
     world = next((e["world_size"] for e in events if e.get("world_size")), 1)
     batch = plan["workload"]["global_batch"]
     saves = [e for e in events if e["event"] == "checkpoint_save" and e.get("rank") == 0]
     loads = [e for e in events if e["event"] == "checkpoint_load" and e.get("rank") == 0]
-    step_s = statistics.median(steady) if steady else None
+    step_s = statistics.fmean(steady) if steady else None   # wall time is the sum of steps
     return {
         "world_size": world, "global_batch": batch, "steps_measured": len(steady),
         "step_time_s": step_s, "samples_per_s": batch / step_s if step_s else None,

@@ -174,3 +174,26 @@ def test_window_crossing_midnight_is_refused(run_cli, tmp_path):
          "windows": ["22:00-02:00"]}]}))
     result = run_cli("compare", "--scenario", str(path))
     assert result.exit_code == 2 and "crosses midnight" in result.stderr
+
+
+def test_fleet_trace_csv_is_replayed(run_cli, tmp_path):
+    (tmp_path / "jobs.csv").write_text("name,submit,gpus,duration,deadline\n"
+                                       "train,0h,8,2h,6h\neval,1h,8,2h,6h\nlate,10h,8,1h,\n")
+    (tmp_path / "fleet.yaml").write_text("name: f\njobs:\n  - kind: trace\n    file: jobs.csv\n")
+    (tmp_path / "s.yaml").write_text(
+        "name: s\nhorizon: 24h\nfleet: fleet.yaml\nstrategies:\n"
+        "  - {name: q, kind: on-demand, offering: aws/us-east-1/p5.48xlarge, scaling: queue-depth, max_nodes: 1}\n")
+    doc = run_cli("compare", "--scenario", str(tmp_path / "s.yaml"), "--format", "json").json()
+    (row,) = doc["strategies"]
+    assert doc["jobs"] == 3 and row["jobs"] == 3
+    # the same schedule as test_always_on_queue_depth_and_schedule_by_hand, at p5's price and delay
+    assert row["total_cost"] == pytest.approx((5 + 3 * 480 / 3600) * 55.04)
+
+
+def test_fleet_trace_with_a_bad_row(run_cli, tmp_path):
+    (tmp_path / "jobs.csv").write_text("submit,gpus,duration\n0h,eight,2h\n")
+    (tmp_path / "fleet.yaml").write_text("name: f\njobs:\n  - kind: trace\n    file: jobs.csv\n")
+    (tmp_path / "s.yaml").write_text("name: s\nhorizon: 24h\nfleet: fleet.yaml\nstrategies:\n"
+                                     "  - {name: own, kind: owned, sku: hgx-h100-8}\n")
+    result = run_cli("compare", "--scenario", str(tmp_path / "s.yaml"))
+    assert result.exit_code == 2 and "jobs.csv line 2" in result.stderr and "gpus" in result.stderr

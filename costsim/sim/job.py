@@ -125,11 +125,10 @@ class Job:
         stint = Stint(market=market, start_s=self.env.now)
         self.record.stints.append(stint)
         self._log("start", market)
-        reclaimer = None
         if market == SPOT:
             reclaim_at = self.spot.reclaim_time(self.env.now)
             if math.isfinite(reclaim_at):
-                reclaimer = self.env.process(self._reclaim(stint, reclaim_at))
+                self.env.process(self._reclaim(stint, reclaim_at))
         try:
             yield from self._work_on(market)
             stint.end_s = self.env.now

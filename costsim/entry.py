@@ -1,0 +1,39 @@
+"""The one way both command lines end: bad input is one line on stderr and exit status 2, model
+errors exit 1, and no traceback reaches the user for either."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from costsim.errors import InputError, ModelError
+
+EXIT_BAD_INPUT = 2
+
+
+def run(group: click.Group, prog_name: str, argv: list[str] | None = None) -> None:
+    """Run a click group with the house error contract."""
+    try:
+        group.main(args=argv, prog_name=prog_name, standalone_mode=False)
+    except click.exceptions.Exit as done:
+        sys.exit(done.exit_code)
+    except click.UsageError as exc:
+        command = exc.ctx.command_path if exc.ctx else prog_name
+        click.echo(f"error: {command}: {exc.format_message()} (see {command} --help)", err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except (click.Abort, KeyboardInterrupt):
+        click.echo("aborted", err=True)
+        sys.exit(130)
+    except InputError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    except ModelError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+    except OSError as exc:
+        click.echo(f"error: {exc.filename or ''}: {exc.strerror or exc}", err=True)
+        sys.exit(EXIT_BAD_INPUT)
