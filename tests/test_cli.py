@@ -129,3 +129,14 @@ def test_catalog_lists_dated_prices_and_filters_by_gpu(run_cli):
     assert {r["offering"].split("/")[0] for r in rows} >= {"aws", "gcp", "azure", "lambda"}
     table = run_cli("catalog")
     assert "read_date" in table.stdout and "p5.48xlarge" in table.stdout
+
+
+def test_outputs_are_written_with_the_users_umask(run_cli, tmp_path):
+    import os
+    import stat
+    out = tmp_path / "plan.json"
+    assert run_cli("plan", "--workload", "tiny", "--trials", "10", "--out", str(out)).exit_code == 0
+    mask = os.umask(0)
+    os.umask(mask)
+    assert stat.S_IMODE(out.stat().st_mode) == 0o666 & ~mask
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".plan.json.")]   # no temp file left
