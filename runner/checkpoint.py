@@ -38,6 +38,10 @@ _DCP_CLASSES = {"Metadata", "TensorStorageMetadata", "BytesStorageMetadata", "Ch
                 "TensorProperties", "MetadataIndex", "StorageMeta", "_MEM_FORMAT_ENCODING"}
 
 
+class SharedStorageError(RuntimeError):
+    """A node cannot see the checkpoint folder that rank 0 writes to."""
+
+
 class _MetadataUnpickler(pickle.Unpickler):
     """Admits DCP's metadata classes and torch's dtypes/layouts/Size, nothing else."""
 
@@ -125,6 +129,29 @@ class Checkpointer:
         self.stall_total_s = 0.0
         # DCP's collectives get their own gloo group, so the async writer never shares one with training.
         self._group = dist.new_group(backend="gloo") if dist.is_initialized() else None
+        self._check_shared()
+
+    def _check_shared(self) -> None:
+        """Every rank must see the folder rank 0 writes: on several nodes it has to be shared storage."""
+        if self._group is None or dist.get_world_size() == 1:
+            return
+        token = self.root / ".shared-check"
+        nonce = torch.randint(0, 2**62, (1,), dtype=torch.int64) if self.rank == 0 else torch.zeros(1, dtype=torch.int64)
+        dist.broadcast(nonce, src=0, group=self._group)
+        if self.rank == 0:
+            write_atomic(token, str(int(nonce.item())))
+        dist.barrier(group=self._group)
+        try:
+            seen = token.read_text().strip() == str(int(nonce.item()))
+        except OSError:
+            seen = False
+        blind = torch.tensor([0 if seen else self.rank + 1], dtype=torch.int64)
+        dist.all_reduce(blind, op=dist.ReduceOp.MAX, group=self._group)
+        if int(blind.item()):
+            import socket
+            raise SharedStorageError(f"rank {int(blind.item()) - 1} cannot see {self.root} written by rank 0 "
+                                     f"(this host: {socket.gethostname()}): the checkpoint folder must be shared "
+                                     "storage (NFS, a mounted bucket) or the same path on one machine")
 
     # -- discovery ------------------------------------------------------------------------------
     def steps(self) -> list[int]:

@@ -25,7 +25,10 @@ def cli():
 
 @cli.command("execute")
 @click.argument("plan", type=click.Path(dir_okay=False))
-@click.option("--run-dir", type=click.Path(file_okay=False), help="default: runs/<run id>")
+@click.option("--run-dir", type=click.Path(file_okay=False), help="default: runs/<run id>; on several nodes, "
+              "a folder every node sees (shared storage)")
+@click.option("--run-id", help="the job's id, the same on every node (default: SkyPilot/Slurm job id, else the "
+              "run folder's name on several nodes, else a new one)")
 @click.option("--nnodes", type=click.IntRange(min=1), help="nodes in the job (else from SkyPilot/Slurm/env)")
 @click.option("--node-rank", type=click.IntRange(min=0), help="this node's rank")
 @click.option("--rdzv-endpoint", help="HOST:PORT of the rendezvous (node 0)")
@@ -39,7 +42,7 @@ def cli():
 @click.option("--steps", type=click.IntRange(min=1), help="stop after this many steps (drills, profiling)")
 @click.option("--workload-entry", help="module:function building your own workload (see docs/runner-workloads.md)")
 @click.option("--option", "options", multiple=True, help="KEY=VALUE passed to the workload (repeatable)")
-def execute_command(plan, run_dir, nnodes, node_rank, rdzv_endpoint, nproc_per_node, inject, seed, max_restarts,
+def execute_command(plan, run_dir, run_id, nnodes, node_rank, rdzv_endpoint, nproc_per_node, inject, seed, max_restarts,
                     rdzv_timeout, steps, workload_entry, options):
     """Run a plan: torchrun workers, checkpoints, restarts; telemetry and summary in the run folder.
 
@@ -58,7 +61,10 @@ def execute_command(plan, run_dir, nnodes, node_rank, rdzv_endpoint, nproc_per_n
         if node.endpoint and node.node_rank > 0:   # before anything is created or started
             wait_for_rendezvous(node.endpoint, rdzv_timeout)
         nproc = nproc_per_node or _nproc(spec)
-        run_id = node.run_id or default_run_id()
+        if node.nnodes > 1 and not (run_id or node.run_id or run_dir):
+            raise click.UsageError("on several nodes give --run-dir (a shared folder) or --run-id, the same on "
+                                   "every node, so that they join one rendezvous")
+        run_id = run_id or node.run_id or (Path(run_dir).name if node.nnodes > 1 else None) or default_run_id()
         folder = Path(run_dir or Path("runs") / run_id)
         total = steps or spec.total_steps
         schedule = faults.parse_schedule(inject, total_steps=total, seed=seed) if inject else []

@@ -63,9 +63,10 @@ class NoticeFlag:
         self.requested = True
 
 
-def fire(fault: Fault, *, rank: int, world_size: int) -> None:
-    """Carry out an injected fault: `kill` in the last rank, `term` from rank 0 to its agent."""
-    if fault.kind == "kill" and rank == world_size - 1:
+def fire(fault: Fault, *, local_rank: int, local_world_size: int) -> None:
+    """Carry out an injected fault on this node: `kill` its last worker, or `term` its agent (from
+    local rank 0), which forwards the notice to this node's workers."""
+    if fault.kind == "kill" and local_rank == local_world_size - 1:
         os.kill(os.getpid(), signal.SIGKILL)
-    elif fault.kind == "term" and rank == 0:
-        os.kill(os.getppid(), signal.SIGTERM)   # the torchrun agent forwards it to all workers
+    elif fault.kind == "term" and local_rank == 0:
+        os.kill(os.getppid(), signal.SIGTERM)

@@ -62,6 +62,7 @@ class Supervisor:
     def __init__(self, execution: Execution):
         self.x = execution
         self.telemetry = Telemetry(execution.run_dir, execution.run_id, rank=None, world_size=None)
+        self.telemetry.base["node"] = execution.node.node_rank
         self.notice = False
         self.child: subprocess.Popen | None = None
 
@@ -104,6 +105,11 @@ class Supervisor:
             attempts.append({"exit_code": code, "started": attempt_start, "ended": time.time()})
             if any(e["event"] == "end" for e in events):
                 return self._finish(started, attempts, restarts, status="done")
+            fatal = next((e for e in events if e["event"] == "fatal"), None)
+            if fatal is not None:   # a configuration error: restarting cannot help
+                self._finish(started, attempts, restarts, status="failed")
+                print(f"runner: not restarting: {fatal['reason']}", file=sys.stderr)
+                return 2
             fired = {e["step"] for e in events if e["event"] == "preempted" and str(e.get("kind", "")).startswith("injected")}
             pending = [f for f in pending if f.step not in fired]
             if self.notice:
@@ -131,7 +137,9 @@ class Supervisor:
     def _finish(self, started: float, attempts: list, restarts: int, status: str) -> int:
         summary = summarise(self.x.run_dir, run_id=self.x.run_id, wall_s=time.time() - started, restarts=restarts,
                             status=status, attempts=attempts)
-        write_atomic(self.x.run_dir / SUMMARY, json.dumps(summary, indent=2) + "\n")
+        # Every node's supervisor summarises; on shared storage only node 0 owns summary.json.
+        name = SUMMARY if self.x.node.node_rank == 0 else f"summary.node-{self.x.node.node_rank}.json"
+        write_atomic(self.x.run_dir / name, json.dumps(summary, indent=2) + "\n")
         self.telemetry.event("exit", status=status, restarts=restarts)
         self.telemetry.close()
         return 0 if status == "done" else 1

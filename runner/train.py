@@ -20,13 +20,14 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from runner import faults
-from runner.checkpoint import Checkpointer
+from runner.checkpoint import Checkpointer, SharedStorageError
 from runner.plan import load_run_spec
 from runner.state import apply_state, state_sha256, training_state
 from runner.telemetry import Telemetry
 from runner.workloads import BuildContext, resolve
 
 SYNC_TARGET_S = 0.5
+FATAL_EXIT = 78   # EX_CONFIG: restarting cannot help
 PROGRESS_EVERY_S = 5.0
 
 
@@ -101,7 +102,8 @@ class Trainer:
             if self.fault and self.step == self.fault.step:
                 self.telemetry.event("preempted", step=self.step, kind=f"injected-{self.fault.kind}")
                 self.telemetry.flush(durable=True)
-                faults.fire(self.fault, rank=self.rank, world_size=self.world_size)
+                faults.fire(self.fault, local_rank=int(os.environ.get("LOCAL_RANK", 0)),
+                            local_world_size=int(os.environ.get("LOCAL_WORLD_SIZE", 1)))
                 self.fault = None
             self.train_step()
             self.step += 1
@@ -174,7 +176,12 @@ def main(argv: list[str] | None = None) -> None:
     if not spec.cpu:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
     dist.init_process_group(backend=backend)
-    trainer = Trainer(args, spec, dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", 0)))
+    try:
+        trainer = Trainer(args, spec, dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", 0)))
+    except SharedStorageError as exc:
+        Telemetry(Path(args.run_dir), args.run_id, dist.get_rank(), dist.get_world_size()).event("fatal", reason=str(exc))
+        print(f"runner: error: {exc}", file=sys.stderr, flush=True)
+        sys.exit(FATAL_EXIT)
     try:
         code = trainer.train()
     finally:
