@@ -295,6 +295,30 @@ def _pct(value) -> str:
     return "-" if value is None else f"{100 * value:+.1f}%"
 
 
+@cli.command("export")
+@click.argument("plan", type=click.Path(dir_okay=False))
+@click.option("--to", "target", type=click.Choice(["skypilot", "slurm"]), required=True)
+@click.option("--out", type=click.Path(dir_okay=False), help="write here instead of stdout")
+@click.option("--bucket", help="SkyPilot: an existing bucket for checkpoints, e.g. s3://my-ckpts (default: a new one)")
+@click.option("--shared-dir", default="$HOME/costsim-runs", show_default=True,
+              help="Slurm: a folder every node sees, for run folders and checkpoints")
+def export_command(plan, target, out, bucket, shared_dir):
+    """Export a plan as a SkyPilot task YAML or a Slurm batch script that runs `runner execute`.
+
+    Example: costsim export plan.json --to slurm --out job.sbatch
+    """
+    from costsim.export import skypilot_task, slurm_script
+    from costsim.planfile import read_plan
+    doc = read_plan(plan)
+    text = (skypilot_task(doc, plan_file=Path(plan).name, bucket=bucket) if target == "skypilot"
+            else slurm_script(doc, plan_file=Path(plan).name, shared_dir=shared_dir))
+    if out:
+        io.write_atomic(out, text)
+        click.echo(f"wrote {out}", err=True)
+    else:
+        click.echo(text, nl=False)
+
+
 @cli.command("catalog")
 @click.option("--gpu", help="only this GPU type, e.g. H100")
 @output_options

@@ -1,0 +1,97 @@
+"""A plan as a SkyPilot task YAML or a Slurm batch script whose run step is `runner execute plan.json`.
+
+Both run every node's `runner execute` with the node's place taken from the scheduler's variables
+(SKYPILOT_* or SLURM_*), and keep checkpoints on storage every node sees (a mounted bucket, or a
+shared folder), so that a requeued or recovered job resumes from its last checkpoint.
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+
+import yaml
+
+from costsim.errors import InputError
+
+SETUP = "# the synced workdir is this repository (plan.json beside pyproject.toml)\npip install -e '.[runner,sdxl]'\n"
+MARGIN = 1.25            # the time limit: P90 makespan x MARGIN + 30 minutes
+MARGIN_FIXED_S = 1800.0
+
+
+def skypilot_task(plan: dict, *, plan_file: str = "plan.json", bucket: str | None = None,
+                  max_restarts_on_errors: int = 3) -> str:
+    """SkyPilot task YAML: resources, spot and recovery, nodes, a checkpoint mount, the run step."""
+    r, w = plan["resources"], plan["workload"]
+    if r.get("provider") in (None, "owned"):
+        raise InputError(plan_file, "resources.offering", f"{r.get('offering')} is owned hardware: export it "
+                         "--to slurm, or plan on a cloud offering for SkyPilot")
+    resources = {"cloud": r["provider"], "region": r["region"], "instance_type": r["instance"],
+                 "accelerators": f"{_sky_gpu(r['gpu'])}:{r['gpus_per_node']}",
+                 "use_spot": r["market"] == "spot",
+                 "job_recovery": {"strategy": "FAILOVER", "max_restarts_on_errors": max_restarts_on_errors}}
+    mount = "/checkpoints"
+    task = {"name": _name(w["name"]), "num_nodes": int(r["nodes"]), "resources": resources, "workdir": ".",
+            "file_mounts": {mount: {"source": bucket, "mode": "MOUNT"} if bucket else
+                            {"name": f"{_name(w['name'])}-checkpoints", "mode": "MOUNT"}},
+            "setup": SETUP,
+            # SKYPILOT_TASK_ID is the same on every node and across recoveries: one run folder, resumed.
+            "run": f"runner execute {shlex.quote(plan_file)} --run-dir {mount}/runs/$SKYPILOT_TASK_ID\n"}
+    header = (f"# SkyPilot task for plan {plan_file}: {w['name']} on {r['offering']} ({r['market']}), exported by "
+              f"costsim {plan.get('costsim_version', '')}.\n# Launch with: sky jobs launch {_name(w['name'])}.yaml "
+              "(managed: recovers from preemptions)\n")
+    return header + yaml.dump(task, Dumper=_BlockDumper, sort_keys=False)
+
+
+def slurm_script(plan: dict, *, plan_file: str = "plan.json", shared_dir: str = "$HOME/costsim-runs",
+                 port: int = 29500) -> str:
+    """A Slurm batch script: nodes, GPUs, a time limit from the P90, requeue on preemption, srun per node."""
+    r, w = plan["resources"], plan["workload"]
+    p90 = (plan["prediction"].get("makespan_s") or {}).get("p90")
+    if p90 is None:
+        raise InputError(plan_file, "prediction.makespan_s.p90", "missing: the time limit is derived from it")
+    limit_s = math.ceil(p90 * MARGIN + MARGIN_FIXED_S)
+    cpu = str(r["gpu"]).lower() == "cpu"
+    lines = ["#!/bin/bash",
+             f"# Slurm job for plan {plan_file}: {w['name']}, exported by costsim {plan.get('costsim_version', '')}.",
+             f"#SBATCH --job-name={_name(w['name'])}",
+             f"#SBATCH --nodes={int(r['nodes'])}",
+             "#SBATCH --ntasks-per-node=1",
+             f"#SBATCH --cpus-per-task={max(int(r['gpus_per_node']), 1) if cpu else 8 * int(r['gpus_per_node'])}",
+             *([] if cpu else [f"#SBATCH --gpus-per-node={int(r['gpus_per_node'])}"]),
+             f"#SBATCH --time={_hms(limit_s)}",
+             "#SBATCH --requeue",
+             "#SBATCH --signal=TERM@120",
+             "#SBATCH --open-mode=append",
+             f"#SBATCH --output={_name(w['name'])}-%j.out",
+             "set -euo pipefail",
+             "# Node 0 hosts the rendezvous; every node's runner reads SLURM_NODEID and SLURM_NNODES.",
+             'export MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"',
+             f"export MASTER_PORT={int(port)}",
+             f"RUN_DIR={shared_dir}/runs/$SLURM_JOB_ID   # shared storage: a requeued job resumes here",
+             f'srun --kill-on-bad-exit=0 runner execute {shlex.quote(plan_file)} --run-dir "$RUN_DIR"',
+             ""]
+    return "\n".join(lines)
+
+
+class _BlockDumper(yaml.SafeDumper):
+    """Multi-line strings (setup, run) as literal blocks, the way people write SkyPilot YAML."""
+
+
+_BlockDumper.add_representer(str, lambda dumper, value: dumper.represent_scalar(
+    "tag:yaml.org,2002:str", value, style="|" if "\n" in value else None))
+
+
+def _sky_gpu(gpu: str) -> str:
+    return {"A100-40GB": "A100", "A100-80GB": "A100-80GB", "V100-16GB": "V100"}.get(gpu, gpu)
+
+
+def _name(text: str) -> str:
+    return "".join(c if c.isalnum() or c == "-" else "-" for c in text.lower()).strip("-") or "costsim-job"
+
+
+def _hms(seconds: int) -> str:
+    hours, rest = divmod(int(seconds), 3600)
+    days, hours = divmod(hours, 24)
+    minutes, secs = divmod(rest, 60)
+    return f"{days}-{hours:02d}:{minutes:02d}:{secs:02d}" if days else f"{hours:02d}:{minutes:02d}:{secs:02d}"
