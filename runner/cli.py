@@ -33,6 +33,8 @@ def cli():
 @click.option("--node-rank", type=click.IntRange(min=0), help="this node's rank")
 @click.option("--rdzv-endpoint", help="HOST:PORT of the rendezvous (node 0)")
 @click.option("--nproc-per-node", type=click.IntRange(min=1), help="default: the plan's GPUs per node")
+@click.option("--min-nodes", type=click.IntRange(min=1), help="elastic: go on with as few nodes (default: the "
+              "plan's resources.min_nodes, else a fixed gang); the global batch is kept")
 @click.option("--inject-preemptions", "inject", help="drill: N random kills, or a schedule like kill@30,term@60")
 @click.option("--seed", type=int, default=0, show_default=True,
               help="seeds the model, the data and the drill schedule (same seed, same training)")
@@ -42,7 +44,7 @@ def cli():
 @click.option("--steps", type=click.IntRange(min=1), help="stop after this many steps (drills, profiling)")
 @click.option("--workload-entry", help="module:function building your own workload (see docs/runner-workloads.md)")
 @click.option("--option", "options", multiple=True, help="KEY=VALUE passed to the workload (repeatable)")
-def execute_command(plan, run_dir, run_id, nnodes, node_rank, rdzv_endpoint, nproc_per_node, inject, seed, max_restarts,
+def execute_command(plan, run_dir, run_id, nnodes, node_rank, rdzv_endpoint, nproc_per_node, min_nodes, inject, seed, max_restarts,
                     rdzv_timeout, steps, workload_entry, options):
     """Run a plan: torchrun workers, checkpoints, restarts; telemetry and summary in the run folder.
 
@@ -71,6 +73,12 @@ def execute_command(plan, run_dir, run_id, nnodes, node_rank, rdzv_endpoint, npr
         for option in options:
             if "=" not in option:
                 raise click.BadParameter(f"{option!r}: expected KEY=VALUE", param_hint="--option")
+        smallest = min_nodes or spec.min_nodes or node.nnodes
+        if min_nodes and min_nodes > node.nnodes:
+            raise click.BadParameter(f"{min_nodes} > --nnodes {node.nnodes}", param_hint="--min-nodes")
+        if any(spec.global_batch % (nproc * n) for n in range(smallest, node.nnodes + 1)):
+            raise click.BadParameter(f"global batch {spec.global_batch} does not split over "
+                                     f"{nproc} x {smallest}..{node.nnodes} processes", param_hint="--min-nodes")
         if spec.global_batch % (nproc * node.nnodes):
             raise click.BadParameter(f"global batch {spec.global_batch} does not split over "
                                      f"{nproc * node.nnodes} processes", param_hint="--nproc-per-node")
@@ -89,7 +97,7 @@ def execute_command(plan, run_dir, run_id, nnodes, node_rank, rdzv_endpoint, npr
                f"[{node.source}], {total} steps; run folder {folder}", err=True)
     execution = Execution(spec=spec, node=node, run_dir=folder, run_id=run_id, nproc_per_node=nproc, seed=seed,
                           schedule=schedule, max_restarts=max_restarts, workload_entry=workload_entry,
-                          options=list(options), steps=steps)
+                          options=list(options), steps=steps, min_nodes=min_nodes or spec.min_nodes)
     sys.exit(Supervisor(execution).run())
 
 

@@ -108,14 +108,16 @@ def wait_for_rendezvous(endpoint: str, timeout_s: float) -> None:
 
 
 def torchrun_argv(node: Node, *, nproc_per_node: int, run_id: str, worker_args: list[str],
-                  join_timeout_s: int = 600) -> list[str]:
+                  join_timeout_s: int = 600, min_nodes: int | None = None) -> list[str]:
     """The torchrun invocation: one process per GPU (or per CPU worker), restarts left to the supervisor."""
     argv = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc_per_node),
             "--max-restarts", "0", "--monitor-interval", "0.2"]
     if node.nnodes == 1:
         argv += ["--standalone"]
     else:
-        argv += ["--nnodes", str(node.nnodes), "--node-rank", str(node.node_rank), "--rdzv-backend", "c10d",
+        # MIN:MAX lets the job go on with fewer nodes (elastic); a single count is a fixed gang.
+        nnodes = f"{min_nodes}:{node.nnodes}" if min_nodes and min_nodes < node.nnodes else str(node.nnodes)
+        argv += ["--nnodes", nnodes, "--node-rank", str(node.node_rank), "--rdzv-backend", "c10d",
                  "--rdzv-endpoint", node.endpoint, "--rdzv-id", run_id,
                  "--rdzv-conf", f"join_timeout={join_timeout_s}"]
     return argv + ["-m", "runner.train"] + worker_args

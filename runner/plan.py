@@ -28,6 +28,7 @@ class RunSpec:
     async_checkpoint: bool
     predicted_step_s: float
     accumulation: int
+    min_nodes: int | None = None     # elastic range min_nodes..nodes, global batch kept
 
     @property
     def total_steps(self) -> int:
@@ -53,4 +54,14 @@ def load_run_spec(path: str | Path) -> RunSpec:
                    gpus_per_node=int(r["gpus_per_node"]), nodes=int(r["nodes"]), market=str(r.get("market", "")),
                    interval_s=None if interval_steps else float(c["interval_s"]), interval_steps=interval_steps,
                    keep=int(c["keep"]), async_checkpoint=bool(c["async"]),
-                   predicted_step_s=float(p["step_time_s"]), accumulation=int(p.get("accumulation", 1)))
+                   predicted_step_s=float(p["step_time_s"]), accumulation=int(p.get("accumulation", 1)),
+                   min_nodes=_min_nodes(path, r))
+
+
+def _min_nodes(path, resources: dict) -> int | None:
+    value = resources.get("min_nodes")
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= int(resources["nodes"]):
+        raise InputError(str(path), "resources.min_nodes", f"got {value!r}; expected 1..resources.nodes")
+    return value

@@ -37,6 +37,7 @@ class Execution:
     workload_entry: str | None = None
     options: list[str] = field(default_factory=list)
     steps: int | None = None
+    min_nodes: int | None = None     # elastic: go on with as few as this many nodes
 
 
 def default_run_id(env=os.environ) -> str:
@@ -96,7 +97,7 @@ class Supervisor:
             fault = pending[0] if pending else None
             attempt_start = time.time()
             argv = torchrun_argv(x.node, nproc_per_node=x.nproc_per_node, run_id=x.run_id,
-                                 worker_args=self._worker_args(fault))
+                                 worker_args=self._worker_args(fault), min_nodes=x.min_nodes)
             self.telemetry.event("launch", attempt=len(attempts), fault=fault.encode() if fault else None)
             self.child = subprocess.Popen(argv, env=_child_env(x))
             code = self.child.wait()

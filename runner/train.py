@@ -94,7 +94,8 @@ class Trainer:
 
     def train(self) -> int:
         self.restore()
-        self.telemetry.event("start", step=self.step, total_steps=self.total_steps)
+        self.telemetry.event("start", step=self.step, total_steps=self.total_steps, pid=os.getpid(),
+                             node=int(os.environ.get("GROUP_RANK", 0)), global_batch=self.spec.global_batch)
         spec, started = self.spec, time.monotonic()
         last_checkpoint, last_step_end, last_progress = time.monotonic(), time.monotonic(), time.monotonic()
         next_sync, first_step = self.step + 1, self.step

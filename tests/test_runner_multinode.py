@@ -69,3 +69,33 @@ def test_a_node_that_cannot_see_the_checkpoints_refuses_to_start(plans, tmp_path
     assert all(code == 2 for code, _ in results)
     assert any("must be shared storage" in err for _, err in results)
     assert summary(tmp_path / "a")["restarts"] == 0
+
+
+def test_elastic_job_goes_on_with_fewer_nodes_keeping_the_global_batch(plans, tmp_path):
+    import os
+    import signal
+    import time
+    _, two = plans
+    run_dir, port = tmp_path / "elastic", free_port()
+    common = ["--run-dir", str(run_dir), "--run-id", "elastic", "--nnodes", "2", "--rdzv-endpoint",
+              f"127.0.0.1:{port}", "--min-nodes", "1", "--steps", "2000", "--seed", "5"]
+    node0 = subprocess.Popen([sys.executable, "-m", "runner", "execute", str(two), "--node-rank", "0", *common],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    node1 = subprocess.Popen([sys.executable, "-m", "runner", "execute", str(two), "--node-rank", "1", *common],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while not any(e["step"] >= 80 for e in events(run_dir, "checkpoint_save")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    victims = [e["pid"] for e in events(run_dir, "start", rank=None) if e.get("node") == 1]
+    os.killpg(node1.pid, signal.SIGKILL)          # node 1's supervisor and torchrun
+    for pid in victims:                            # and its workers (torchrun starts them in their own sessions)
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    node1.wait()
+    assert node0.wait(timeout=240) == 0, node0.stderr.read()[-3000:]
+    starts = events(run_dir, "start")
+    assert [e["world_size"] for e in starts][0] == 2 and starts[-1]["world_size"] == 1
+    assert starts[-1]["step"] >= 80 and starts[-1]["global_batch"] == 64   # resumed, same global batch
+    assert summary(run_dir)["steps"] == 2000
