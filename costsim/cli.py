@@ -153,22 +153,28 @@ def _price_dates(result) -> str:
 @click.option("--preemption-mtbf", type=DURATION, help="mean time between spot preemptions")
 @click.option("--capacity-wait", type=DURATION, default="0s", help="mean wait for spot capacity after one")
 @click.option("--weibull-shape", type=POSITIVE, default=1.0, show_default=True, help="1 = exponential")
-@click.option("--trace", "traces", multiple=True, type=click.Path(), help="capacity trace JSON; one trial each")
+@click.option("--trace", "traces", multiple=True, type=click.Path(),
+              help="capacity trace JSON (or a folder of them), one trial each; more files may follow it")
 @click.option("--policy", type=click.Choice(sorted(POLICIES)), default="spot-only", show_default=True)
 @click.option("--on-demand-price", type=click.FloatRange(min=0), help="per instance-hour")
 @click.option("--spot-price", type=click.FloatRange(min=0), help="per instance-hour")
 @click.option("--trials", type=click.IntRange(min=1), default=1000, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--per-trial", is_flag=True, help="list every trial's cost and finish time")
+@click.argument("more_traces", nargs=-1, type=click.Path())
 @output_options
 def simulate_command(workload, offering, nodes, work_hours, deadline, checkpoint_interval, checkpoint_cost,
                      checkpoint_stall, restart_cost, changeover, notice, preemption_mtbf, capacity_wait,
-                     weibull_shape, traces, policy, on_demand_price, spot_price, trials, seed, per_trial, fmt):
+                     weibull_shape, traces, policy, on_demand_price, spot_price, trials, seed, per_trial, more_traces,
+                     fmt):
     """Simulate one configuration many times: what-if questions and checks of the model.
 
     Example: costsim simulate --work-hours 48 --deadline 52h --checkpoint-interval 1h --changeover 6m
     --policy uniform-progress --trace trace1.json trace2.json --spot-price 0.9 --on-demand-price 3.06
     """
+    if more_traces and not traces:
+        raise click.UsageError(f"unexpected argument {more_traces[0]!r}; trace files follow --trace")
+    traces = _trace_files(list(traces) + list(more_traces))
     if workload:
         if not offering:
             raise click.UsageError("--workload needs --offering (an id from `costsim catalog`)")
@@ -196,6 +202,15 @@ def simulate_command(workload, offering, nodes, work_hours, deadline, checkpoint
     if fmt == "table":
         click.echo(f"deadline met in {doc['deadline_met']:.3f} of {doc['trials']} trials; "
                    f"{doc['preemptions']:.2f} preemptions per trial; {doc['unfinished']} unfinished")
+
+
+def _trace_files(paths: list[str]) -> list[str]:
+    """Files as given; a folder stands for the *.json files in it, in name order."""
+    files = []
+    for path in paths:
+        folder = Path(path)
+        files += sorted(str(p) for p in folder.glob("*.json")) if folder.is_dir() else [path]
+    return files
 
 
 def _fmt(value) -> str:

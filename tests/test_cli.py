@@ -140,3 +140,15 @@ def test_outputs_are_written_with_the_users_umask(run_cli, tmp_path):
     os.umask(mask)
     assert stat.S_IMODE(out.stat().st_mode) == 0o666 & ~mask
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".plan.json.")]   # no temp file left
+
+
+def test_simulate_takes_many_trace_files_after_one_flag_or_a_folder(run_cli, tmp_path):
+    for i in range(3):
+        (tmp_path / f"{i}.json").write_text(json.dumps({"metadata": {"gap_seconds": 600}, "data": [0] * 20}))
+    base = ["simulate", "--work-hours", "1", "--deadline", "2h", "--checkpoint-interval", "30m", "--spot-price", "1",
+            "--format", "json"]
+    files = [str(tmp_path / f"{i}.json") for i in range(3)]
+    assert run_cli(*base, "--trace", *files).json()["trials"] == 3
+    assert run_cli(*base, "--trace", str(tmp_path)).json()["trials"] == 3
+    stray = run_cli(*base, files[0])
+    assert stray.exit_code == 2 and "trace files follow --trace" in stray.stderr
