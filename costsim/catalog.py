@@ -9,7 +9,8 @@ from costsim.spec import Offering, Workload
 
 def offerings_for(workload: Workload, gpus: tuple[str, ...] | None = None) -> list[Offering]:
     """Cloud offerings of the allowed providers and GPU types, and the workload's owned servers."""
-    cloud = io.load_offerings()
+    catalog = io.load_offerings()
+    cloud = catalog
     providers = {o.provider for o in cloud}
     if workload.clouds is not None:
         unknown = sorted(set(workload.clouds) - providers)
@@ -22,7 +23,7 @@ def offerings_for(workload: Workload, gpus: tuple[str, ...] | None = None) -> li
     offerings = cloud + owned
     wanted = gpus or workload.gpus
     if wanted:
-        known = {o.gpu for o in io.load_offerings()} | {o.gpu for o in owned}
+        known = {o.gpu for o in catalog} | {o.gpu for o in owned}
         unknown = sorted(set(wanted) - known)
         if unknown:
             source, field = ("--gpu", "gpu") if gpus else (workload.source, "gpus")

@@ -20,11 +20,13 @@ from runner.telemetry import read_events  # noqa: E402
 
 def measure(run_dir: Path, skip: int = 5) -> dict:
     events = read_events(run_dir)
-    plan = json.loads((run_dir / "plan.json").read_text())
+    plan_path = run_dir / "plan.json"
+    plan = json.loads(plan_path.read_text()) if plan_path.exists() else None
     summary = json.loads((run_dir / "summary.json").read_text()) if (run_dir / "summary.json").exists() else {}
     steady = steady_step_times(events, skip)
     world = next((e["world_size"] for e in events if e.get("world_size")), 1)
-    batch = plan["workload"]["global_batch"]
+    # The global batch: from the plan, else from the step events (a run folder kept without its plan).
+    batch = plan["workload"]["global_batch"] if plan else next(e["samples"] for e in events if e["event"] == "step")
     saves = [e for e in events if e["event"] == "checkpoint_save" and e.get("rank") == 0]
     loads = [e for e in events if e["event"] == "checkpoint_load" and e.get("rank") == 0]
     step_s = statistics.fmean(steady) if steady else None   # wall time is the sum of steps

@@ -15,19 +15,20 @@ import torch
 from costsim.io import data_dir
 from runner.workloads import BuildContext, Built
 
-CONFIG = data_dir() / "models" / "sdxl_unet_config.json"
+CONFIG_NAME = "sdxl_unet_config.json"
 TRAIN_TIMESTEPS = 1000
 
 
-def load_config(path: Path = CONFIG) -> dict:
-    return json.loads(Path(path).read_text())
+def load_config(path: Path | None = None) -> dict:
+    """The UNet config: data/models/sdxl_unet_config.json unless a path is given."""
+    return json.loads(Path(path or data_dir() / "models" / CONFIG_NAME).read_text())
 
 
 def build(ctx: BuildContext) -> Built:
     """The SDXL UNet full fine-tune; `ctx.options['config']` may point at a smaller config for tests."""
     from diffusers import UNet2DConditionModel
 
-    config = load_config(Path(ctx.options.get("config", CONFIG)))
+    config = load_config(ctx.options.get("config"))
     torch.manual_seed(ctx.seed)
     with ctx.device:   # initialise on the GPU itself: 2.57B parameters are slow to initialise on a CPU
         model = UNet2DConditionModel.from_config(config)
