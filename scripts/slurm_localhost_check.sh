@@ -10,6 +10,10 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 if ! command -v slurmctld >/dev/null || ! command -v munged >/dev/null; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurmd slurmctld slurm-client munge >/dev/null
 fi
+if [ -f /etc/slurm/slurm.conf ] && ! grep -q "^ClusterName=costsim-test" /etc/slurm/slurm.conf; then
+  echo "refusing: /etc/slurm/slurm.conf belongs to another Slurm cluster; run this on a scratch machine" >&2
+  exit 2
+fi
 HOST=$(hostname -s)
 CPUS=$(nproc)
 mkdir -p /etc/slurm /var/spool/slurmctld /var/spool/slurmd /var/log/slurm /run/munge /etc/munge
