@@ -126,7 +126,6 @@ class Checkpointer:
         # One writer for every save (DCP resets it to each checkpoint_id): in async mode on GPUs its
         # staging copy goes to pinned host buffers allocated at the first save and reused after.
         self._writer = FileSystemWriter(str(self.root), cache_staged_state_dict=async_mode and torch.cuda.is_available())
-        self.stall_total_s = 0.0
         # DCP's collectives get their own gloo group, so the async writer never shares one with training.
         self._group = dist.new_group(backend="gloo") if dist.is_initialized() else None
         self._check_shared()
@@ -209,7 +208,6 @@ class Checkpointer:
             dcp.save(state, checkpoint_id=str(tmp), storage_writer=self._writer, process_group=self._group)
             stall_s = time.perf_counter() - started
             self._finish(step, tmp, started, stall_s, reason)
-        self.stall_total_s += stall_s
 
     def _complete(self, future, step, tmp, started, stall_s, reason) -> None:
         try:

@@ -26,7 +26,6 @@ class RunSpec:
     interval_steps: int | None
     keep: int
     async_checkpoint: bool
-    predicted_step_s: float
     accumulation: int
     min_nodes: int | None = None     # elastic range min_nodes..nodes, global batch kept
 
@@ -54,7 +53,7 @@ def load_run_spec(path: str | Path) -> RunSpec:
                    gpus_per_node=int(r["gpus_per_node"]), nodes=int(r["nodes"]), market=str(r.get("market", "")),
                    interval_s=None if interval_steps else float(c["interval_s"]), interval_steps=interval_steps,
                    keep=int(c["keep"]), async_checkpoint=bool(c["async"]),
-                   predicted_step_s=float(p["step_time_s"]), accumulation=int(p.get("accumulation", 1)),
+                   accumulation=int(p.get("accumulation", 1)),
                    min_nodes=_min_nodes(path, r))
 
 

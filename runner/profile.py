@@ -21,8 +21,6 @@ from costsim.throughput import Infeasible, step_model
 from runner.launch import Node
 from runner.supervisor import Execution, Supervisor, prepare_run_dir
 
-WARMUP_STEPS = 5
-
 
 def synthetic_plan(workload, profile, gpu: str, gpus: int, per_gpu_batch: int) -> dict:
     """A plan.json for one profiling configuration (single node, no periodic checkpoints)."""

@@ -41,7 +41,6 @@ class Stint:
     market: str
     start_s: float
     end_s: float = math.nan
-    preempted: bool = False
 
 
 @dataclass(slots=True)
@@ -135,7 +134,6 @@ class Job:
         except simpy.Interrupt as interrupt:
             yield from self._on_notice(interrupt.cause.reclaim_at)
             stint.end_s = self.env.now
-            stint.preempted = True
         self._log("release", market)
 
     def _reclaim(self, stint: Stint, reclaim_at: float):
