@@ -2,12 +2,14 @@
 
 Each line is written with one O_APPEND write, so lines from several processes never interleave.
 Step events are buffered and flushed about once a second (and before anything that may kill us).
+Thread-safe: the async checkpoint writer and the checksum check report from their own threads.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from pathlib import Path
 
@@ -24,21 +26,25 @@ class Telemetry:
         self._buffer: list[str] = []
         self._flush_every_s = flush_every_s
         self._last_flush = time.monotonic()
+        self._lock = threading.Lock()
 
     def event(self, event: str, *, buffered: bool = False, **figures) -> None:
         record = {"t": time.time(), **self.base, "event": event,
                   **{k: v for k, v in figures.items() if v is not None}}
-        self._buffer.append(json.dumps(record, separators=(",", ":")) + "\n")
+        line = json.dumps(record, separators=(",", ":")) + "\n"
+        with self._lock:
+            self._buffer.append(line)
         if not buffered or time.monotonic() - self._last_flush >= self._flush_every_s:
             self.flush()
 
     def flush(self, durable: bool = False) -> None:
-        if self._buffer:
-            os.write(self._fd, "".join(self._buffer).encode())
-            self._buffer.clear()
-        if durable:
-            os.fsync(self._fd)
-        self._last_flush = time.monotonic()
+        with self._lock:
+            if self._buffer:
+                os.write(self._fd, "".join(self._buffer).encode())
+                self._buffer.clear()
+            if durable:
+                os.fsync(self._fd)
+            self._last_flush = time.monotonic()
 
     def close(self) -> None:
         self.flush(durable=True)
