@@ -4,10 +4,13 @@
   temporary folder; rank 0 then records each file's size and CRC-32 in `manifest.json`, fsyncs and
   renames the folder to `step-N/`. A step exists only once that rename happened: a save cut short
   leaves a temporary folder that is never loaded (and is cleaned at the next start).
-- Async mode: the training stall is the staging copy to host memory (pinned and allocated once, on
-  GPUs); a background thread writes, and the next save waits for the previous one.
+- Async mode: the training stall is the staging copy to host memory (runner.staging: buffers pinned
+  and allocated once, in the background); a background thread writes that copy with DCP, and the
+  next save waits for the previous one.
 - Load: rank 0 picks the newest step whose files match their manifest, skipping (and reporting)
-  corrupt or partial ones; all ranks load it. The DCP metadata pickle is read with an unpickler
+  corrupt or partial ones; all ranks load it. Checksums are per 64 MiB chunk, computed by a pool
+  of threads (zlib releases the GIL), and rank 0 starts checking as soon as the worker starts, so
+  that the check overlaps building the model instead of adding to the restart. The DCP metadata pickle is read with an unpickler
   that admits only DCP's own metadata classes, and tensors with `weights_only=True`.
 """
 
@@ -21,6 +24,7 @@ import shutil
 import threading
 import time
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
 
@@ -31,6 +35,7 @@ from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
 from torch.distributed.checkpoint import metadata as dcp_metadata
 
 from costsim.io import write_atomic
+from runner.staging import HostStager
 
 MANIFEST = "manifest.json"
 _STEP = re.compile(r"^step-(\d+)$")
@@ -78,12 +83,30 @@ class SafeFileSystemReader(FileSystemReader):
         return metadata
 
 
-def crc32_file(path: Path, chunk: int = 8 << 20) -> int:
+CHUNK_BYTES = 64 << 20
+CHECK_THREADS = 8
+WRITE_THREADS = 4      # files written in parallel per rank
+
+
+def _crc32_range(path: Path, start: int, length: int) -> int:
     value = 0
     with open(path, "rb") as handle:
-        while block := handle.read(chunk):
+        handle.seek(start)
+        while length > 0 and (block := handle.read(min(8 << 20, length))):
             value = zlib.crc32(block, value)
+            length -= len(block)
     return value
+
+
+def file_checksums(paths: list[Path], chunk: int = CHUNK_BYTES) -> dict[Path, list[int]]:
+    """CRC-32 of every `chunk` bytes of every file, computed in parallel."""
+    jobs = [(p, start) for p in paths for start in range(0, max(p.stat().st_size, 1), chunk)]
+    with ThreadPoolExecutor(max_workers=min(CHECK_THREADS, os.cpu_count() or 1)) as pool:
+        values = list(pool.map(lambda job: _crc32_range(job[0], job[1], chunk), jobs))
+    result: dict[Path, list[int]] = {p: [] for p in paths}
+    for (path, _), value in zip(jobs, values):
+        result[path].append(value)
+    return result
 
 
 def verify(folder: Path) -> str | None:
@@ -91,6 +114,7 @@ def verify(folder: Path) -> str | None:
     try:
         manifest = json.loads((folder / MANIFEST).read_text())
         files = manifest["files"]
+        chunk = int(manifest.get("chunk_bytes", CHUNK_BYTES))
     except (OSError, ValueError, KeyError, TypeError):
         return "no readable manifest (partial or damaged)"
     if ".metadata" not in files:
@@ -99,9 +123,11 @@ def verify(folder: Path) -> str | None:
         path = folder / name
         if not path.is_file():
             return f"{name} is missing"
-        if path.stat().st_size != expected["size"]:
-            return f"{name} has {path.stat().st_size} bytes, expected {expected['size']}"
-        if crc32_file(path) != expected["crc32"]:
+        if path.stat().st_size != expected.get("size"):
+            return f"{name} has {path.stat().st_size} bytes, expected {expected.get('size')}"
+    sums = file_checksums([folder / name for name in files], chunk)
+    for name, expected in files.items():
+        if sums[folder / name] != expected.get("crc32_chunks"):
             return f"{name} fails its CRC-32 check"
     return None
 
@@ -125,10 +151,22 @@ class Checkpointer:
         self._error: BaseException | None = None
         # One writer for every save (DCP resets it to each checkpoint_id): in async mode on GPUs its
         # staging copy goes to pinned host buffers allocated at the first save and reused after.
-        self._writer = FileSystemWriter(str(self.root), cache_staged_state_dict=async_mode and torch.cuda.is_available())
+        self._writer = FileSystemWriter(str(self.root), thread_count=WRITE_THREADS)
+        self._stager = HostStager() if async_mode else None
         # DCP's collectives get their own gloo group, so the async writer never shares one with training.
         self._group = dist.new_group(backend="gloo") if dist.is_initialized() else None
         self._check_shared()
+        self._choice: int | BaseException | None = None
+        self._chooser: threading.Thread | None = None
+        if rank == 0:
+            self._chooser = threading.Thread(target=self._choose_in_background, name="checkpoint-check", daemon=True)
+            self._chooser.start()
+
+    def _choose_in_background(self) -> None:
+        try:
+            self._choice = self.choose()
+        except BaseException as exc:   # re-raised in agree_on_step
+            self._choice = exc
 
     def _check_shared(self) -> None:
         """Every rank must see the folder rank 0 writes: on several nodes it has to be shared storage."""
@@ -177,8 +215,14 @@ class Checkpointer:
 
     # -- load -----------------------------------------------------------------------------------
     def agree_on_step(self) -> int:
-        """Rank 0 chooses; every rank learns the choice."""
-        choice = torch.tensor([self.choose() if self.rank == 0 else 0], dtype=torch.int64)
+        """Rank 0 chooses (the check started with the worker); every rank learns the choice."""
+        chosen = 0
+        if self.rank == 0:
+            self._chooser.join()
+            if isinstance(self._choice, BaseException):
+                raise self._choice
+            chosen = self._choice
+        choice = torch.tensor([chosen], dtype=torch.int64)
         if dist.is_initialized():
             dist.broadcast(choice, src=0, group=self._group)
         return int(choice.item())
@@ -198,10 +242,9 @@ class Checkpointer:
         tmp = self.root / f".step-{step}.tmp"
         started = time.perf_counter()
         if self.async_mode and not blocking:
-            future = dcp.async_save(state, checkpoint_id=str(tmp), storage_writer=self._writer,
-                                    process_group=self._group)
+            staged = self._stager.stage(state)
             stall_s = time.perf_counter() - started
-            self._worker = threading.Thread(target=self._complete, args=(future, step, tmp, started, stall_s, reason),
+            self._worker = threading.Thread(target=self._complete, args=(staged, step, tmp, started, stall_s, reason),
                                             name=f"checkpoint-{step}", daemon=True)
             self._worker.start()
         else:
@@ -209,9 +252,14 @@ class Checkpointer:
             stall_s = time.perf_counter() - started
             self._finish(step, tmp, started, stall_s, reason)
 
-    def _complete(self, future, step, tmp, started, stall_s, reason) -> None:
+    def prepare(self, state: dict) -> None:
+        """Async mode: start allocating the host staging buffers now, off the training path."""
+        if self._stager is not None:
+            self._stager.prepare(state)
+
+    def _complete(self, staged, step, tmp, started, stall_s, reason) -> None:
         try:
-            future.result()
+            dcp.save(staged, checkpoint_id=str(tmp), storage_writer=self._writer, process_group=self._group)
             self._finish(step, tmp, started, stall_s, reason)
         except BaseException as exc:  # surfaced by wait() in the training thread
             self._error = exc
@@ -225,8 +273,11 @@ class Checkpointer:
                       mode="async" if self.async_mode and reason == "interval" else "sync", reason=reason)
 
     def _commit(self, step: int, tmp: Path) -> None:
-        files = {p.name: {"size": p.stat().st_size, "crc32": crc32_file(p)} for p in sorted(tmp.iterdir()) if p.is_file()}
-        write_atomic(tmp / MANIFEST, json.dumps({"step": step, "files": files, "created": time.time()}, indent=1))
+        paths = [p for p in sorted(tmp.iterdir()) if p.is_file()]
+        sums = file_checksums(paths)
+        files = {p.name: {"size": p.stat().st_size, "crc32_chunks": sums[p]} for p in paths}
+        write_atomic(tmp / MANIFEST, json.dumps({"step": step, "chunk_bytes": CHUNK_BYTES, "files": files,
+                                                 "created": time.time()}, indent=1))
         _fsync_dir(tmp)
         final = self.folder(step)
         if final.exists():   # a damaged earlier save of the same step: replace it

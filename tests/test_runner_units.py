@@ -28,11 +28,14 @@ def test_checkpoint_metadata_cannot_run_code(tmp_path):
     assert not os.path.exists("/tmp/costsim-pwned")
 
 
-def write_checkpoint(folder, files):
+def write_checkpoint(folder, files, chunk=16):
+    """A manifest computed independently of the code under test: zlib over each `chunk` bytes."""
     folder.mkdir()
     for name, data in files.items():
         (folder / name).write_bytes(data)
-    manifest = {"step": 1, "files": {n: {"size": len(d), "crc32": zlib.crc32(d)} for n, d in files.items()}}
+    sums = {n: [zlib.crc32(d[i:i + chunk]) for i in range(0, max(len(d), 1), chunk)] for n, d in files.items()}
+    manifest = {"step": 1, "chunk_bytes": chunk,
+                "files": {n: {"size": len(d), "crc32_chunks": sums[n]} for n, d in files.items()}}
     (folder / MANIFEST).write_text(json.dumps(manifest))
 
 
@@ -41,8 +44,8 @@ def test_verify_accepts_intact_and_names_what_is_wrong(tmp_path):
     write_checkpoint(tmp_path / "ok", files)
     assert verify(tmp_path / "ok") is None
     write_checkpoint(tmp_path / "flip", files)
-    (tmp_path / "flip" / "__0_0.distcp").write_bytes(b"y" * 100)
-    assert "CRC-32" in verify(tmp_path / "flip")
+    (tmp_path / "flip" / "__0_0.distcp").write_bytes(b"x" * 70 + b"y" + b"x" * 29)   # one byte, 5th chunk
+    assert "__0_0.distcp fails its CRC-32" in verify(tmp_path / "flip")
     write_checkpoint(tmp_path / "short", files)
     (tmp_path / "short" / "__0_0.distcp").write_bytes(b"x" * 10)
     assert "10 bytes, expected 100" in verify(tmp_path / "short")
