@@ -14,6 +14,7 @@ from pathlib import Path
 from costsim.errors import InputError
 from costsim.fit import Fit, Point, fit, predict_step_s
 from costsim.planfile import read_plan
+from costsim.runtime import Runtime, parse_runtime
 from costsim.spec import GpuProfile, Profile
 
 SKIP_AFTER_START = 5
@@ -31,8 +32,10 @@ class Run:
     sync_save_s: list[float] = field(default_factory=list)
     async_stall_s: list[float] = field(default_factory=list)
     interval_saves: int = 0
+    final_save: bool = True               # profiling runs skip it
     fixed_s: float | None = None          # launch -> first step, plus end -> exit, first attempt
     restart_s: list[float] = field(default_factory=list)
+    runtime: Runtime = Runtime()          # the runner settings it ran with (its telemetry says)
 
     @property
     def name(self) -> str:
@@ -77,9 +80,12 @@ def load_run(ref: str) -> Run:
               steps=summary.get("steps") or max((e["step"] for e in events if e["event"] == "step"), default=0),
               sync_save_s=[e["duration_s"] for e in saves if e.get("mode") == "sync"],
               async_stall_s=[e["stall_s"] for e in saves if e.get("mode") == "async"],
-              interval_saves=sum(1 for e in saves if e.get("reason") == "interval"))
-    run.fixed_s = _fixed_overhead(events)
-    run.restart_s = _restarts(events)
+              interval_saves=sum(1 for e in saves if e.get("reason") == "interval"),
+              final_save=any(e.get("reason") == "final" for e in saves) or not any(e["event"] == "end" for e in events))
+    run.fixed_s = _fixed_overhead(events, run.point.step_s)
+    run.restart_s = _restarts(events, run.point.step_s)
+    settings = next((e.get("settings") for e in events if e["event"] == "runtime" and e.get("rank") == 0), None)
+    run.runtime = parse_runtime(settings if settings is not None else plan.get("runtime"), str(folder / "telemetry.jsonl"))
     return run
 
 
@@ -97,24 +103,26 @@ def steady_step_times(events: list[dict], skip: int = SKIP_AFTER_START) -> list[
     return times
 
 
-def _fixed_overhead(events: list[dict]) -> float | None:
-    launch = next((e["t"] for e in events if e["event"] == "launch"), None)
-    first = next((e["t"] - e["step_time_s"] for e in events if e["event"] == "step"), None)
+def _first_step_overhead(events: list[dict], since: int, steady_s: float) -> float | None:
+    """From events[since] to the end of the first step after it, less one steady step: the whole
+    price of a (re)start, including a first step slowed by compilation, autotuning and allocation."""
+    first = next((e for e in events[since:] if e["event"] == "step"), None)
+    return None if first is None else first["t"] - events[since]["t"] - steady_s
+
+
+def _fixed_overhead(events: list[dict], steady_s: float) -> float | None:
+    launch = next((i for i, e in enumerate(events) if e["event"] == "launch"), None)
     end = next((e["t"] for e in events if e["event"] == "end"), None)
     done = next((e["t"] for e in events if e["event"] == "exit"), None)
-    if None in (launch, first, end, done) or any(e["event"] == "restart" for e in events):
+    if None in (launch, end, done) or any(e["event"] == "restart" for e in events):
         return None
-    return (first - launch) + (done - end)
+    start = _first_step_overhead(events, launch, steady_s)
+    return None if start is None else start + (done - end)
 
 
-def _restarts(events: list[dict]) -> list[float]:
-    out = []
-    for i, e in enumerate(events):
-        if e["event"] == "restart":
-            first = next((x for x in events[i:] if x["event"] == "step"), None)
-            if first is not None:
-                out.append(first["t"] - first["step_time_s"] - e["t"])
-    return out
+def _restarts(events: list[dict], steady_s: float) -> list[float]:
+    out = [_first_step_overhead(events, i, steady_s) for i, e in enumerate(events) if e["event"] == "restart"]
+    return [v for v in out if v is not None]
 
 
 def check_compatible(runs: list[Run]) -> None:
@@ -126,6 +134,9 @@ def check_compatible(runs: list[Run]) -> None:
             if a != b:
                 raise InputError(str(run.path), ".".join(key), f"{label} {b!r} differs from {first.name}'s {a!r}; "
                                  "calibrate one workload on one GPU type at a time")
+        if run.runtime != first.runtime:
+            raise InputError(str(run.path), "runtime", f"ran with {run.runtime.describe()!r}, {first.name} with "
+                             f"{first.runtime.describe()!r}; calibrate one runner configuration at a time")
 
 
 @dataclass(slots=True)
@@ -182,7 +193,8 @@ def predicted_wall_s(p: GpuProfile, run: Run) -> float:
     """Failure-free wall time of a run under a profile: start-up, steps, interval saves, final save."""
     async_mode = bool(run.plan["checkpoint"]["async"])
     per_save = p.checkpoint_stall_s if async_mode else p.checkpoint_save_s
-    return p.startup_s + run.steps * predict_step_s(p, run.point) + run.interval_saves * per_save + p.checkpoint_save_s
+    final = p.checkpoint_save_s if run.final_save else 0.0
+    return p.startup_s + run.steps * predict_step_s(p, run.point) + run.interval_saves * per_save + final
 
 
 def report_rows(c: Calibration) -> list[dict]:
@@ -230,7 +242,7 @@ def updated_profile_document(profile_path: str, c: Calibration) -> dict:
                   "intra_node": {"a": f"{a.intra_a_s:.6g}s", "b": f"{a.intra_b_s:.6g}s"},
                   "overlap_gamma": round(a.overlap_gamma, 4), "checkpoint_save": f"{a.checkpoint_save_s:.6g}s",
                   "checkpoint_stall": f"{a.checkpoint_stall_s:.6g}s", "restart": f"{a.restart_s:.6g}s",
-                  "startup": f"{a.startup_s:.6g}s"})
+                  "startup": f"{a.startup_s:.6g}s", "runtime": c.runs[0].runtime.as_dict()})
     doc["id"] = f"{doc.get('id', 'profile')}+cal{datetime.date.today():%Y%m%d}"
     doc["source"] = "measured"
     doc["date"] = datetime.date.today().isoformat()

@@ -11,6 +11,7 @@ import math
 import costsim
 from costsim.errors import InputError
 from costsim.io.files import Fields, read_json
+from costsim.runtime import parse_runtime
 from costsim.sim.policies import POLICIES, POLICY_MARKETS
 from costsim.spec import ON_DEMAND, SPOT
 
@@ -52,6 +53,7 @@ def plan_document(result, ranked) -> dict:
             "checkpoint_save_s": gpu.checkpoint_save_s, "checkpoint_stall_s": gpu.checkpoint_stall_s,
             "restart_s": gpu.restart_s, "startup_s": gpu.startup_s, "trials": stats.trials, "seed": result.seed,
         },
+        "runtime": gpu.runtime.as_dict(),
         "profile": {"id": result.profile.id, "sha256": result.profile.sha256, "source": gpu.source,
                     "path": result.profile.path},
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -77,4 +79,5 @@ def read_plan(path) -> dict:
     checkpoint.number("interval_s"), checkpoint.number("keep", integer=True), checkpoint.boolean("async")
     prediction = f.mapping_of("prediction")
     prediction.number("step_time_s"), prediction.number("samples_per_s")
+    parse_runtime(doc.get("runtime"), str(path))
     return doc

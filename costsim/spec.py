@@ -8,6 +8,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from costsim.runtime import Runtime
+
 SPOT, ON_DEMAND, OWNED = "spot", "on-demand", "owned"
 
 
@@ -111,6 +113,7 @@ class GpuProfile:
     checkpoint_stall_s: float
     restart_s: float
     startup_s: float
+    runtime: Runtime = Runtime()     # the runner settings these figures were measured (or assumed) under
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

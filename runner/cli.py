@@ -11,6 +11,7 @@ import click
 from costsim.entry import run
 
 from costsim.errors import InputError
+from costsim.runtime import parse_pairs
 
 
 
@@ -44,8 +45,10 @@ def cli():
 @click.option("--steps", type=click.IntRange(min=1), help="stop after this many steps (drills, profiling)")
 @click.option("--workload-entry", help="module:function building your own workload (see docs/runner-workloads.md)")
 @click.option("--option", "options", multiple=True, help="KEY=VALUE passed to the workload (repeatable)")
+@click.option("--runtime", "runtime", multiple=True, help="KEY=VALUE over the plan's runner settings, e.g. "
+              "compile=blocks, channels_last=true, sdpa=cudnn (repeatable; see docs/runner-speed.md)")
 def execute_command(plan, run_dir, run_id, nnodes, node_rank, rdzv_endpoint, nproc_per_node, min_nodes, inject, seed, max_restarts,
-                    rdzv_timeout, steps, workload_entry, options):
+                    rdzv_timeout, steps, workload_entry, options, runtime):
     """Run a plan: torchrun workers, checkpoints, restarts; telemetry and summary in the run folder.
 
     Example: runner execute plan.json --inject-preemptions 3 --seed 1
@@ -73,6 +76,7 @@ def execute_command(plan, run_dir, run_id, nnodes, node_rank, rdzv_endpoint, npr
         for option in options:
             if "=" not in option:
                 raise click.BadParameter(f"{option!r}: expected KEY=VALUE", param_hint="--option")
+        settings = parse_pairs(runtime, base=spec.runtime)
         smallest = min_nodes or spec.min_nodes or node.nnodes
         if min_nodes and min_nodes > node.nnodes:
             raise click.BadParameter(f"{min_nodes} > --nnodes {node.nnodes}", param_hint="--min-nodes")
@@ -94,10 +98,11 @@ def execute_command(plan, run_dir, run_id, nnodes, node_rank, rdzv_endpoint, npr
             raise
         raise InputError("--inject-preemptions", "inject-preemptions", str(exc)) from None
     click.echo(f"runner: {spec.workload} ({spec.model}) on {node.nnodes} node(s) x {nproc} process(es) "
-               f"[{node.source}], {total} steps; run folder {folder}", err=True)
+               f"[{node.source}], {total} steps, {settings.describe()}; run folder {folder}", err=True)
     execution = Execution(spec=spec, node=node, run_dir=folder, run_id=run_id, nproc_per_node=nproc, seed=seed,
                           schedule=schedule, max_restarts=max_restarts, workload_entry=workload_entry,
-                          options=list(options), steps=steps, min_nodes=min_nodes or spec.min_nodes)
+                          options=list(options), runtime=list(runtime), steps=steps,
+                          min_nodes=min_nodes or spec.min_nodes)
     sys.exit(Supervisor(execution).run())
 
 
@@ -110,7 +115,9 @@ def execute_command(plan, run_dir, run_id, nnodes, node_rank, rdzv_endpoint, npr
 @click.option("--out", default="profile.yaml", show_default=True, type=click.Path(dir_okay=False))
 @click.option("--run-root", type=click.Path(file_okay=False), help="where the profiling runs go (default: runs/profile-<time>)")
 @click.option("--option", "options", multiple=True, help="KEY=VALUE passed to the workload (repeatable)")
-def profile_command(workload, gpus, batch, steps, gpu_type, out, run_root, options):
+@click.option("--runtime", "runtime", multiple=True, help="KEY=VALUE runner settings to profile under, e.g. "
+              "compile=blocks (repeatable); recorded in the profile")
+def profile_command(workload, gpus, batch, steps, gpu_type, out, run_root, options, runtime):
     """Measure a throughput profile: short runs per (GPUs, batch), fitted like `costsim calibrate`.
 
     Example: runner profile --workload tiny --gpus 1,2 --batch 8,32 --out tiny-measured.yaml
@@ -118,6 +125,7 @@ def profile_command(workload, gpus, batch, steps, gpu_type, out, run_root, optio
     import datetime
     from runner.profile import measure
     counts, batches = _integers(gpus, "--gpus"), _integers(batch, "--batch")
+    parse_pairs(runtime)   # a bad setting fails here, before any run
     gpu_type = gpu_type or "cpu"
     if gpu_type != "cpu":
         import torch
@@ -125,7 +133,7 @@ def profile_command(workload, gpus, batch, steps, gpu_type, out, run_root, optio
             raise click.BadParameter(f"{max(counts)} GPUs asked, {torch.cuda.device_count()} visible", param_hint="--gpus")
     root = Path(run_root or Path("runs") / f"profile-{datetime.datetime.now():%Y%m%d-%H%M%S}")
     written = measure(workload, gpus=counts, batches=batches, steps=steps, gpu=gpu_type, out=out, run_root=root,
-                      options=list(options))
+                      options=list(options), runtime=list(runtime))
     click.echo(f"wrote {written} (runs in {root})")
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from costsim.errors import InputError
 from costsim.planfile import read_plan
+from costsim.runtime import Runtime, parse_runtime
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -28,6 +29,7 @@ class RunSpec:
     async_checkpoint: bool
     accumulation: int
     min_nodes: int | None = None     # elastic range min_nodes..nodes, global batch kept
+    runtime: Runtime = Runtime()     # speed settings the plan was priced with
 
     @property
     def total_steps(self) -> int:
@@ -54,7 +56,7 @@ def load_run_spec(path: str | Path) -> RunSpec:
                    interval_s=None if interval_steps else float(c["interval_s"]), interval_steps=interval_steps,
                    keep=int(c["keep"]), async_checkpoint=bool(c["async"]),
                    accumulation=int(p.get("accumulation", 1)),
-                   min_nodes=_min_nodes(path, r))
+                   min_nodes=_min_nodes(path, r), runtime=parse_runtime(doc.get("runtime"), str(path)))
 
 
 def _min_nodes(path, resources: dict) -> int | None:

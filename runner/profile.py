@@ -48,7 +48,7 @@ def synthetic_plan(workload, profile, gpu: str, gpus: int, per_gpu_batch: int) -
 
 
 def measure(workload_ref: str, *, gpus: list[int], batches: list[int], steps: int, gpu: str, out: str,
-            run_root: Path, options: list[str], workload_entry: str | None = None) -> Path:
+            run_root: Path, options: list[str], runtime: list[str] = (), workload_entry: str | None = None) -> Path:
     workload = cio.load_workload(workload_ref)
     profile = cio.load_profile(workload.profile)
     run_dirs = []
@@ -62,7 +62,8 @@ def measure(workload_ref: str, *, gpus: list[int], batches: list[int], steps: in
             execution = Execution(spec=_spec(plan_path), node=Node(nnodes=1, node_rank=0, endpoint=None, run_id=None,
                                                                    source="profile"),
                                   run_dir=folder, run_id=folder.name, nproc_per_node=count, steps=steps,
-                                  options=options, workload_entry=workload_entry, max_restarts=0)
+                                  options=options, runtime=list(runtime), workload_entry=workload_entry, max_restarts=0,
+                                  final_save=False)
             if Supervisor(execution).run() != 0:
                 raise RuntimeError(f"profiling run {folder} failed: see its output above")
             run_dirs.append(folder)

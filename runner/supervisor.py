@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from costsim.io import write_atomic
+from costsim.runtime import parse_pairs
 from runner import faults
 from runner.launch import Node, torchrun_argv
 from runner.plan import RunSpec
@@ -36,7 +37,9 @@ class Execution:
     max_restarts: int = 10
     workload_entry: str | None = None
     options: list[str] = field(default_factory=list)
+    runtime: list[str] = field(default_factory=list)   # KEY=VALUE over the plan's runtime settings
     steps: int | None = None
+    final_save: bool = True          # off only for profiling runs, whose state is thrown away
     min_nodes: int | None = None     # elastic: go on with as few as this many nodes
 
 
@@ -81,10 +84,14 @@ class Supervisor:
             args += ["--fault", fault.encode()]
         if x.steps:
             args += ["--steps", str(x.steps)]
+        if not x.final_save:
+            args.append("--no-final-save")
         if x.workload_entry:
             args += ["--workload-entry", x.workload_entry]
         for option in x.options:
             args += ["--option", option]
+        for setting in x.runtime:
+            args += ["--runtime", setting]
         return args
 
     def run(self) -> int:
@@ -158,7 +165,8 @@ def _child_env(x: Execution) -> dict:
     env.setdefault("NCCL_NVLS_ENABLE", "0")
     env.setdefault("OMP_NUM_THREADS", "1")
     env["PYTHONUNBUFFERED"] = "1"
-    return env
+    from runner.speed import compile_cache_env   # torch: only once a job is launched
+    return compile_cache_env(parse_pairs(x.runtime, base=x.spec.runtime), x.run_dir, env)
 
 
 def summarise(run_dir: Path, *, run_id: str, wall_s: float, restarts: int, status: str, attempts: list) -> dict:
@@ -174,7 +182,7 @@ def summarise(run_dir: Path, *, run_id: str, wall_s: float, restarts: int, statu
         "restarts": restarts, "lost_steps": lost_steps(events),
         "checkpoint_stall_s": sum(e.get("stall_s", 0.0) for e in saves),
         "checkpoint_saves": len(saves),
-        "final_state_sha256": end["final_state_sha256"] if end else None,
+        "final_state_sha256": end.get("final_state_sha256") if end else None,
         "attempts": attempts,
     }
 

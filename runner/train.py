@@ -19,12 +19,14 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from runner import faults
+from costsim.errors import InputError
+from costsim.runtime import parse_pairs
+from runner import faults, speed
 from runner.checkpoint import Checkpointer, SharedStorageError
 from runner.plan import load_run_spec
 from runner.state import apply_state, state_sha256, training_state
 from runner.telemetry import Telemetry
-from runner.workloads import BuildContext, resolve
+from runner.workloads import BuildContext, WorkloadOptionError, resolve
 
 SYNC_TARGET_S = 0.5
 FATAL_EXIT = 78   # EX_CONFIG: restarting cannot help
@@ -38,6 +40,16 @@ class Trainer:
         self.total_steps = args.steps or spec.total_steps
         self.telemetry = Telemetry(Path(args.run_dir), args.run_id, rank, world_size)
         self.fault = faults.decode(args.fault)
+        self.final_save = not args.no_final_save
+        try:
+            self.runtime = parse_pairs(args.runtime, base=spec.runtime)
+        except InputError as exc:
+            raise speed.RuntimeConfigError(str(exc)) from None
+        speed.check_device(self.runtime, self.device)
+        # Rank 0 starts checking the newest checkpoint's checksums now, while the model builds.
+        self.checkpointer = Checkpointer(Path(args.run_dir) / "checkpoints", keep=spec.keep,
+                                         async_mode=spec.async_checkpoint, rank=rank,
+                                         on_event=self.telemetry.event, warn=self.warn)
         per_rank = spec.global_batch // world_size
         self.accumulation = spec.accumulation if per_rank % spec.accumulation == 0 else 1
         ctx = BuildContext(rank=rank, world_size=world_size, device=self.device, micro_batch=per_rank // self.accumulation,
@@ -45,11 +57,11 @@ class Trainer:
                            options=dict(kv.split("=", 1) for kv in args.option))
         built = resolve(spec.model, args.workload_entry)(ctx)
         self.built = built
+        compiled = speed.prepare_model(built.model, self.runtime)
         self.model = DistributedDataParallel(built.model, device_ids=None if spec.cpu else [local_rank],
-                                             gradient_as_bucket_view=True)
-        self.checkpointer = Checkpointer(Path(args.run_dir) / "checkpoints", keep=spec.keep,
-                                         async_mode=spec.async_checkpoint, rank=rank,
-                                         on_event=self.telemetry.event, warn=self.warn)
+                                             gradient_as_bucket_view=True, bucket_cap_mb=self.runtime.ddp_bucket_mb)
+        self.telemetry.event("runtime", settings=self.runtime.as_dict(), compiled_modules=compiled,
+                             compile_cache_bytes=speed.cache_bytes())
         self.notice = faults.NoticeFlag()
         self.step = 0
 
@@ -74,7 +86,7 @@ class Trainer:
                     else contextlib.nullcontext())
         for micro in range(self.accumulation):
             sync = micro == self.accumulation - 1
-            with autocast, (contextlib.nullcontext() if sync else model.no_sync()):
+            with autocast, speed.attention(self.runtime), (contextlib.nullcontext() if sync else model.no_sync()):
                 loss = built.loss(model, built.batch(self.step, micro)) / self.accumulation
             loss.backward()
         built.optimizer.step()
@@ -108,6 +120,8 @@ class Trainer:
                 self.fault = None
             self.train_step()
             self.step += 1
+            if self.step == first_step + 1:   # the optimizer's state now exists: size the staging buffers
+                self.checkpointer.prepare(self.state())
             now = time.monotonic()
             if self.rank == 0:
                 self.telemetry.event("step", buffered=True, step=self.step, step_time_s=now - last_step_end,
@@ -135,8 +149,10 @@ class Trainer:
         return faults.PREEMPTED_EXIT
 
     def finish(self, started: float) -> int:
-        self.checkpointer.save(self.step, self.state(), blocking=True, reason="final")
-        digest = state_sha256(self.model, self.built.optimizer)
+        digest = None   # hashing 30 GB of state takes tens of seconds: only for a state that is kept
+        if self.final_save:
+            self.checkpointer.save(self.step, self.state(), blocking=True, reason="final")
+            digest = state_sha256(self.model, self.built.optimizer)
         if self.rank == 0:
             self.telemetry.event("end", step=self.step, final_state_sha256=digest,
                                  samples=self.step * self.spec.global_batch, wall_s=time.monotonic() - started)
@@ -167,6 +183,8 @@ def parse(argv: list[str] | None):
     parser.add_argument("--steps", type=int)
     parser.add_argument("--workload-entry")
     parser.add_argument("--option", action="append", default=[])
+    parser.add_argument("--runtime", action="append", default=[])
+    parser.add_argument("--no-final-save", action="store_true", help="profiling: the trained state is thrown away")
     return parser.parse_args(argv)
 
 
@@ -179,7 +197,7 @@ def main(argv: list[str] | None = None) -> None:
     dist.init_process_group(backend=backend)
     try:
         trainer = Trainer(args, spec, dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", 0)))
-    except SharedStorageError as exc:
+    except (SharedStorageError, speed.RuntimeConfigError, WorkloadOptionError) as exc:
         Telemetry(Path(args.run_dir), args.run_id, dist.get_rank(), dist.get_world_size()).event("fatal", reason=str(exc))
         print(f"runner: error: {exc}", file=sys.stderr, flush=True)
         sys.exit(FATAL_EXIT)

@@ -8,6 +8,7 @@ from pathlib import Path
 from costsim import cost
 from costsim.errors import InputError
 from costsim.io.files import Fields, data_dir, read_json, read_yaml, resolve, sha256_file
+from costsim.runtime import parse_runtime
 from costsim.spec import GpuProfile, Offering, OwnedCapacity, Profile, SpotModel, Workload
 
 WORKLOAD_FIELDS = {"name", "model", "description", "samples", "global_batch", "precision",
@@ -102,6 +103,7 @@ def _gpu_profile(g: Fields, gpu: str, shared: dict) -> GpuProfile:
         intra_a_s=intra.duration("a", 0.0, allow_zero=True), intra_b_s=intra.duration("b", 0.0, allow_zero=True),
         inter_a_s=shared["inter_a_s"], inter_b_s=shared["inter_b_s"], inter_at_gbps=shared["inter_at_gbps"],
         overlap_gamma=g.number("overlap_gamma", shared["overlap_gamma"]), **overrides,
+        runtime=parse_runtime(g.raw("runtime", None), g.source, prefix=f"gpus.{gpu}.runtime"),
     )
 
 

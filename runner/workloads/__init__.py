@@ -57,6 +57,10 @@ class UnknownWorkload(LookupError):
     pass
 
 
+class WorkloadOptionError(ValueError):
+    """A workload's --option value it cannot honour (the run stops: restarting cannot help)."""
+
+
 def resolve(model: str, entry: str | None = None) -> Builder:
     """The builder for a plan's model: a registered name, or the entry point the user named.
 

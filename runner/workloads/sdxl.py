@@ -2,7 +2,9 @@
 
 Random weights are exact for speed and memory; no download is ever needed. Latents (B, 4, 128, 128),
 text embeddings (B, 77, 2048), pooled embeddings (B, 1280) and time ids (B, 6), the DDPM
-noise-prediction loss, bf16 autocast and fused AdamW, as in a full fine-tune.
+noise-prediction loss, bf16 autocast and fused AdamW, as in a full fine-tune. Options (--option):
+`config=PATH` (a smaller config, for tests), `adamw=fused|foreach`. Activation checkpointing,
+compilation and the attention backend are the runner's settings (costsim.runtime).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from pathlib import Path
 import torch
 
 from costsim.io import data_dir
-from runner.workloads import BuildContext, Built
+from runner.workloads import BuildContext, Built, WorkloadOptionError
 
 CONFIG_NAME = "sdxl_unet_config.json"
 TRAIN_TIMESTEPS = 1000
@@ -32,10 +34,11 @@ def build(ctx: BuildContext) -> Built:
     torch.manual_seed(ctx.seed)
     with ctx.device:   # initialise on the GPU itself: 2.57B parameters are slow to initialise on a CPU
         model = UNet2DConditionModel.from_config(config)
-    if ctx.options.get("gradient_checkpointing"):
-        model.enable_gradient_checkpointing()
-    fused = ctx.device.type == "cuda"
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5, weight_decay=1e-2, fused=fused)
+    adamw = ctx.options.get("adamw", "fused" if ctx.device.type == "cuda" else "foreach")
+    if adamw not in ("fused", "foreach"):
+        raise WorkloadOptionError(f"--option adamw={adamw!r}: allowed fused, foreach")
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5, weight_decay=1e-2,
+                                  **{"fused": True} if adamw == "fused" else {"foreach": True})
     betas = torch.linspace(0.00085 ** 0.5, 0.012 ** 0.5, TRAIN_TIMESTEPS, dtype=torch.float64) ** 2
     alphas_cumprod = torch.cumprod(1.0 - betas, dim=0).to(torch.float32).to(ctx.device)
     size = config.get("sample_size", 128)
@@ -43,20 +46,22 @@ def build(ctx: BuildContext) -> Built:
     text_dim = config.get("cross_attention_dim", 2048)
     text_dim = text_dim[0] if isinstance(text_dim, list) else text_dim
     pooled_dim = config.get("projection_class_embeddings_input_dim", 2816) - 6 * config.get("addition_time_embed_dim", 256)
+    time_ids = torch.tensor([[size * 8, size * 8, 0, 0, size * 8, size * 8]], dtype=torch.float32).to(ctx.device)
 
     def batch(step: int, micro: int):
+        # Drawn on the device itself: no host copy, so the host never waits for the GPU and keeps
+        # queuing work ahead of it. Same (seed, step, micro, rank), same batch: resumes stay exact.
         key = ((ctx.seed * 1_000_003 + step) * 64 + micro) * 4096 + ctx.rank
-        g = torch.Generator(device="cpu").manual_seed(key)
-        b = ctx.micro_batch
-        cpu = {
-            "latents": torch.randn(b, channels, size, size, generator=g),
-            "noise": torch.randn(b, channels, size, size, generator=g),
-            "timesteps": torch.randint(0, TRAIN_TIMESTEPS, (b,), generator=g),
-            "text": torch.randn(b, 77, text_dim, generator=g),
-            "pooled": torch.randn(b, pooled_dim, generator=g),
-            "time_ids": torch.tensor([[size * 8, size * 8, 0, 0, size * 8, size * 8]], dtype=torch.float32).repeat(b, 1),
+        g = torch.Generator(device=ctx.device).manual_seed(key)
+        b, on = ctx.micro_batch, {"device": ctx.device, "generator": g}
+        return {
+            "latents": torch.randn(b, channels, size, size, **on),
+            "noise": torch.randn(b, channels, size, size, **on),
+            "timesteps": torch.randint(0, TRAIN_TIMESTEPS, (b,), **on),
+            "text": torch.randn(b, 77, text_dim, **on),
+            "pooled": torch.randn(b, pooled_dim, **on),
+            "time_ids": time_ids.expand(b, 6),
         }
-        return {k: v.to(ctx.device, non_blocking=True) for k, v in cpu.items()}
 
     def loss(model, data) -> torch.Tensor:
         a = alphas_cumprod[data["timesteps"]].view(-1, 1, 1, 1)

@@ -1,0 +1,105 @@
+"""Runner speed settings: how the training loop runs (compilation, attention kernels, memory format).
+
+A measured profile records the settings it was measured under; a plan carries the settings of the
+profile it was priced with (plan.json `runtime`), so that the job runs the configuration whose
+throughput and restart cost the plan assumed. `runner execute --runtime KEY=VALUE` overrides them.
+
+Only the keys and values below are accepted: a plan is data, and these are choices among fixed
+code paths, never code or command lines. No torch here: planning must not need it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+
+from costsim.errors import InputError
+
+COMPILE = ("off", "blocks", "model")
+COMPILE_MODES = ("default", "max-autotune-no-cudagraphs", "reduce-overhead", "max-autotune")
+SDPA = ("auto", "flash", "efficient", "cudnn", "math")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Runtime:
+    """Runner settings. Defaults are the plain eager loop, which runs anywhere."""
+
+    compile: str = "off"                  # off | blocks (each repeated block) | model (the whole model)
+    compile_mode: str = "default"         # torch.compile mode
+    channels_last: bool = False           # NHWC memory format for convolution models
+    sdpa: str = "auto"                    # scaled-dot-product attention backend
+    activation_checkpointing: bool = False
+    ddp_bucket_mb: float = 25.0           # DDP gradient bucket size (PyTorch's default 25)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def describe(self) -> str:
+        """Only what differs from the defaults, e.g. 'compile=blocks channels_last=true'."""
+        default = Runtime()
+        changed = [f"{f.name}={_text(getattr(self, f.name))}" for f in fields(self)
+                   if getattr(self, f.name) != getattr(default, f.name)]
+        return " ".join(changed) or "eager defaults"
+
+
+def _text(value) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def parse_runtime(raw, source: str, prefix: str = "runtime", base: Runtime | None = None) -> Runtime:
+    """A Runtime from a mapping (plan.json, a profile, or --runtime pairs); errors name the field."""
+    if raw is None:
+        return base or Runtime()
+    if not isinstance(raw, dict):
+        raise InputError(source, prefix, "expected a mapping of runner settings")
+    values = (base or Runtime()).as_dict()
+    allowed = {f.name: f.type for f in fields(Runtime)}
+    for key, value in raw.items():
+        where = f"{prefix}.{key}"
+        if key not in allowed:
+            raise InputError(source, where, f"unknown setting; allowed: {', '.join(allowed)}")
+        if key == "compile":
+            values[key] = _choice(value, COMPILE, source, where)
+        elif key == "compile_mode":
+            values[key] = _choice(value, COMPILE_MODES, source, where)
+        elif key == "sdpa":
+            values[key] = _choice(value, SDPA, source, where)
+        elif key in ("channels_last", "activation_checkpointing"):
+            values[key] = _boolean(value, source, where)
+        elif key == "ddp_bucket_mb":
+            values[key] = _positive(value, source, where)
+    return Runtime(**values)
+
+
+def parse_pairs(pairs: list[str] | tuple[str, ...], source: str = "--runtime", base: Runtime | None = None) -> Runtime:
+    """Runtime from KEY=VALUE strings (the command line), over `base`."""
+    raw = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise InputError(source, pair, "expected KEY=VALUE, e.g. compile=blocks")
+        raw[key.strip()] = value.strip()
+    return parse_runtime(raw, source, prefix="runtime", base=base)
+
+
+def _choice(value, allowed: tuple[str, ...], source: str, where: str) -> str:
+    if not isinstance(value, str) or value not in allowed:
+        raise InputError(source, where, f"got {value!r}; allowed: {', '.join(allowed)}")
+    return value
+
+
+def _boolean(value, source: str, where: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "1", "yes", "on", "false", "0", "no", "off"):
+        return value.lower() in ("true", "1", "yes", "on")
+    raise InputError(source, where, f"got {value!r}; expected true or false")
+
+
+def _positive(value, source: str, where: str) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = float("nan")
+    if isinstance(value, bool) or not number > 0 or number == float("inf"):
+        raise InputError(source, where, f"got {value!r}; expected a positive number of MB")
+    return number
