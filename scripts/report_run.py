@@ -1,5 +1,6 @@
 """Read a run folder's telemetry and print what it measured: step time, samples/s, checkpoint
-save/stall/load, restart-to-first-step. `--json` prints the same as JSON.
+save/stall/load, training slowdown while an async save writes, restart-to-first-step, the runner
+settings and the compile cache each start found. `--json` prints the same as JSON.
 
 Usage: python scripts/report_run.py RUN_DIR [--json] [--skip 5]
 """
@@ -39,10 +40,25 @@ def measure(run_dir: Path, skip: int = 5) -> dict:
         "sync_save_s": [round(e["duration_s"], 3) for e in saves if e.get("mode") == "sync"],
         "checkpoint_bytes": max((e.get("bytes") or 0 for e in saves), default=0),
         "load_s": [round(e["duration_s"], 3) for e in loads],
+        "step_time_while_writing_ratio": writing_slowdown(events, steady),
         "restart_to_first_step_s": restart_times(events),
+        "runtime": next((e.get("settings") for e in events if e["event"] == "runtime" and e.get("rank") == 0), None),
+        "compile_cache_bytes_at_start": [e.get("compile_cache_bytes") for e in events
+                                         if e["event"] == "runtime" and e.get("rank") == 0],
         "startup_to_first_step_s": first_step_after(events, "launch", 0),
         "summary": summary,
     }
+
+
+def writing_slowdown(events: list[dict], steady: list[float]) -> float | None:
+    """Mean step time while an async save's background write runs, over the mean of all steady steps."""
+    windows = [(e["t"] - e["duration_s"] + e["stall_s"], e["t"]) for e in events
+               if e["event"] == "checkpoint_save" and e.get("rank") == 0 and e.get("mode") == "async"]
+    during = [e["step_time_s"] for e in events if e["event"] == "step"
+              and any(a < e["t"] - e["step_time_s"] and e["t"] <= b for a, b in windows)]
+    if not during or not steady:
+        return None
+    return round(statistics.fmean(during) / statistics.fmean(steady), 3)
 
 
 def first_step_after(events: list[dict], name: str, index: int) -> float | None:
@@ -54,8 +70,8 @@ def first_step_after(events: list[dict], name: str, index: int) -> float | None:
 
 
 def restart_times(events: list[dict]) -> list[float]:
-    """From the supervisor's restart decision to the first step after it: process start, rendezvous,
-    model build, checkpoint load, first step."""
+    """From the supervisor's restart decision to the end of the first step after it: process start,
+    rendezvous, model build, checkpoint load, compilation (cached or not), first step."""
     count = sum(1 for e in events if e["event"] == "restart")
     return [first_step_after(events, "restart", i) for i in range(count)]
 
@@ -72,9 +88,9 @@ def main() -> None:
         return
     for key, value in figures.items():
         if key != "summary":
-            print(f"{key:>26}: {value}")
+            print(f"{key:>30}: {value}")
     s = figures["summary"]
-    print(f"{'summary':>26}: status {s.get('status')}, {s.get('steps')} steps, {s.get('restarts')} restarts, "
+    print(f"{'summary':>30}: status {s.get('status')}, {s.get('steps')} steps, {s.get('restarts')} restarts, "
           f"{s.get('lost_steps')} lost steps, wall {s.get('wall_s', 0):.1f}s")
 
 

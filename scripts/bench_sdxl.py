@@ -1,0 +1,286 @@
+"""SDXL UNet training speed on one GPU: the hardware's limit, a bare loop, the runner's loop, options.
+
+Each measurement runs in its own process (a fresh CUDA context and compiler state; an out-of-memory
+or a compiler failure costs only that row) and appends one JSON line to RESULTS:
+
+  peak                      bf16 matrix-multiply rate (8192^3, rotating inputs, CUDA events, median)
+  bare   --batch B          a hand-written step: UNet from config, bf16 autocast, fused AdamW,
+                            latents drawn on the GPU; also counts the step's FLOPs with
+                            torch.utils.flop_counter (matmul, convolution and attention)
+  runner --batch B [--runtime K=V ...] [--option K=V ...]
+                            the runner's own Trainer (DDP, telemetry, sync points) in this process,
+                            world size 1; first-step time = build + compile (cold or warm cache)
+  report RESULTS            the table: samples/s per GPU, ratio to the bare loop at the same batch,
+                            MFU (model FLOPs / peak), peak memory, first-step time
+
+Usage on the device: scripts/gpu_sdxl_bench.sh; on CPU, with a tiny config, for testing:
+  python3 scripts/bench_sdxl.py bare --batch 2 --config tests/data/tiny_unet_config.json --results r.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def _device():
+    import torch
+    return torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
+
+
+def _sync(device) -> None:
+    import torch
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _peak_memory_gb(device) -> float | None:
+    import torch
+    return torch.cuda.max_memory_allocated(device) / 1e9 if device.type == "cuda" else None
+
+
+def peak(args) -> dict:
+    """The practical bf16 matmul ceiling of this GPU."""
+    import torch
+    n, device = args.size, _device()
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    sets = [(torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype))
+            for _ in range(3)]
+    for a, b in sets:
+        a @ b
+    times = []
+    for i in range(args.repeats):
+        a, b = sets[i % 3]
+        if device.type == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            a @ b
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) / 1e3)
+        else:
+            t = time.perf_counter()
+            a @ b
+            times.append(time.perf_counter() - t)
+    seconds = statistics.median(times)
+    return {"part": "peak", "tflops": 2 * n ** 3 / seconds / 1e12, "size": n, "dtype": str(dtype)}
+
+
+def bare(args) -> dict:
+    """A hand-written training step, nothing of the runner's: the loop to beat."""
+    import torch
+    from diffusers import UNet2DConditionModel
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from runner.workloads.sdxl import TRAIN_TIMESTEPS, load_config
+
+    device, b = _device(), args.batch
+    config = load_config(args.config)
+    built_at = time.perf_counter()
+    with device:
+        model = UNet2DConditionModel.from_config(config)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5, weight_decay=1e-2,
+                                  **({"fused": True} if device.type == "cuda" else {}))
+    alphas = torch.cumprod(1 - torch.linspace(0.00085 ** 0.5, 0.012 ** 0.5, TRAIN_TIMESTEPS) ** 2, 0).to(device)
+    size, text_dim = config["sample_size"], config["cross_attention_dim"]
+    pooled = config["projection_class_embeddings_input_dim"] - 6 * config["addition_time_embed_dim"]
+    time_ids = torch.tensor([[size * 8.0] * 2 + [0.0] * 2 + [size * 8.0] * 2], device=device).expand(b, 6)
+    dtype = torch.bfloat16
+
+    def step():
+        latents = torch.randn(b, 4, size, size, device=device)
+        noise = torch.randn(b, 4, size, size, device=device)
+        t = torch.randint(0, TRAIN_TIMESTEPS, (b,), device=device)
+        a = alphas[t].view(-1, 1, 1, 1)
+        with torch.autocast(device.type, dtype=dtype):
+            out = model(a.sqrt() * latents + (1 - a).sqrt() * noise, t,
+                        encoder_hidden_states=torch.randn(b, 77, text_dim, device=device),
+                        added_cond_kwargs={"text_embeds": torch.randn(b, pooled, device=device), "time_ids": time_ids}).sample
+            loss = torch.nn.functional.mse_loss(out.float(), noise)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    step()
+    _sync(device)
+    first_s = time.perf_counter() - built_at
+    with FlopCounterMode(display=False) as counter:
+        step()
+    flops = counter.get_total_flops()
+    seconds = _timed(step, device, args.warmup, args.steps)
+    return {"part": "bare", "batch": b, "samples_per_s": args.steps * b / seconds, "step_s": seconds / args.steps,
+            "flops_per_step": flops, "peak_memory_gb": _peak_memory_gb(device), "first_step_s": first_s}
+
+
+def _timed(step, device, warmup: int, steps: int) -> float:
+    for _ in range(warmup):
+        step()
+    _sync(device)
+    started = time.perf_counter()
+    for _ in range(steps):
+        step()
+    _sync(device)
+    return time.perf_counter() - started
+
+
+def runner(args) -> dict:
+    """The runner's Trainer, in this process (world size 1), timed between two synchronised points."""
+    import torch
+    import torch.distributed as dist
+
+    from runner import train
+    from runner.plan import load_run_spec
+
+    device = _device()
+    work = Path(tempfile.mkdtemp(prefix="bench-sdxl-"))
+    plan = _plan(work, args.batch, "H200" if device.type == "cuda" else "cpu")
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
+    spec = load_run_spec(plan)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    dist.init_process_group(backend="cpu:gloo,cuda:nccl" if device.type == "cuda" else "gloo")
+    options = ([f"config={args.config}"] if args.config else []) + list(args.option)
+    worker_args = train.parse(["--plan", str(plan), "--run-dir", str(work / "run"), "--run-id", "bench",
+                               "--steps", str(args.warmup), "--no-final-save"]
+                              + [a for o in options for a in ("--option", o)]
+                              + [a for r in args.runtime for a in ("--runtime", r)])
+    started = time.perf_counter()
+    trainer = train.Trainer(worker_args, spec, 0, 1, 0)
+    built_s = time.perf_counter() - started
+    trainer.total_steps = 1
+    trainer.train()           # the first step: compilation (if any), autotuning, allocation
+    _sync(device)
+    first_s = time.perf_counter() - started
+    trainer.total_steps = args.warmup
+    trainer.train()
+    _sync(device)
+    t0 = time.perf_counter()
+    trainer.total_steps = args.warmup + args.steps
+    trainer.train()
+    _sync(device)
+    seconds = time.perf_counter() - t0
+    trainer.close()
+    dist.destroy_process_group()
+    return {"part": "runner", "batch": args.batch, "runtime": trainer.runtime.as_dict(),
+            "label": args.label or trainer.runtime.describe() + "".join(f" {o}" for o in args.option),
+            "samples_per_s": args.steps * args.batch / seconds, "step_s": seconds / args.steps,
+            "peak_memory_gb": _peak_memory_gb(device), "build_s": built_s, "first_step_s": first_s,
+            "compile_cache": _cache_state(trainer.runtime, work)}
+
+
+def _cache_state(runtime, work: Path) -> str | None:
+    """cold or warm: whether the compile cache held anything when the Trainer started."""
+    if runtime.compile == "off":
+        return None
+    from runner.telemetry import read_events
+    event = next((e for e in read_events(work / "run") if e["event"] == "runtime"), {})
+    return "warm" if event.get("compile_cache_bytes") else "cold"
+
+
+def _plan(folder: Path, batch: int, gpu: str) -> Path:
+    from costsim import io as cio
+    from runner.profile import synthetic_plan
+    workload = cio.load_workload("sdxl")
+    doc = synthetic_plan(workload, cio.load_profile(workload.profile), gpu, 1, batch)
+    path = folder / "plan.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def _free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def report(path: Path) -> str:
+    rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    top = next((r for r in rows if r["part"] == "peak" and "tflops" in r), None)
+    bares = {r["batch"]: r for r in rows if r["part"] == "bare" and "samples_per_s" in r}
+    rows = [r for r in rows if r["part"] != "peak" or "error" not in r] + \
+        [dict(r, part="runner", label="peak: " + r["error"]) for r in rows if r["part"] == "peak" and "error" in r]
+    flops_per_sample = {b: r["flops_per_step"] / b for b, r in bares.items()}
+    per_sample = statistics.median(flops_per_sample.values()) if flops_per_sample else None
+    lines = []
+    if top:
+        lines.append(f"bf16 matmul peak: {top['tflops']:.0f} TFLOP/s ({top['size']}^3)")
+    if per_sample:
+        lines.append(f"model FLOPs per training sample (flop counter, fwd+bwd): {per_sample / 1e12:.2f} TFLOP")
+    head = f"{'loop':<58}{'batch':>6}{'samples/s':>11}{'vs bare':>9}{'MFU':>7}{'mem GB':>8}{'first step s':>14}"
+    lines += [head, "-" * len(head)]
+    for r in rows:
+        if r["part"] not in ("bare", "runner"):
+            continue
+        label = "bare hand-written loop" if r["part"] == "bare" else f"runner: {r.get('label', '')}"
+        if r.get("compile_cache"):
+            label += f" [{r['compile_cache']} cache]"
+        if "error" in r:
+            lines.append(f"{label[:57]:<58}{r.get('batch', ''):>6}  {r['error'][:60]}")
+            continue
+        base = bares.get(r["batch"])
+        ratio = f"{r['samples_per_s'] / base['samples_per_s']:.3f}" if base else ""
+        mfu = f"{r['samples_per_s'] * per_sample / 1e12 / top['tflops']:.3f}" if per_sample and top else ""
+        mem = f"{r['peak_memory_gb']:.1f}" if r.get("peak_memory_gb") else ""
+        lines.append(f"{label[:57]:<58}{r['batch']:>6}{r['samples_per_s']:>11.2f}{ratio:>9}{mfu:>7}{mem:>8}"
+                     f"{r.get('first_step_s', 0):>14.1f}")
+    return "\n".join(lines)
+
+
+def best(path: Path, batch: int) -> list[str]:
+    """The fastest runner configuration at `batch`, as --runtime arguments (what the drill runs)."""
+    rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    runs = [r for r in rows if r["part"] == "runner" and r.get("batch") == batch and "samples_per_s" in r
+            and not any(o for o in r.get("label", "").split() if o.startswith("adamw="))]
+    if not runs:
+        return []
+    top = max(runs, key=lambda r: r["samples_per_s"])
+    default = {"compile": "off", "compile_mode": "default", "channels_last": False, "sdpa": "auto",
+               "activation_checkpointing": False, "ddp_bucket_mb": 25.0}
+    return [f"--runtime {k}={str(v).lower() if isinstance(v, bool) else v}"
+            for k, v in top["runtime"].items() if default.get(k) != v]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("part", choices=["peak", "bare", "runner", "report", "best"])
+    parser.add_argument("path", nargs="?", help="report: the results file")
+    parser.add_argument("--results", default="bench_sdxl.jsonl", help="JSON lines, appended")
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--warmup", type=int, default=4)
+    parser.add_argument("--size", type=int, default=8192)
+    parser.add_argument("--repeats", type=int, default=50)
+    parser.add_argument("--config", help="a UNet config (default: the SDXL one in data/models)")
+    parser.add_argument("--runtime", action="append", default=[])
+    parser.add_argument("--option", action="append", default=[])
+    parser.add_argument("--label")
+    args = parser.parse_args()
+    if args.part == "report":
+        print(report(Path(args.path or args.results)))
+        return
+    if args.part == "best":
+        print(" ".join(best(Path(args.path or args.results), args.batch)))
+        return
+    try:
+        result = {"peak": peak, "bare": bare, "runner": runner}[args.part](args)
+    except Exception as exc:   # one failed row (out of memory, a compiler error) must not lose the others
+        result = {"part": args.part, "batch": args.batch, "label": args.label or " ".join(args.runtime + args.option),
+                  "error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
+    result["t"] = time.time()
+    with open(args.results, "a") as handle:
+        handle.write(json.dumps(result) + "\n")
+    print(json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()

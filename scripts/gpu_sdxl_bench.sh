@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# On the GPU machine (device tool, nvidia-h200-x2): scripts/bench_sdxl.py over both GPUs at once.
+# Lane 0 (GPU 0): matmul peak, bare vs runner loop at batch 1/4/8, eager options.
+# Lane 1 (GPU 1): torch.compile variants, each cold (empty cache) then warm (a restart's case).
+# Every row is its own process with a timeout; each lane stops starting rows at its deadline.
+# Results: $OUT/bench_sdxl.jsonl, the table in $OUT/bench_sdxl.txt. Wheels for simpy/diffusers/
+# importlib_metadata come in .whl/.
+set -uo pipefail
+OUT=${OUT:-/tmp/out}; BUDGET=${BUDGET:-540}; STEPS=${STEPS:-12}; CONFIG=${CONFIG:-}   # CONFIG: a tiny UNet, to try it on CPU
+export PYTHONUNBUFFERED=1
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+export PYTHONPATH=/tmp/site:$PWD NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader > "$OUT/gpus.txt"
+python3 -c "import torch, diffusers, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda, 'cudnn', torch.backends.cudnn.version(), 'diffusers', diffusers.__version__)" >> "$OUT/gpus.txt"
+cat "$OUT/gpus.txt"
+START=$(date +%s); RESULTS="$OUT/bench_sdxl.jsonl"
+
+row() {   # row GPU LIMIT_S ARGS...: one measurement, unless the lane's time is up
+  local gpu=$1 limit=$2; shift 2
+  local left=$(( START + BUDGET - $(date +%s) ))
+  if (( left < 30 )); then echo "skip (lane $gpu out of time): $*"; return; fi
+  (( limit > left )) && limit=$left
+  echo "[gpu $gpu, $(( $(date +%s) - START ))s] $*"
+  CUDA_VISIBLE_DEVICES=$gpu timeout -k 10 "$limit" python3 scripts/bench_sdxl.py "$@" --results "$RESULTS" --steps "$STEPS" ${CONFIG:+--config "$CONFIG"} \
+    >> "$OUT/lane$gpu.log" 2>&1 || echo "{\"part\": \"${1}\", \"label\": \"$*\", \"error\": \"exit $? (timeout or crash)\"}" >> "$RESULTS"
+}
+
+lane0() {   # most wanted first: a lane stops starting rows at its deadline
+  row 0 60 peak
+  row 0 90 bare --batch 8; row 0 90 runner --batch 8
+  row 0 90 runner --batch 8 --runtime channels_last=true
+  row 0 90 runner --batch 8 --runtime sdpa=cudnn
+  row 0 90 bare --batch 4; row 0 90 runner --batch 4
+  row 0 90 bare --batch 1; row 0 90 runner --batch 1
+  row 0 120 runner --batch 16 --runtime activation_checkpointing=true
+  row 0 90 runner --batch 8 --runtime sdpa=efficient
+  row 0 90 runner --batch 8 --option adamw=foreach
+  row 0 150 runner --batch 32 --runtime activation_checkpointing=true
+}
+
+lane1() {  # compiling the whole UNet took > 300 s cold (2026-11-29): blocks first, whole model last
+  local c=/tmp/inductor
+  TORCHINDUCTOR_CACHE_DIR=$c-blocks row 1 300 runner --batch 8 --runtime compile=blocks
+  TORCHINDUCTOR_CACHE_DIR=$c-blocks row 1 120 runner --batch 8 --runtime compile=blocks
+  TORCHINDUCTOR_CACHE_DIR=$c-blocks-cl row 1 300 runner --batch 8 --runtime compile=blocks --runtime channels_last=true
+  TORCHINDUCTOR_CACHE_DIR=$c-model row 1 600 runner --batch 8 --runtime compile=model
+}
+
+export -f row; export START BUDGET STEPS RESULTS OUT CONFIG
+lane0 & lane1 & wait
+cp "$RESULTS" /tmp/bench_sdxl.jsonl   # a follow-up call on the same (warm) machine reads it; $OUT is emptied
+python3 scripts/bench_sdxl.py report "$RESULTS" | tee "$OUT/bench_sdxl.txt"
