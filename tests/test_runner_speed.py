@@ -1,0 +1,96 @@
+"""The runner's speed settings on CPU: host staging of async checkpoints, settings a model cannot
+honour, and a compiled channels-last SDXL UNet (tiny config) that resumes exactly from its
+checkpoint and its compile cache after a SIGKILL."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from costsim.runtime import Runtime  # noqa: E402
+from runner import speed  # noqa: E402
+from runner.staging import HostStager  # noqa: E402
+from tests.runner_helpers import events, execute, summary, tiny_plan  # noqa: E402
+
+TINY_UNET = Path(__file__).resolve().parent / "data" / "tiny_unet_config.json"
+
+
+def test_staged_copy_is_a_snapshot_in_reused_buffers():
+    state = {"model": {"w": torch.arange(6.0).reshape(2, 3)}, "progress": {"step": 3}, "groups": [{"lr": 0.1}]}
+    stager = HostStager()
+    stager.prepare(state)                       # allocation in the background
+    first = stager.stage(state)
+    state["model"]["w"].add_(100)               # training goes on after the stall
+    assert first["model"]["w"].tolist() == [[0, 1, 2], [3, 4, 5]]
+    assert first["progress"] == {"step": 3} and first["groups"] == [{"lr": 0.1}]
+    second = stager.stage(state)
+    assert second["model"]["w"].data_ptr() == first["model"]["w"].data_ptr()   # the same buffer, reused
+    assert second["model"]["w"][0, 0].item() == 100
+
+
+def test_staging_survives_a_state_whose_structure_changed():
+    stager = HostStager()
+    stager.stage({"a": torch.zeros(2)})
+    staged = stager.stage({"a": torch.ones(3), "b": torch.ones(1)})
+    assert staged["a"].tolist() == [1, 1, 1] and staged["b"].tolist() == [1]
+
+
+def test_settings_a_model_cannot_honour_are_refused():
+    mlp = torch.nn.Sequential(torch.nn.Linear(2, 2))
+    with pytest.raises(speed.RuntimeConfigError, match="names no repeated blocks"):
+        speed.prepare_model(mlp, Runtime(compile="blocks"))
+    with pytest.raises(speed.RuntimeConfigError, match="enable_gradient_checkpointing"):
+        speed.prepare_model(mlp, Runtime(activation_checkpointing=True))
+    with pytest.raises(speed.RuntimeConfigError, match="needs a CUDA GPU"):
+        speed.check_device(Runtime(sdpa="flash"), torch.device("cpu"))
+
+
+def test_channels_last_keeps_the_parameters_the_optimizer_holds():
+    conv = torch.nn.Conv2d(3, 4, 3)
+    before = [id(p) for p in conv.parameters()]
+    speed.prepare_model(conv, Runtime(channels_last=True))
+    assert [id(p) for p in conv.parameters()] == before
+    assert conv.weight.is_contiguous(memory_format=torch.channels_last)
+
+
+def sdxl_plan(tmp_path):
+    plan = tiny_plan(tmp_path, interval_steps=4)
+    doc = json.loads(plan.read_text())
+    doc["workload"].update(model="sdxl-unet", global_batch=4, precision="bf16")
+    doc["runtime"] = {"compile": "blocks", "channels_last": True}     # as a measured profile would set them
+    plan.write_text(json.dumps(doc))
+    return plan
+
+
+def test_compiled_run_resumes_exactly_and_restarts_from_its_compile_cache(tmp_path):
+    plan = sdxl_plan(tmp_path)
+    option = ["--option", f"config={TINY_UNET}", "--steps", "8", "--seed", "4"]
+    clean = execute(plan, tmp_path / "clean", *option, timeout=600)
+    assert clean.returncode == 0, clean.stderr[-3000:]
+    drill = execute(plan, tmp_path / "drill", *option, "--inject-preemptions", "kill@6", timeout=600)
+    assert drill.returncode == 0, drill.stderr[-3000:]
+    starts = events(tmp_path / "drill", "runtime")
+    assert [e["settings"]["compile"] for e in starts] == ["blocks", "blocks"] and starts[0]["compiled_modules"] > 0
+    assert starts[0]["compile_cache_bytes"] == 0 < starts[1]["compile_cache_bytes"]   # the restart finds the cache
+    assert (tmp_path / "drill" / "compile-cache").is_dir()
+    assert summary(tmp_path / "drill")["restarts"] == 1
+    assert summary(tmp_path / "clean")["final_state_sha256"] == summary(tmp_path / "drill")["final_state_sha256"]
+
+
+def test_a_setting_the_device_cannot_honour_stops_without_restarts(tmp_path):
+    plan = tiny_plan(tmp_path)
+    result = execute(plan, tmp_path / "run", "--steps", "5", "--runtime", "sdpa=flash")
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "runtime.sdpa=flash needs a CUDA GPU" in result.stderr
+    assert summary(tmp_path / "run")["restarts"] == 0
+
+
+def test_a_bad_runtime_flag_is_one_line_before_anything_starts(tmp_path):
+    plan = tiny_plan(tmp_path)
+    result = execute(plan, tmp_path / "run", "--runtime", "compile=fast")
+    assert result.returncode == 2
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "runtime.compile" in lines[0] and "off, blocks, model" in lines[0], result.stderr
+    assert not (tmp_path / "run" / "telemetry.jsonl").exists()

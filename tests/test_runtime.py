@@ -1,0 +1,97 @@
+"""Runner settings (costsim.runtime): parsing, the path profile -> plan.json, and calibration on the
+measured H200 runs that the shipped profile was made from. No torch needed."""
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from costsim import io as cio
+from costsim.calibrate import calibrate, load_run
+from costsim.errors import InputError
+from costsim.runtime import Runtime, parse_pairs, parse_runtime
+from tests.test_bad_input import check
+
+MEASURED = Path(__file__).resolve().parents[1] / "data" / "measurements" / "2026-11-29-h200-sdxl-speed"
+
+
+def test_defaults_are_the_plain_eager_loop():
+    assert parse_runtime(None, "p") == Runtime()
+    assert Runtime().describe() == "eager defaults"
+
+
+def test_pairs_and_mappings_parse_to_the_same_settings():
+    pairs = parse_pairs(["compile=blocks", "channels_last=true", "sdpa=cudnn", "ddp_bucket_mb=100"])
+    mapping = parse_runtime({"compile": "blocks", "channels_last": True, "sdpa": "cudnn", "ddp_bucket_mb": 100}, "p")
+    assert pairs == mapping
+    assert pairs.describe() == "compile=blocks channels_last=true sdpa=cudnn ddp_bucket_mb=100.0"
+
+
+def test_pairs_override_a_base():
+    base = parse_runtime({"compile": "blocks", "sdpa": "flash"}, "p")
+    assert parse_pairs(["sdpa=auto"], base=base) == Runtime(compile="blocks")
+
+
+@pytest.mark.parametrize("raw, field, allowed", [
+    ({"compile": "fast"}, "runtime.compile", "off, blocks, model"),
+    ({"sdpa": "xformers"}, "runtime.sdpa", "auto, flash, efficient, cudnn, math"),
+    ({"channels_last": "maybe"}, "runtime.channels_last", "true or false"),
+    ({"ddp_bucket_mb": -1}, "runtime.ddp_bucket_mb", "positive"),
+    ({"shell": "rm -rf /"}, "runtime.shell", "allowed: compile"),
+])
+def test_bad_settings_name_the_field_and_what_is_allowed(raw, field, allowed):
+    with pytest.raises(InputError) as error:
+        parse_runtime(raw, "plan.json")
+    assert error.value.field == field and allowed in error.value.message
+
+
+def test_profile_settings_travel_into_plan_json(run_cli, tmp_path):
+    doc = yaml.safe_load((Path(cio.data_dir()) / "profiles" / "tiny.yaml").read_text())
+    gpu = next(iter(doc["gpus"]))
+    doc["gpus"][gpu]["runtime"] = {"channels_last": True, "ddp_bucket_mb": 50}
+    profile = tmp_path / "profile.yaml"
+    profile.write_text(yaml.safe_dump(doc))
+    out = tmp_path / "plan.json"
+    result = run_cli("plan", "--workload", "tiny", "--profile", str(profile), "--trials", "10", "--out", str(out))
+    assert result.exit_code == 0, result.stderr
+    runtime = json.loads(out.read_text())["runtime"]
+    assert runtime["channels_last"] is True and runtime["ddp_bucket_mb"] == 50 and runtime["compile"] == "off"
+
+
+def test_a_profile_with_a_bad_setting_is_one_line(run_cli, tmp_path):
+    doc = yaml.safe_load((Path(cio.data_dir()) / "profiles" / "tiny.yaml").read_text())
+    gpu = next(iter(doc["gpus"]))
+    doc["gpus"][gpu]["runtime"] = {"compile": "yes"}
+    profile = tmp_path / "profile.yaml"
+    profile.write_text(yaml.safe_dump(doc))
+    check(run_cli("plan", "--workload", "tiny", "--profile", str(profile)), "profile.yaml",
+          f"gpus.{gpu}.runtime.compile", "off, blocks, model")
+
+
+def test_shipped_h200_profile_is_the_calibration_of_the_measured_runs():
+    runs = [load_run(str(MEASURED / "profile-1gpu-blocks-b8")), load_run(str(MEASURED / "drill-2gpu-blocks"))]
+    profile = cio.load_profile("sdxl-unet")
+    result = calibrate(runs, profile)
+    shipped = profile.gpus["H200"]
+    assert result.after.compute_per_sample_s == pytest.approx(shipped.compute_per_sample_s, rel=1e-4)
+    assert result.after.intra_a_s == pytest.approx(shipped.intra_a_s, rel=1e-4)
+    assert runs[0].runtime == runs[1].runtime == shipped.runtime == Runtime(compile="blocks")
+    assert "compute_overhead_s" in result.step_fit.pinned   # one batch size: said, not silently fitted
+
+
+def test_calibrate_refuses_runs_of_different_runner_settings(tmp_path):
+    eager = tmp_path / "eager"
+    eager.mkdir()
+    source = MEASURED / "profile-1gpu-blocks-b8"
+    (eager / "plan.json").write_text((source / "plan.json").read_text())
+    lines = []
+    for line in (source / "telemetry.jsonl").read_text().splitlines():
+        event = json.loads(line)
+        if event["event"] == "runtime":
+            event["settings"]["compile"] = "off"
+        lines.append(json.dumps(event))
+    (eager / "telemetry.jsonl").write_text("\n".join(lines) + "\n")
+    with pytest.raises(InputError) as error:
+        calibrate([load_run(str(source)), load_run(str(eager))], cio.load_profile("sdxl-unet"))
+    assert error.value.field == "runtime" and "one runner configuration at a time" in error.value.message
