@@ -1,8 +1,11 @@
 """How well do 1- and 2-GPU measurements predict 4 and 8 GPUs? Fit the Pollux model on the small runs,
 predict the large ones, then refit on everything and report both errors.
 
-Usage: python scripts/scaling_report.py RUN_ROOT [--fit-max-gpus 2] [--json]
-RUN_ROOT holds the run folders of `runner profile` (gpusK-batchB/).
+Usage: python scripts/scaling_report.py RUN_ROOT [--fit-max-gpus 2] [--prior PROFILE] [--json]
+RUN_ROOT holds run folders (`runner profile`'s gpusK-batchB/, or any `runner execute` run folders).
+--prior: the profile whose terms the small fit starts from and pins (default: the one the runs' plan
+names); give the profile as it was before these runs were calibrated into it, or the large runs'
+answers leak into the prediction.
 """
 
 from __future__ import annotations
@@ -19,12 +22,12 @@ from costsim.calibrate import load_run  # noqa: E402
 from costsim.fit import fit, predict_step_s  # noqa: E402
 
 
-def report(run_root: Path, fit_max_gpus: int) -> dict:
+def report(run_root: Path, fit_max_gpus: int, prior_path: str | None = None) -> dict:
     runs = [load_run(str(d)) for d in sorted(run_root.iterdir()) if (d / "telemetry.jsonl").exists()]
     if not runs:
         raise SystemExit(f"{run_root}: no run folders with telemetry.jsonl")
     plan = runs[0].plan
-    prior = io.load_profile(plan["profile"]["path"]).gpus.get(plan["resources"]["gpu"])
+    prior = io.load_profile(prior_path or plan["profile"]["path"]).gpus.get(plan["resources"]["gpu"])
     if prior is None:
         raise SystemExit(f"no prior figures for {plan['resources']['gpu']} in {plan['profile']['path']}")
     small = [r.point for r in runs if r.point.gpus <= fit_max_gpus]
@@ -55,9 +58,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run_root", type=Path)
     parser.add_argument("--fit-max-gpus", type=int, default=2)
+    parser.add_argument("--prior", help="profile to start the fit from (default: the runs' plan's profile)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    result = report(args.run_root, args.fit_max_gpus)
+    result = report(args.run_root, args.fit_max_gpus, args.prior)
     if args.json:
         print(json.dumps(result, indent=2))
         return
