@@ -52,6 +52,14 @@ def test_verify_accepts_intact_and_names_what_is_wrong(tmp_path):
     write_checkpoint(tmp_path / "gone", files)
     (tmp_path / "gone" / "__0_0.distcp").unlink()
     assert "missing" in verify(tmp_path / "gone")
+    (tmp_path / "old").mkdir()   # a whole-file CRC-32, as manifests of earlier versions have it
+    for name, data in files.items():
+        (tmp_path / "old" / name).write_bytes(data)
+    old = {n: {"size": len(d), "crc32": zlib.crc32(d)} for n, d in files.items()}
+    (tmp_path / "old" / MANIFEST).write_text(json.dumps({"step": 1, "files": old}))
+    assert verify(tmp_path / "old") is None
+    (tmp_path / "old" / "__0_0.distcp").write_bytes(b"z" * 100)
+    assert "CRC-32" in verify(tmp_path / "old")
     (tmp_path / "nomanifest").mkdir()
     assert "manifest" in verify(tmp_path / "nomanifest")
 
