@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -22,7 +23,7 @@ from costsim.calibrate import load_run  # noqa: E402
 from costsim.fit import fit, predict_step_s  # noqa: E402
 
 
-def report(run_root: Path, fit_max_gpus: int, prior_path: str | None = None) -> dict:
+def report(run_root: Path, fit_max_gpus: int, prior_path: str | None = None, predict: tuple[int, ...] = ()) -> dict:
     runs = [load_run(str(d)) for d in sorted(run_root.iterdir()) if (d / "telemetry.jsonl").exists()]
     if not runs:
         raise SystemExit(f"{run_root}: no run folders with telemetry.jsonl")
@@ -42,8 +43,14 @@ def report(run_root: Path, fit_max_gpus: int, prior_path: str | None = None) -> 
                      "error_from_small": predict_step_s(before.profile, p) / p.step_s - 1,
                      "refit_s": predict_step_s(after.profile, p), "error_refit": predict_step_s(after.profile, p) / p.step_s - 1,
                      "scaling_efficiency": _efficiency(runs, run)})
+    measured = {(r["gpus"], r["micro_batch"]) for r in rows}
+    batches = sorted({r["micro_batch"] for r in rows})
+    template = runs[0].point
+    forecast = [{"gpus": k, "micro_batch": m,
+                 "predicted_from_small_s": predict_step_s(before.profile, replace(template, gpus=k, micro_batch=m))}
+                for k in predict for m in batches if (k, m) not in measured]
     return {"gpu": plan["resources"]["gpu"], "fit_max_gpus": fit_max_gpus, "fitted_small": list(before.fitted),
-            "pinned_small": before.pinned, "fitted_all": list(after.fitted), "rows": rows}
+            "pinned_small": before.pinned, "fitted_all": list(after.fitted), "rows": rows, "forecast": forecast}
 
 
 def _efficiency(runs, run) -> float | None:
@@ -59,9 +66,11 @@ def main() -> None:
     parser.add_argument("run_root", type=Path)
     parser.add_argument("--fit-max-gpus", type=int, default=2)
     parser.add_argument("--prior", help="profile to start the fit from (default: the runs' plan's profile)")
+    parser.add_argument("--predict", default="", help="GPU counts to forecast where nothing was measured, e.g. 4,8")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    result = report(args.run_root, args.fit_max_gpus, args.prior)
+    predict = tuple(int(k) for k in args.predict.split(",") if k.strip())
+    result = report(args.run_root, args.fit_max_gpus, args.prior, predict)
     if args.json:
         print(json.dumps(result, indent=2))
         return
@@ -74,6 +83,9 @@ def main() -> None:
         print(f"{r['gpus']:>4} {r['micro_batch']:>5} {r['measured_step_s']:>11.4f} {r['measured_samples_per_s_per_gpu']:>14.2f} "
               f"{r['predicted_from_small_s']:>11.4f} {100 * r['error_from_small']:>+6.1f}% {r['refit_s']:>9.4f} "
               f"{100 * r['error_refit']:>+6.1f}% {eff:>10}")
+    for r in result["forecast"]:
+        print(f"{r['gpus']:>4} {r['micro_batch']:>5} {'-':>11} {'-':>14} {r['predicted_from_small_s']:>11.4f}"
+              f"   (forecast: not measured)")
 
 
 if __name__ == "__main__":
