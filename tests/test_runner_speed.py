@@ -64,7 +64,10 @@ def sdxl_plan(tmp_path):
     return plan
 
 
-def test_compiled_run_resumes_exactly_and_restarts_from_its_compile_cache(tmp_path):
+def test_compiled_run_resumes_exactly_and_restarts_from_its_compile_cache(tmp_path, monkeypatch):
+    # Inductor sets TORCHINDUCTOR_CACHE_DIR in its own process once it has compiled anything, and a
+    # user's value wins over the run folder's: the workers must not inherit this process's.
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
     plan = sdxl_plan(tmp_path)
     option = ["--option", f"config={TINY_UNET}", "--steps", "8", "--seed", "4"]
     clean = execute(plan, tmp_path / "clean", *option, timeout=600)
