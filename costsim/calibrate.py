@@ -89,6 +89,21 @@ def load_run(ref: str) -> Run:
     return run
 
 
+def plan_profile(run: Run) -> Profile:
+    """The profile a run's plan was made with: its recorded path, else the built-in of that name
+    (a run made on another machine records that machine's path)."""
+    from costsim import io
+    ref = run.plan.get("profile", {}).get("path") or ""
+    if ref and Path(ref).is_file():
+        return io.load_profile(ref)
+    try:
+        return io.load_profile(Path(ref).stem or run.plan["workload"]["model"])
+    except InputError:
+        raise InputError(str(run.path / "plan.json"), "profile.path",
+                         f"{ref or 'none recorded'} is not here and no built-in profile has its name; "
+                         "pass --profile FILE") from None
+
+
 def steady_step_times(events: list[dict], skip: int = SKIP_AFTER_START) -> list[float]:
     """Step times after the first `skip` of each start, leaving out steps that paid a checkpoint."""
     saved = {e["step"] + 1 for e in events if e["event"] == "checkpoint_save"}

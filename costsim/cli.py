@@ -269,9 +269,9 @@ def calibrate_command(runs, profile_ref, out, fmt):
 
     Example: costsim calibrate runs/a runs/b --out data/profiles/tiny-measured.yaml
     """
-    from costsim.calibrate import calibrate, load_run, report_rows, updated_profile_document
+    from costsim.calibrate import calibrate, load_run, plan_profile, report_rows, updated_profile_document
     loaded = [load_run(ref) for ref in runs]
-    profile = io.load_profile(profile_ref or loaded[0].plan["profile"]["path"])
+    profile = io.load_profile(profile_ref) if profile_ref else plan_profile(loaded[0])
     result = calibrate(loaded, profile)
     target = out or str(loaded[0].path / f"{Path(profile.path).stem}.calibrated.yaml")
     import yaml

@@ -19,7 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from costsim import io  # noqa: E402
-from costsim.calibrate import load_run  # noqa: E402
+from costsim.calibrate import load_run, plan_profile  # noqa: E402
 from costsim.fit import fit, predict_step_s  # noqa: E402
 
 
@@ -28,7 +28,7 @@ def report(run_root: Path, fit_max_gpus: int, prior_path: str | None = None, pre
     if not runs:
         raise SystemExit(f"{run_root}: no run folders with telemetry.jsonl")
     plan = runs[0].plan
-    prior = io.load_profile(prior_path or plan["profile"]["path"]).gpus.get(plan["resources"]["gpu"])
+    prior = (io.load_profile(prior_path) if prior_path else plan_profile(runs[0])).gpus.get(plan["resources"]["gpu"])
     if prior is None:
         raise SystemExit(f"no prior figures for {plan['resources']['gpu']} in {plan['profile']['path']}")
     small = [r.point for r in runs if r.point.gpus <= fit_max_gpus]

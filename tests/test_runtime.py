@@ -95,3 +95,18 @@ def test_calibrate_refuses_runs_of_different_runner_settings(tmp_path):
     with pytest.raises(InputError) as error:
         calibrate([load_run(str(source)), load_run(str(eager))], cio.load_profile("sdxl-unet"))
     assert error.value.field == "runtime" and "one runner configuration at a time" in error.value.message
+
+
+def test_runs_from_another_machine_find_the_builtin_profile_of_their_plan(tmp_path):
+    from costsim.calibrate import plan_profile
+    for name, path in (("moved", "/elsewhere/data/profiles/sdxl-unet.yaml"), ("unknown", "/elsewhere/mine.yaml")):
+        folder = tmp_path / name
+        folder.mkdir()
+        plan = json.loads((MEASURED / "profile-1gpu-blocks-b8" / "plan.json").read_text())
+        plan["profile"]["path"] = path
+        (folder / "plan.json").write_text(json.dumps(plan))
+        (folder / "telemetry.jsonl").write_text((MEASURED / "profile-1gpu-blocks-b8" / "telemetry.jsonl").read_text())
+    assert plan_profile(load_run(str(tmp_path / "moved"))).id == cio.load_profile("sdxl-unet").id
+    with pytest.raises(InputError) as error:
+        plan_profile(load_run(str(tmp_path / "unknown")))
+    assert error.value.field == "profile.path" and "pass --profile" in error.value.message
