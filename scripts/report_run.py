@@ -42,6 +42,7 @@ def measure(run_dir: Path, skip: int = 5) -> dict:
         "load_s": [round(e["duration_s"], 3) for e in loads],
         "step_time_while_writing_ratio": writing_slowdown(events, steady),
         "restart_to_first_step_s": restart_times(events),
+        "restart_phases_s": restart_phases(events),
         "runtime": next((e.get("settings") for e in events if e["event"] == "runtime" and e.get("rank") == 0), None),
         "compile_cache_bytes_at_start": [e.get("compile_cache_bytes") for e in events
                                          if e["event"] == "runtime" and e.get("rank") == 0],
@@ -59,6 +60,30 @@ def writing_slowdown(events: list[dict], steady: list[float]) -> float | None:
     if not during or not steady:
         return None
     return round(statistics.fmean(during) / statistics.fmean(steady), 3)
+
+
+def restart_phases(events: list[dict]) -> list[dict]:
+    """Per restart: failure noticed (preemption -> restart decision), process start and model build
+    (-> the workers' runtime event), checkpoint load, first step (start -> end of the first step)."""
+    phases = []
+    for i, e in enumerate(events):
+        if e["event"] != "restart":
+            continue
+        after = events[i:]
+        killed = next((x["t"] for x in reversed(events[:i]) if x["event"] == "preempted" and x.get("rank") == 0), None)
+        built = next((x["t"] for x in after if x["event"] == "runtime" and x.get("rank") == 0), None)
+        load = next((x for x in after if x["event"] == "checkpoint_load" and x.get("rank") == 0), None)
+        start = next((x["t"] for x in after if x["event"] == "start" and x.get("rank") == 0), None)
+        first = next((x["t"] for x in after if x["event"] == "step"), None)
+        phases.append({"noticed_s": _round(e["t"] - killed if killed else None),
+                       "start_and_build_s": _round(built - e["t"] if built else None),
+                       "load_s": _round(load["duration_s"] if load else None),
+                       "first_step_s": _round(first - start if first and start else None)})
+    return phases
+
+
+def _round(value):
+    return None if value is None else round(value, 1)
 
 
 def first_step_after(events: list[dict], name: str, index: int) -> float | None:
