@@ -2,11 +2,13 @@
 # On the GPU machine (device tool, nvidia-h200-x2): scripts/bench_sdxl.py over both GPUs at once.
 # Lane 0 (GPU 0): matmul peak, bare vs runner loop at batch 1/4/8, eager options.
 # Lane 1 (GPU 1): torch.compile variants, each cold (empty cache) then warm (a restart's case).
+# SET=next: what the first sweep left unmeasured (2026-11-29): whole-model compilation with a whole
+# call's time, max-autotune for the blocks, CUDA graphs (reduce-overhead), channels-last again.
 # Every row is its own process with a timeout; each lane stops starting rows at its deadline.
 # Results: $OUT/bench_sdxl.jsonl, the table in $OUT/bench_sdxl.txt. Wheels for simpy/diffusers/
 # importlib_metadata come in .whl/.
 set -uo pipefail
-OUT=${OUT:-/tmp/out}; BUDGET=${BUDGET:-540}; STEPS=${STEPS:-12}; CONFIG=${CONFIG:-}   # CONFIG: a tiny UNet, to try it on CPU
+SET=${SET:-main}; OUT=${OUT:-/tmp/out}; BUDGET=${BUDGET:-540}; STEPS=${STEPS:-12}; CONFIG=${CONFIG:-}   # CONFIG: a tiny UNet, to try it on CPU
 export PYTHONUNBUFFERED=1
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
 export PYTHONPATH=/tmp/site:$PWD NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -46,7 +48,19 @@ lane1() {  # compiling the whole UNet took > 300 s cold (2026-11-29): blocks fir
   TORCHINDUCTOR_CACHE_DIR=$c-model row 1 600 runner --batch 8 --runtime compile=model
 }
 
+next0() {
+  local c=/tmp/inductor
+  row 0 60 peak
+  row 0 90 bare --batch 8
+  TORCHINDUCTOR_CACHE_DIR=$c-blocks-mx row 0 420 runner --batch 8 --runtime compile=blocks --runtime compile_mode=max-autotune-no-cudagraphs
+  TORCHINDUCTOR_CACHE_DIR=$c-blocks-ro row 0 300 runner --batch 8 --runtime compile=blocks --runtime compile_mode=reduce-overhead
+}
+
+next1() {
+  TORCHINDUCTOR_CACHE_DIR=/tmp/inductor-model row 1 540 runner --batch 8 --runtime compile=model
+}
+
 export -f row; export START BUDGET STEPS RESULTS OUT CONFIG
-lane0 & lane1 & wait
+if [[ "$SET" == next ]]; then next0 & next1 & wait; else lane0 & lane1 & wait; fi
 cp "$RESULTS" /tmp/bench_sdxl.jsonl   # a follow-up call on the same (warm) machine reads it; $OUT is emptied
 python3 scripts/bench_sdxl.py report "$RESULTS" | tee "$OUT/bench_sdxl.txt"
