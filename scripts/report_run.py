@@ -33,7 +33,8 @@ def measure(run_dir: Path, skip: int = 5) -> dict:
     step_s = statistics.fmean(steady) if steady else None   # wall time is the sum of steps
     return {
         "world_size": world, "global_batch": batch, "steps_measured": len(steady),
-        "step_time_s": step_s, "samples_per_s": batch / step_s if step_s else None,
+        "step_time_s": step_s, "step_time_median_s": statistics.median(steady) if steady else None,
+        "samples_per_s": batch / step_s if step_s else None,
         "samples_per_s_per_gpu": batch / step_s / world if step_s else None,
         "async_stall_s": [round(e["stall_s"], 3) for e in saves if e.get("mode") == "async"],
         "async_write_s": [round(e["duration_s"], 3) for e in saves if e.get("mode") == "async"],
