@@ -11,6 +11,7 @@ import statistics
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from costsim import io
 from costsim.errors import InputError
 from costsim.fit import Fit, Point, fit, predict_step_s
 from costsim.planfile import read_plan
@@ -92,7 +93,6 @@ def load_run(ref: str) -> Run:
 def plan_profile(run: Run) -> Profile:
     """The profile a run's plan was made with: its recorded path, else the built-in of that name
     (a run made on another machine records that machine's path)."""
-    from costsim import io
     ref = run.plan.get("profile", {}).get("path") or ""
     if ref and Path(ref).is_file():
         return io.load_profile(ref)

@@ -262,6 +262,11 @@ class Checkpointer:
         if self._stager is not None:
             self._stager.prepare(state)
 
+    def wait_staging(self) -> None:
+        """Async mode: block until the host staging buffers are allocated (benchmarks time this)."""
+        if self._stager is not None:
+            self._stager.wait_allocated()
+
     def _complete(self, staged, step, tmp, started, stall_s, reason) -> None:
         try:
             dcp.save(staged, checkpoint_id=str(tmp), storage_writer=self._writer, process_group=self._group)

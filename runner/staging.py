@@ -16,8 +16,9 @@ import torch
 
 
 def _allocate(value):
-    if isinstance(value, _Spec):
-        return torch.empty(value.size, dtype=value.dtype, device="cpu", pin_memory=value.device == "cuda")
+    """Host tensors shaped like `value`'s (sizes and dtypes are fixed: reading them from another thread is safe)."""
+    if isinstance(value, torch.Tensor):
+        return torch.empty(value.size(), dtype=value.dtype, device="cpu", pin_memory=value.device.type == "cuda")
     if isinstance(value, dict):
         return {k: _allocate(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -52,46 +53,32 @@ class HostStager:
         """Start allocating buffers shaped like `state` (once); training goes on meanwhile."""
         if self._thread is not None or self._buffers is not None:
             return
-        shapes = _shapes(state)
-        self._thread = threading.Thread(target=self._allocate_in_background, args=(shapes,),
+        self._thread = threading.Thread(target=self._allocate_in_background, args=(state,),
                                         name="checkpoint-staging-alloc", daemon=True)
         self._thread.start()
 
-    def _allocate_in_background(self, shapes) -> None:
+    def _allocate_in_background(self, state) -> None:
         try:
-            self._buffers = _allocate(shapes)
-        except BaseException as exc:   # re-raised by stage()
+            self._buffers = _allocate(state)
+        except BaseException as exc:   # re-raised by wait_allocated()
             self._error = exc
 
     def stage(self, state: dict) -> dict:
         """A host copy of `state` in the (reused) buffers; returns once the copy is complete."""
         if self._thread is None and self._buffers is None:
-            self._buffers = _allocate(_shapes(state))
+            self._buffers = _allocate(state)
+        self.wait_allocated()
+        staged = _copy(state, self._buffers)
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        return staged
+
+    def wait_allocated(self) -> None:
+        """Block until a background allocation (if any) is done; re-raise its error."""
         if self._thread is not None:
             self._thread.join()
             self._thread = None
         if self._error is not None:
             error, self._error = self._error, None
             raise RuntimeError(f"allocating checkpoint staging buffers failed: {error}") from error
-        staged = _copy(state, self._buffers)
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-        return staged
 
-
-def _shapes(value):
-    """Sizes, dtypes and devices to allocate for, with no reference to the live tensors."""
-    if isinstance(value, torch.Tensor):
-        return _Spec(value.size(), value.dtype, value.device.type)
-    if isinstance(value, dict):
-        return {k: _shapes(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(_shapes(v) for v in value)
-    return None
-
-
-class _Spec:
-    __slots__ = ("size", "dtype", "device")
-
-    def __init__(self, size, dtype, device):
-        self.size, self.dtype, self.device = size, dtype, device

@@ -65,9 +65,7 @@ def main() -> None:
     trainer = train.Trainer(worker, load_run_spec(plan), 0, 1, 0)
     prepared = time.perf_counter()
     trainer.train()                               # two steps; staging buffers start allocating after the first
-    stager = trainer.checkpointer._stager
-    if stager._thread is not None:
-        stager._thread.join()
+    trainer.checkpointer.wait_staging()
     say(figure="staging_alloc_done_after_s", value=time.perf_counter() - prepared,
         note="from the start of training; the allocation runs beside the steps")
     trainer.checkpointer.save(trainer.step, trainer.state())

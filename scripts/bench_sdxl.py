@@ -205,15 +205,16 @@ def _free_port() -> int:
 
 def report(path: Path) -> str:
     rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
-    top = next((r for r in rows if r["part"] == "peak" and "tflops" in r), None)
+    peaks = [r for r in rows if r["part"] == "peak"]
+    top = next((r for r in peaks if "tflops" in r), None)
     bares = {r["batch"]: r for r in rows if r["part"] == "bare" and "samples_per_s" in r}
-    rows = [r for r in rows if r["part"] != "peak" or "error" not in r] + \
-        [dict(r, part="runner", label="peak: " + r["error"]) for r in rows if r["part"] == "peak" and "error" in r]
     flops_per_sample = {b: r["flops_per_step"] / b for b, r in bares.items()}
     per_sample = statistics.median(flops_per_sample.values()) if flops_per_sample else None
     lines = []
     if top:
         lines.append(f"bf16 matmul peak: {top['tflops']:.0f} TFLOP/s ({top['size']}^3)")
+    elif peaks:
+        lines.append(f"bf16 matmul peak: not measured ({peaks[-1].get('error')}); no MFU")
     if per_sample:
         lines.append(f"model FLOPs per training sample (flop counter, fwd+bwd): {per_sample / 1e12:.2f} TFLOP")
     head = f"{'loop':<58}{'batch':>6}{'samples/s':>11}{'vs bare':>9}{'MFU':>7}{'mem GB':>8}{'first step s':>14}"
