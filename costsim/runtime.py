@@ -17,6 +17,7 @@ from costsim.errors import InputError
 COMPILE = ("off", "blocks", "model")
 COMPILE_MODES = ("default", "max-autotune-no-cudagraphs", "reduce-overhead", "max-autotune")
 SDPA = ("auto", "flash", "efficient", "cudnn", "math")
+DDP_COMM = ("fp32", "bf16")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -29,6 +30,10 @@ class Runtime:
     sdpa: str = "auto"                    # scaled-dot-product attention backend
     activation_checkpointing: bool = False
     ddp_bucket_mb: float = 25.0           # DDP gradient bucket size (PyTorch's default 25)
+    ddp_comm: str = "fp32"                # gradients all-reduced as they are, or compressed to bf16
+    cudnn_benchmark: bool = False         # time cuDNN's convolution algorithms once per shape, keep the fastest
+    expandable_segments: bool = False     # CUDA caching allocator grows segments instead of adding new ones
+    gc_every: int = 0                     # 0: Python's automatic garbage collection; N: only every N steps
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -63,7 +68,11 @@ def parse_runtime(raw, source: str, prefix: str = "runtime", base: Runtime | Non
             values[key] = _choice(value, COMPILE_MODES, source, where)
         elif key == "sdpa":
             values[key] = _choice(value, SDPA, source, where)
-        elif key in ("channels_last", "activation_checkpointing"):
+        elif key == "ddp_comm":
+            values[key] = _choice(value, DDP_COMM, source, where)
+        elif key == "gc_every":
+            values[key] = _count(value, source, where)
+        elif key in ("channels_last", "activation_checkpointing", "cudnn_benchmark", "expandable_segments"):
             values[key] = _boolean(value, source, where)
         elif key == "ddp_bucket_mb":
             values[key] = _positive(value, source, where)
@@ -103,3 +112,10 @@ def _positive(value, source: str, where: str) -> float:
     if isinstance(value, bool) or not number > 0 or number == float("inf"):
         raise InputError(source, where, f"got {value!r}; expected a positive number of MB")
     return number
+
+
+def _count(value, source: str, where: str) -> int:
+    text = str(value).strip()
+    if isinstance(value, bool) or not text.isdigit():
+        raise InputError(source, where, f"got {value!r}; expected a whole number of steps (0: automatic)")
+    return int(text)

@@ -14,7 +14,9 @@ with and without compilation.
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
+import time
 from pathlib import Path
 
 import torch
@@ -29,6 +31,8 @@ class RuntimeConfigError(RuntimeError):
 def check_device(runtime: Runtime, device: torch.device) -> None:
     if device.type != "cuda" and runtime.sdpa not in ("auto", "math"):
         raise RuntimeConfigError(f"runtime.sdpa={runtime.sdpa} needs a CUDA GPU; on CPU use auto or math")
+    if device.type != "cuda" and runtime.ddp_comm == "bf16":
+        raise RuntimeConfigError("runtime.ddp_comm=bf16 needs CUDA GPUs (NCCL); on CPU use fp32")
     if device.type != "cuda" and runtime.compile_mode in ("reduce-overhead", "max-autotune"):
         raise RuntimeConfigError(f"runtime.compile_mode={runtime.compile_mode} uses CUDA graphs; on CPU use "
                                  "default or max-autotune-no-cudagraphs")
@@ -59,6 +63,62 @@ def prepare_model(model: torch.nn.Module, runtime: Runtime) -> int:
     return len(blocks)
 
 
+def configure_backends(runtime: Runtime) -> None:
+    """Process-wide settings. cuDNN's benchmark mode picks convolution algorithms by timing them, so a
+    restarted process may pick others: its results then differ in the last bits from an uninterrupted
+    run's (fine for training, not for bit-exact drills)."""
+    torch.backends.cudnn.benchmark = runtime.cudnn_benchmark
+
+
+def configure_ddp(model, runtime: Runtime) -> None:
+    """Gradient communication: `bf16` halves the bytes of each all-reduce (PyTorch's bf16 compression
+    hook: gradients are cast to bf16, summed, divided and cast back)."""
+    if runtime.ddp_comm == "bf16":
+        from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import bf16_compress_hook
+        model.register_comm_hook(None, bf16_compress_hook)
+
+
+class GarbageCollection:
+    """gc_every=N: Python's automatic collection off, a young-generation collection every N steps
+    (torchtitan's practice: an automatic full collection, whenever it falls, stalls the step it
+    falls in). Either way it counts collections and the time they took, for the end-of-run report."""
+
+    def __init__(self, every: int):
+        self.every, self.collections, self.seconds, self._began = every, 0, 0.0, 0.0
+        gc.callbacks.append(self._timed)
+        if every:
+            gc.collect()
+            gc.disable()
+
+    def _timed(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._began = time.perf_counter()
+        else:
+            self.collections += 1
+            self.seconds += time.perf_counter() - self._began
+
+    def step(self, step: int) -> None:
+        if self.every and step % self.every == 0:
+            gc.collect(1)
+
+    def close(self) -> None:
+        if self.every:
+            gc.enable()
+        if self._timed in gc.callbacks:
+            gc.callbacks.remove(self._timed)
+
+
+def memory_report(device: torch.device) -> dict:
+    """Peak memory and how often the CUDA caching allocator had to free its cache and retry (each
+    retry synchronises the device: a stalled step)."""
+    if device.type != "cuda":
+        return {}
+    stats = torch.cuda.memory_stats(device)
+    return {"peak_allocated_gb": stats.get("allocated_bytes.all.peak", 0) / 1e9,
+            "peak_reserved_gb": stats.get("reserved_bytes.all.peak", 0) / 1e9,
+            "alloc_retries": stats.get("num_alloc_retries", 0)}
+
+
 def attention(runtime: Runtime):
     """A context that pins the scaled-dot-product-attention backend, or does nothing for auto."""
     if runtime.sdpa == "auto":
@@ -69,12 +129,16 @@ def attention(runtime: Runtime):
     return sdpa_kernel([backend])
 
 
-def compile_cache_env(runtime: Runtime, run_dir: Path, env: dict) -> dict:
-    """Keep TorchInductor's caches (FX graphs, AOTAutograd, Triton kernels) beside the checkpoints.
+def worker_env(runtime: Runtime, run_dir: Path, env: dict) -> dict:
+    """The workers' environment for these settings (read by CUDA and Inductor at start); the user's
+    own values win.
 
-    A restart, on this node or on a new one that mounts the same storage, then loads compiled
-    kernels instead of compiling again; a user's own TORCHINDUCTOR_CACHE_DIR wins.
+    With compilation, TorchInductor's caches (FX graphs, AOTAutograd, Triton kernels) live beside the
+    checkpoints: a restart, on this node or on a new one that mounts the same storage, then loads
+    compiled kernels instead of compiling again.
     """
+    if runtime.expandable_segments:
+        env.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
     if runtime.compile == "off":
         return env
     env.setdefault("TORCHINDUCTOR_CACHE_DIR", str(Path(run_dir).resolve() / "compile-cache"))

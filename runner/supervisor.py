@@ -165,8 +165,8 @@ def _child_env(x: Execution) -> dict:
     env.setdefault("NCCL_NVLS_ENABLE", "0")
     env.setdefault("OMP_NUM_THREADS", "1")
     env["PYTHONUNBUFFERED"] = "1"
-    from runner.speed import compile_cache_env   # torch: only once a job is launched
-    return compile_cache_env(parse_pairs(x.runtime, base=x.spec.runtime), x.run_dir, env)
+    from runner.speed import worker_env   # torch: only once a job is launched
+    return worker_env(parse_pairs(x.runtime, base=x.spec.runtime), x.run_dir, env)
 
 
 def summarise(run_dir: Path, *, run_id: str, wall_s: float, restarts: int, status: str, attempts: list) -> dict:

@@ -8,8 +8,8 @@ or a compiler failure costs only that row) and appends one JSON line to RESULTS:
                             latents drawn on the GPU; also counts the step's FLOPs with
                             torch.utils.flop_counter (matmul, convolution and attention)
   runner --batch B [--runtime K=V ...] [--option K=V ...]
-                            the runner's own Trainer (DDP, telemetry, sync points) in this process,
-                            world size 1; first-step time = build + compile (cold or warm cache)
+                            the runner's own Trainer (telemetry, sync points; no DDP wrapper at
+                            world size 1) in this process; first-step time = build + compile (cold or warm cache)
   report RESULTS            the table: samples/s per GPU, ratio to the bare loop at the same batch,
                             MFU (model FLOPs / peak), peak memory, first-step time
 
@@ -30,6 +30,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from costsim.runtime import Runtime, parse_pairs  # noqa: E402  (no torch: the report and `best` run anywhere)
 
 
 def _device():
@@ -137,11 +139,12 @@ def runner(args) -> dict:
     import torch
     import torch.distributed as dist
 
-    from runner import train
+    from runner import speed, train
     from runner.plan import load_run_spec
 
     device = _device()
     work = Path(tempfile.mkdtemp(prefix="bench-sdxl-"))
+    speed.worker_env(parse_pairs(args.runtime), work / "run", os.environ)   # as the runner's workers get it
     plan = _plan(work, args.batch, "H200" if device.type == "cuda" else "cpu")
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
     spec = load_run_spec(plan)
@@ -168,13 +171,16 @@ def runner(args) -> dict:
     trainer.train()
     _sync(device)
     seconds = time.perf_counter() - t0
+    collections, gc_s = trainer.garbage.collections, trainer.garbage.seconds
+    memory = speed.memory_report(device)
     trainer.close()
     dist.destroy_process_group()
     return {"part": "runner", "batch": args.batch, "runtime": trainer.runtime.as_dict(),
             "label": args.label or trainer.runtime.describe() + "".join(f" {o}" for o in args.option),
             "samples_per_s": args.steps * args.batch / seconds, "step_s": seconds / args.steps,
             "peak_memory_gb": _peak_memory_gb(device), "build_s": built_s, "first_step_s": first_s,
-            "compile_cache": _cache_state(trainer.runtime, work)}
+            "compile_cache": _cache_state(trainer.runtime, work), "gc_collections": collections, "gc_s": gc_s,
+            "alloc_retries": memory.get("alloc_retries")}
 
 
 def _cache_state(runtime, work: Path) -> str | None:
@@ -245,8 +251,7 @@ def best(path: Path, batch: int) -> list[str]:
     if not runs:
         return []
     top = max(runs, key=lambda r: r["samples_per_s"])
-    default = {"compile": "off", "compile_mode": "default", "channels_last": False, "sdpa": "auto",
-               "activation_checkpointing": False, "ddp_bucket_mb": 25.0}
+    default = Runtime().as_dict()
     return [f"--runtime {k}={str(v).lower() if isinstance(v, bool) else v}"
             for k, v in top["runtime"].items() if default.get(k) != v]
 

@@ -3,7 +3,8 @@
 # Lane 0 (GPU 0): matmul peak, bare vs runner loop at batch 1/4/8, eager options.
 # Lane 1 (GPU 1): torch.compile variants, each cold (empty cache) then warm (a restart's case).
 # SET=next: what the first sweep left unmeasured (2026-11-29): whole-model compilation with a whole
-# call's time, max-autotune for the blocks, CUDA graphs (reduce-overhead), channels-last again.
+# call's time, cuDNN benchmark mode, controlled garbage collection with expandable allocator segments,
+# CUDA graphs (reduce-overhead) and max-autotune for the blocks.
 # Every row is its own process with a timeout; each lane stops starting rows at its deadline.
 # Results: $OUT/bench_sdxl.jsonl, the table in $OUT/bench_sdxl.txt. Wheels for simpy/diffusers/
 # importlib_metadata come in .whl/.
@@ -48,12 +49,16 @@ lane1() {  # compiling the whole UNet took > 300 s cold (2026-11-29): blocks fir
   TORCHINDUCTOR_CACHE_DIR=$c-model row 1 600 runner --batch 8 --runtime compile=model
 }
 
-next0() {
+next0() {   # eager settings first (short rows), then the blocks' compile modes
   local c=/tmp/inductor
   row 0 60 peak
   row 0 90 bare --batch 8
+  row 0 90 runner --batch 8
+  row 0 90 runner --batch 8 --runtime cudnn_benchmark=true
+  row 0 90 runner --batch 8 --runtime gc_every=50 --runtime expandable_segments=true
+  TORCHINDUCTOR_CACHE_DIR=$c-blocks row 0 150 runner --batch 8 --runtime compile=blocks
+  TORCHINDUCTOR_CACHE_DIR=$c-blocks-ro row 0 200 runner --batch 8 --runtime compile=blocks --runtime compile_mode=reduce-overhead
   TORCHINDUCTOR_CACHE_DIR=$c-blocks-mx row 0 420 runner --batch 8 --runtime compile=blocks --runtime compile_mode=max-autotune-no-cudagraphs
-  TORCHINDUCTOR_CACHE_DIR=$c-blocks-ro row 0 300 runner --batch 8 --runtime compile=blocks --runtime compile_mode=reduce-overhead
 }
 
 next1() {

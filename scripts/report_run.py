@@ -34,6 +34,8 @@ def measure(run_dir: Path, skip: int = 5) -> dict:
     return {
         "world_size": world, "global_batch": batch, "steps_measured": len(steady),
         "step_time_s": step_s, "step_time_median_s": statistics.median(steady) if steady else None,
+        # Steps over 1.5x the median: periodic stalls (garbage collection, allocator retries) show here.
+        "slow_steps": sum(1 for t in steady if t > 1.5 * statistics.median(steady)) if steady else 0,
         "samples_per_s": batch / step_s if step_s else None,
         "samples_per_s_per_gpu": batch / step_s / world if step_s else None,
         "async_stall_s": [round(e["stall_s"], 3) for e in saves if e.get("mode") == "async"],
@@ -48,6 +50,8 @@ def measure(run_dir: Path, skip: int = 5) -> dict:
         "compile_cache_bytes_at_start": [e.get("compile_cache_bytes") for e in events
                                          if e["event"] == "runtime" and e.get("rank") == 0],
         "startup_to_first_step_s": first_step_after(events, "launch", 0),
+        "end_of_run": {k: e[k] for e in [x for x in events if x["event"] == "end" and x.get("rank") == 0][-1:]
+                       for k in ("gc_collections", "gc_s", "alloc_retries", "peak_allocated_gb") if k in e},
         "summary": summary,
     }
 

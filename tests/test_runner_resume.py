@@ -84,3 +84,15 @@ def test_async_checkpoints_resume_exactly_too(tmp_path):
     assert summary(tmp_path / "a")["final_state_sha256"] == summary(tmp_path / "b")["final_state_sha256"]
     modes = {e["mode"] for e in events(tmp_path / "a", "checkpoint_save") if e["reason"] == "interval"}
     assert modes == {"async"}
+
+
+def test_a_single_process_run_without_ddp_resumes_exactly(plan, tmp_path):
+    # One process trains the bare model (no DDP wrapper); its checkpoints and resume are the same.
+    args = ("--steps", "120", "--seed", "5", "--nproc-per-node", "1")
+    clean = execute(plan, tmp_path / "clean", *args)
+    assert clean.returncode == 0, clean.stderr[-3000:]
+    drill = execute(plan, tmp_path / "drill", *args, "--inject-preemptions", "kill@70")
+    assert drill.returncode == 0, drill.stderr[-3000:]
+    assert [e["world_size"] for e in events(tmp_path / "drill", "start")] == [1, 1]
+    assert summary(tmp_path / "drill")["restarts"] == 1
+    assert summary(tmp_path / "drill")["final_state_sha256"] == summary(tmp_path / "clean")["final_state_sha256"]

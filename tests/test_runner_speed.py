@@ -82,11 +82,13 @@ def test_compiled_run_resumes_exactly_and_restarts_from_its_compile_cache(tmp_pa
     assert summary(tmp_path / "clean")["final_state_sha256"] == summary(tmp_path / "drill")["final_state_sha256"]
 
 
-def test_a_setting_the_device_cannot_honour_stops_without_restarts(tmp_path):
+@pytest.mark.parametrize("setting, message", [("sdpa=flash", "runtime.sdpa=flash needs a CUDA GPU"),
+                                              ("ddp_comm=bf16", "runtime.ddp_comm=bf16 needs CUDA GPUs")])
+def test_a_setting_the_device_cannot_honour_stops_without_restarts(tmp_path, setting, message):
     plan = tiny_plan(tmp_path)
-    result = execute(plan, tmp_path / "run", "--steps", "5", "--runtime", "sdpa=flash")
+    result = execute(plan, tmp_path / "run", "--steps", "5", "--runtime", setting)
     assert result.returncode == 2, result.stderr[-2000:]
-    assert "runtime.sdpa=flash needs a CUDA GPU" in result.stderr
+    assert message in result.stderr
     assert summary(tmp_path / "run")["restarts"] == 0
 
 

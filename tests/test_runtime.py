@@ -22,10 +22,13 @@ def test_defaults_are_the_plain_eager_loop():
 
 
 def test_pairs_and_mappings_parse_to_the_same_settings():
-    pairs = parse_pairs(["compile=blocks", "channels_last=true", "sdpa=cudnn", "ddp_bucket_mb=100"])
-    mapping = parse_runtime({"compile": "blocks", "channels_last": True, "sdpa": "cudnn", "ddp_bucket_mb": 100}, "p")
+    pairs = parse_pairs(["compile=blocks", "channels_last=true", "sdpa=cudnn", "ddp_bucket_mb=100",
+                         "ddp_comm=bf16", "cudnn_benchmark=on"])
+    mapping = parse_runtime({"compile": "blocks", "channels_last": True, "sdpa": "cudnn", "ddp_bucket_mb": 100,
+                             "ddp_comm": "bf16", "cudnn_benchmark": True}, "p")
     assert pairs == mapping
-    assert pairs.describe() == "compile=blocks channels_last=true sdpa=cudnn ddp_bucket_mb=100.0"
+    assert pairs.describe() == ("compile=blocks channels_last=true sdpa=cudnn ddp_bucket_mb=100.0 ddp_comm=bf16 "
+                                "cudnn_benchmark=true")
 
 
 def test_pairs_override_a_base():
@@ -38,6 +41,8 @@ def test_pairs_override_a_base():
     ({"sdpa": "xformers"}, "runtime.sdpa", "auto, flash, efficient, cudnn, math"),
     ({"channels_last": "maybe"}, "runtime.channels_last", "true or false"),
     ({"ddp_bucket_mb": -1}, "runtime.ddp_bucket_mb", "positive"),
+    ({"ddp_comm": "fp16"}, "runtime.ddp_comm", "fp32, bf16"),
+    ({"cudnn_benchmark": "fast"}, "runtime.cudnn_benchmark", "true or false"),
     ({"shell": "rm -rf /"}, "runtime.shell", "allowed: compile"),
 ])
 def test_bad_settings_name_the_field_and_what_is_allowed(raw, field, allowed):
