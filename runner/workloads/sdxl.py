@@ -48,11 +48,13 @@ def build(ctx: BuildContext) -> Built:
     pooled_dim = config.get("projection_class_embeddings_input_dim", 2816) - 6 * config.get("addition_time_embed_dim", 256)
     time_ids = torch.tensor([[size * 8, size * 8, 0, 0, size * 8, size * 8]], dtype=torch.float32).to(ctx.device)
 
+    generator = torch.Generator(device=ctx.device)   # one, re-seeded per batch: no new device state per step
+
     def batch(step: int, micro: int):
         # Drawn on the device itself: no host copy, so the host never waits for the GPU and keeps
         # queuing work ahead of it. Same (seed, step, micro, rank), same batch: resumes stay exact.
         key = ((ctx.seed * 1_000_003 + step) * 64 + micro) * 4096 + ctx.rank
-        g = torch.Generator(device=ctx.device).manual_seed(key)
+        g = generator.manual_seed(key)
         b, on = ctx.micro_batch, {"device": ctx.device, "generator": g}
         return {
             "latents": torch.randn(b, channels, size, size, **on),
