@@ -99,3 +99,29 @@ def test_a_bad_runtime_flag_is_one_line_before_anything_starts(tmp_path):
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "runtime.compile" in lines[0] and "off, blocks, model" in lines[0], result.stderr
     assert not (tmp_path / "run" / "telemetry.jsonl").exists()
+
+
+def test_controlled_garbage_collection_runs_only_every_n_steps_and_restores_the_collector():
+    import gc
+    collector = speed.GarbageCollection(every=3)
+    try:
+        assert not gc.isenabled()
+        after_init = collector.collections
+        assert after_init >= 1                     # the initial full collection, timed
+        collector.step(1), collector.step(2)
+        assert collector.collections == after_init
+        collector.step(3)
+        assert collector.collections == after_init + 1 and collector.seconds > 0
+    finally:
+        collector.close()
+    assert gc.isenabled()
+
+
+def test_worker_env_sets_the_allocator_and_compile_cache_but_a_users_own_values_win(tmp_path):
+    env = speed.worker_env(Runtime(expandable_segments=True, compile="blocks"), tmp_path, {})
+    assert env["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
+    assert env["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path.resolve() / "compile-cache")
+    mine = {"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:512", "TORCHINDUCTOR_CACHE_DIR": "/shared/cache"}
+    assert speed.worker_env(Runtime(expandable_segments=True, compile="blocks"), tmp_path, dict(mine)) == {
+        **mine, "TORCHINDUCTOR_FX_GRAPH_CACHE": "1", "TORCHINDUCTOR_AUTOGRAD_CACHE": "1"}
+    assert speed.worker_env(Runtime(), tmp_path, {}) == {}
