@@ -118,11 +118,20 @@ def steady_step_times(events: list[dict], skip: int = SKIP_AFTER_START) -> list[
     return times
 
 
-def _first_step_overhead(events: list[dict], since: int, steady_s: float) -> float | None:
-    """From events[since] to the end of the first step after it, less one steady step: the whole
-    price of a (re)start, including a first step slowed by compilation, autotuning and allocation."""
-    first = next((e for e in events[since:] if e["event"] == "step"), None)
-    return None if first is None else first["t"] - events[since]["t"] - steady_s
+def _first_step_overhead(events: list[dict], since: int, steady_s: float,
+                         warmup: int = SKIP_AFTER_START) -> float | None:
+    """From events[since] to the end of the warm-up steps after it (those the step fit leaves out),
+    less as many steady steps: the whole price of a (re)start, including a first step slowed by
+    compilation and autotuning, and later ones slowed by allocating the checkpoint staging buffers."""
+    steps = []
+    for e in events[since + 1:]:
+        if e["event"] == "restart":
+            break
+        if e["event"] == "step":
+            steps.append(e)
+            if len(steps) == warmup:
+                break
+    return steps[-1]["t"] - events[since]["t"] - len(steps) * steady_s if steps else None
 
 
 def _fixed_overhead(events: list[dict], steady_s: float) -> float | None:
