@@ -34,7 +34,7 @@ class Run:
     async_stall_s: list[float] = field(default_factory=list)
     interval_saves: int = 0
     final_save: bool = True               # profiling runs skip it
-    fixed_s: float | None = None          # launch -> first step, plus end -> exit, first attempt
+    fixed_s: float | None = None          # launch -> end of the warm-up steps, plus end -> exit, first attempt
     restart_s: list[float] = field(default_factory=list)
     runtime: Runtime = Runtime()          # the runner settings it ran with (its telemetry says)
 
