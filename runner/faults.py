@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import random
 import signal
+import threading
 from dataclasses import dataclass
 
 PREEMPTED_EXIT = 75   # EX_TEMPFAIL: stopped by a preemption notice after an emergency checkpoint
@@ -52,15 +53,42 @@ def decode(text: str | None) -> Fault | None:
     return Fault(int(step), kind)
 
 
-class NoticeFlag:
-    """Set by SIGTERM; the training loop polls it at agreed steps."""
+STUCK_EXIT = 128 + signal.SIGTERM   # as if SIGTERM had killed it: the worker could not act on it
+STUCK_AFTER_S = 10.0
 
-    def __init__(self) -> None:
+
+class NoticeFlag:
+    """Set by SIGTERM; the training loop polls it at agreed steps.
+
+    Python runs a signal handler only when the main thread comes back to Python. A worker whose peer
+    died is blocked in a collective that never returns (torchrun then SIGTERMs it and waits 30 s
+    before SIGKILL: 30 s of every in-place restart, measured on H200). So the C-level handler also
+    wakes a watcher thread (signal.set_wakeup_fd); if the Python handler has not run `stuck_after_s`
+    later, the main thread is stuck in native code, no emergency checkpoint can be written, and the
+    worker exits at once. A live worker's main thread is back in Python within a step or a
+    checkpoint write's next chunk, far inside the margin.
+    """
+
+    def __init__(self, stuck_after_s: float = STUCK_AFTER_S) -> None:
         self.requested = False
+        self._handled = threading.Event()
         signal.signal(signal.SIGTERM, self._handle)
+        read_fd, write_fd = os.pipe()
+        os.set_blocking(write_fd, False)
+        signal.set_wakeup_fd(write_fd)
+        threading.Thread(target=self._watch, args=(read_fd, stuck_after_s), name="notice-watch", daemon=True).start()
 
     def _handle(self, signum, frame) -> None:
         self.requested = True
+        self._handled.set()
+
+    def _watch(self, read_fd: int, stuck_after_s: float) -> None:
+        while signal.SIGTERM not in os.read(read_fd, 64):
+            pass
+        if not self._handled.wait(stuck_after_s):
+            os.write(2, f"runner: worker {os.getpid()} got SIGTERM while blocked in native code for "
+                        f"{stuck_after_s:.0f}s (a peer is gone?): exiting without a checkpoint\n".encode())
+            os._exit(STUCK_EXIT)
 
 
 def fire(fault: Fault, *, local_rank: int, local_world_size: int) -> None:
