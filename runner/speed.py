@@ -72,7 +72,7 @@ def configure_backends(runtime: Runtime) -> None:
 
 def configure_ddp(model, runtime: Runtime) -> None:
     """Gradient communication: `bf16` halves the bytes of each all-reduce (PyTorch's bf16 compression
-    hook: gradients are cast to bf16, summed, divided and cast back)."""
+    hook: each bucket is divided by the world size, cast to bf16, all-reduced and cast back)."""
     if runtime.ddp_comm == "bf16":
         from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import bf16_compress_hook
         model.register_comm_hook(None, bf16_compress_hook)

@@ -59,8 +59,8 @@ class Trainer:
         self.built = built
         speed.configure_backends(self.runtime)
         compiled = speed.prepare_model(built.model, self.runtime)
-        # One process has nothing to all-reduce: DDP's gradient hooks and bucket copies would only cost
-        # time (5% of a batch-1 SDXL step on H200). The checkpoint's names are the same either way.
+        # One process has nothing to all-reduce: DDP's gradient hooks and buckets would only cost time
+        # and memory. The checkpoint's names are the same either way.
         self.model = built.model if world_size == 1 else DistributedDataParallel(
             built.model, device_ids=None if spec.cpu else [local_rank], gradient_as_bucket_view=True,
             bucket_cap_mb=self.runtime.ddp_bucket_mb)
