@@ -45,7 +45,7 @@ def measure(run_dir: Path, skip: int = 5) -> dict:
         "load_s": [round(e["duration_s"], 3) for e in loads],
         "step_time_while_writing_ratio": writing_slowdown(events, steady),
         "restart_to_first_step_s": restart_times(events),
-        "restart_phases_s": restart_phases(events),
+        "restart_phases_s": restart_phases(events, statistics.median(steady) if steady else None, skip),
         "runtime": next((e.get("settings") for e in events if e["event"] == "runtime" and e.get("rank") == 0), None),
         "compile_cache_bytes_at_start": [e.get("compile_cache_bytes") for e in events
                                          if e["event"] == "runtime" and e.get("rank") == 0],
@@ -67,9 +67,10 @@ def writing_slowdown(events: list[dict], steady: list[float]) -> float | None:
     return round(statistics.fmean(during) / statistics.fmean(steady), 3)
 
 
-def restart_phases(events: list[dict]) -> list[dict]:
+def restart_phases(events: list[dict], median_s: float | None = None, warmup: int = 5) -> list[dict]:
     """Per restart: failure noticed (preemption -> restart decision), process start and model build
-    (-> the workers' runtime event), checkpoint load, first step (start -> end of the first step)."""
+    (-> the workers' runtime event), checkpoint load, first step (start -> end of the first step), and
+    what the rest of the warm-up steps took over steady ones."""
     phases = []
     for i, e in enumerate(events):
         if e["event"] != "restart":
@@ -79,11 +80,15 @@ def restart_phases(events: list[dict]) -> list[dict]:
         built = next((x["t"] for x in after if x["event"] == "runtime" and x.get("rank") == 0), None)
         load = next((x for x in after if x["event"] == "checkpoint_load" and x.get("rank") == 0), None)
         start = next((x["t"] for x in after if x["event"] == "start" and x.get("rank") == 0), None)
-        first = next((x["t"] for x in after if x["event"] == "step"), None)
+        steps = [x for x in after if x["event"] == "step"][:warmup]
+        first = steps[0]["t"] if steps else None
         phases.append({"noticed_s": _round(e["t"] - killed if killed else None),
                        "start_and_build_s": _round(built - e["t"] if built else None),
                        "load_s": _round(load["duration_s"] if load else None),
-                       "first_step_s": _round(first - start if first and start else None)})
+                       "first_step_s": _round(first - start if first and start else None),
+                       # the next warm-up steps' time over as many median steady steps (staging pinning)
+                       "later_warmup_excess_s": _round(sum(x["step_time_s"] for x in steps[1:]) - len(steps[1:]) * median_s
+                                                       if steps[1:] and median_s else None)})
     return phases
 
 
