@@ -108,7 +108,8 @@ def test_controlled_garbage_collection_runs_only_every_n_steps_and_restores_the_
         assert not gc.isenabled()
         after_init = collector.collections
         assert after_init >= 1                     # the initial full collection, timed
-        collector.step(1), collector.step(2)
+        collector.step(1)
+        collector.step(2)
         assert collector.collections == after_init
         collector.step(3)
         assert collector.collections == after_init + 1 and collector.seconds > 0
