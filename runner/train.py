@@ -61,10 +61,11 @@ class Trainer:
         compiled = speed.prepare_model(built.model, self.runtime)
         # One process has nothing to all-reduce: DDP's gradient hooks and buckets would only cost time
         # and memory. The checkpoint's names are the same either way.
-        self.model = built.model if world_size == 1 else DistributedDataParallel(
-            built.model, device_ids=None if spec.cpu else [local_rank], gradient_as_bucket_view=True,
-            bucket_cap_mb=self.runtime.ddp_bucket_mb)
-        if world_size > 1:
+        if world_size == 1:
+            self.model = built.model
+        else:
+            self.model = DistributedDataParallel(built.model, device_ids=None if spec.cpu else [local_rank],
+                                                 gradient_as_bucket_view=True, bucket_cap_mb=self.runtime.ddp_bucket_mb)
             speed.configure_ddp(self.model, self.runtime)
         self.telemetry.event("runtime", settings=self.runtime.as_dict(), compiled_modules=compiled,
                              compile_cache_bytes=speed.cache_bytes())

@@ -31,6 +31,7 @@ def measure(run_dir: Path, skip: int = 5) -> dict:
     saves = [e for e in events if e["event"] == "checkpoint_save" and e.get("rank") == 0]
     loads = [e for e in events if e["event"] == "checkpoint_load" and e.get("rank") == 0]
     step_s = statistics.fmean(steady) if steady else None   # wall time is the sum of steps
+    end = next((e for e in reversed(events) if e["event"] == "end" and e.get("rank") == 0), {})
     return {
         "world_size": world, "global_batch": batch, "steps_measured": len(steady),
         "step_time_s": step_s, "step_time_median_s": statistics.median(steady) if steady else None,
@@ -50,8 +51,7 @@ def measure(run_dir: Path, skip: int = 5) -> dict:
         "compile_cache_bytes_at_start": [e.get("compile_cache_bytes") for e in events
                                          if e["event"] == "runtime" and e.get("rank") == 0],
         "startup_to_first_step_s": first_step_after(events, "launch", 0),
-        "end_of_run": {k: e[k] for e in [x for x in events if x["event"] == "end" and x.get("rank") == 0][-1:]
-                       for k in ("gc_collections", "gc_s", "alloc_retries", "peak_allocated_gb") if k in e},
+        "end_of_run": {k: end[k] for k in ("gc_collections", "gc_s", "alloc_retries", "peak_allocated_gb") if k in end},
         "summary": summary,
     }
 
