@@ -12,6 +12,9 @@
 #   tuned       1 and 2 GPUs, gc_every=50 ddp_bucket_mb=200;  tuned400   2 GPUs, 400 MB buckets
 #   then bench rows on both GPUs side by side: batch 1 (bare, runner, runner gc_every=50) on GPU 0,
 #   batch 8 (bare, runner eager, runner compile=blocks gc_every=50) on GPU 1
+# SET=model (fourth call): whole-model compilation, the fastest single-GPU row of the bench at 8 per
+#   GPU, at 16 per GPU (BATCH=16): 2 GPUs first (both ranks compile cold), then 1 GPU (cache warm)
+# SET=b16 (fifth): compile=blocks at 16 per GPU (BATCH=16), 1 and 2 GPUs; 2 GPUs with 400 MB buckets
 # Results (the device tool brings back few files): $OUT/ddp.txt (the comparison table and the bench
 # table), $OUT/bench_sdxl.jsonl, $OUT/detail.tgz (each run's report_run JSON, calibrated profile, log,
 # telemetry). Wheels come in .whl/.
@@ -51,6 +54,12 @@ if [[ "$SET" == main ]]; then
   profile bucket100 2 --runtime ddp_bucket_mb=100
   profile bf16comm 2 --runtime ddp_comm=bf16
   bench 0 bare --batch 1; bench 0 runner --batch 1
+elif [[ "$SET" == model ]]; then
+  profile model16 2,1 --runtime compile=model --runtime gc_every=50 --runtime expandable_segments=true \
+    --runtime ddp_bucket_mb=200
+elif [[ "$SET" == b16 ]]; then
+  profile blocks16 1,2 --runtime gc_every=50 --runtime expandable_segments=true --runtime ddp_bucket_mb=200
+  profile blocks16-400 2 --runtime gc_every=50 --runtime expandable_segments=true --runtime ddp_bucket_mb=400
 else
   profile tuned 1,2 --runtime gc_every=50 --runtime ddp_bucket_mb=200
   profile tuned400 2 --runtime gc_every=50 --runtime ddp_bucket_mb=400
@@ -76,5 +85,5 @@ for name, r in rows.items():
     print(f"{name:<28}{r['step_time_s']:>8.3f}{r['step_time_median_s']:>10.3f}{r['slow_steps']:>6}"
           f"{r['samples_per_s_per_gpu']:>11.2f}{fmt(eff[0]):>10}{fmt(eff[1]):>12}  {r.get('end_of_run')}")
 PY
-python3 scripts/bench_sdxl.py report "$OUT/bench_sdxl.jsonl" | tee -a "$OUT/ddp.txt"
+[[ -f "$OUT/bench_sdxl.jsonl" ]] && python3 scripts/bench_sdxl.py report "$OUT/bench_sdxl.jsonl" | tee -a "$OUT/ddp.txt"
 tar czf "$OUT/detail.tgz" --exclude checkpoints --exclude compile-cache -C / "${D#/}" tmp/ddp
