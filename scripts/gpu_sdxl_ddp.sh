@@ -80,7 +80,7 @@ for name, r in rows.items():
         continue
     base = one.get(name.split("-gpus")[0]) or next(iter(one.values()), None)   # tuned400: tuned's 1 GPU
     eff = (base["step_time_s"] / r["step_time_s"], base["step_time_median_s"] / r["step_time_median_s"]) \
-        if base and r["world_size"] == 2 and r["step_time_s"] else ("", "")
+        if base and base["step_time_s"] and r["world_size"] == 2 else ("", "")
     fmt = lambda v: f"{v:.3f}" if isinstance(v, float) else v
     print(f"{name:<28}{r['step_time_s']:>8.3f}{r['step_time_median_s']:>10.3f}{r['slow_steps']:>6}"
           f"{r['samples_per_s_per_gpu']:>11.2f}{fmt(eff[0]):>10}{fmt(eff[1]):>12}  {r.get('end_of_run')}")

@@ -51,6 +51,8 @@ def measure(run_dir: Path, skip: int = 5) -> dict:
         "compile_cache_bytes_at_start": [e.get("compile_cache_bytes") for e in events
                                          if e["event"] == "runtime" and e.get("rank") == 0],
         "startup_to_first_step_s": first_step_after(events, "launch", 0),
+        # the first start's parts, as for a restart (first_step_s: compilation, from the cache if warm)
+        "startup_phases_s": restart_phases(events, statistics.median(steady) if steady else None, skip, "launch")[:1],
         "end_of_run": {k: end[k] for k in ("gc_collections", "gc_s", "alloc_retries", "peak_allocated_gb") if k in end},
         "summary": summary,
     }
@@ -67,15 +69,16 @@ def writing_slowdown(events: list[dict], steady: list[float]) -> float | None:
     return round(statistics.fmean(during) / statistics.fmean(steady), 3)
 
 
-def restart_phases(events: list[dict], median_s: float | None = None, warmup: int = 5) -> list[dict]:
-    """Per restart: failure noticed (preemption -> restart decision), process start and model build
-    (-> the workers' runtime event), checkpoint load, first step (start -> end of the first step), and
-    what the rest of the warm-up steps took over steady ones."""
+def restart_phases(events: list[dict], median_s: float | None = None, warmup: int = 5, mark: str = "restart") -> list[dict]:
+    """Per restart (or per `launch`): failure noticed (preemption -> restart decision), process start
+    and model build (-> the workers' runtime event), checkpoint load, first step (start -> end of the
+    first step), and what the rest of the warm-up steps took over steady ones."""
     phases = []
     for i, e in enumerate(events):
-        if e["event"] != "restart":
+        if e["event"] != mark:
             continue
-        after = events[i:]
+        end = next((j for j in range(i + 1, len(events)) if events[j]["event"] == "restart"), len(events))
+        after = events[i:end]   # this start's events only
         killed = next((x["t"] for x in reversed(events[:i]) if x["event"] == "preempted" and x.get("rank") == 0), None)
         built = next((x["t"] for x in after if x["event"] == "runtime" and x.get("rank") == 0), None)
         load = next((x for x in after if x["event"] == "checkpoint_load" and x.get("rank") == 0), None)

@@ -1,0 +1,46 @@
+"""scripts/report_run.py on telemetry whose start and restart phases are known by construction."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def attempt(t0: float, *, build: float, load: float | None, first: float, step: float, steps: range) -> list[dict]:
+    """One launch: runtime event after `build`, an optional checkpoint load, start, a first step of
+    `first` seconds, then steady steps of `step` seconds."""
+    events = [{"t": t0, "event": "launch"}, {"t": t0 + build, "event": "runtime", "rank": 0}]
+    t = t0 + build
+    if load is not None:
+        t += load
+        events.append({"t": t, "event": "checkpoint_load", "rank": 0, "duration_s": load})
+    events.append({"t": t, "event": "start", "rank": 0, "step": steps.start})
+    t += first
+    events.append({"t": t, "event": "step", "rank": 0, "step": steps.start + 1, "step_time_s": first, "samples": 8})
+    for n in steps[1:]:
+        t += step
+        events.append({"t": t, "event": "step", "rank": 0, "step": n + 1, "step_time_s": step, "samples": 8})
+    return events
+
+
+def test_first_start_and_restart_are_split_into_their_phases(tmp_path):
+    first = attempt(0.0, build=12.0, load=None, first=40.0, step=0.5, steps=range(0, 30))
+    killed = first[-1]["t"]
+    restart_at = killed + 7.0
+    second = attempt(restart_at, build=9.0, load=6.0, first=3.0, step=0.5, steps=range(20, 40))
+    events = first + [{"t": killed, "event": "preempted", "rank": 0, "step": 30},
+                      {"t": restart_at, "event": "restart"}] + second
+    (tmp_path / "telemetry.jsonl").write_text("\n".join(json.dumps(e) for e in events) + "\n")
+    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "report_run.py"), str(tmp_path), "--json"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    start, = report["startup_phases_s"]
+    restart, = report["restart_phases_s"]
+    assert (start["start_and_build_s"], start["load_s"], start["first_step_s"]) == (12.0, None, 40.0)
+    assert (restart["noticed_s"], restart["start_and_build_s"], restart["load_s"], restart["first_step_s"]) == \
+        (7.0, 9.0, 6.0, 3.0)
+    assert start["later_warmup_excess_s"] == restart["later_warmup_excess_s"] == 0.0
+    assert report["restart_to_first_step_s"] == [18.0]
