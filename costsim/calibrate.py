@@ -180,11 +180,20 @@ def calibrate(runs: list[Run], profile: Profile) -> Calibration:
     gpu = runs[0].plan["resources"]["gpu"]
     if gpu not in profile.gpus:
         raise InputError(profile.path, f"gpus.{gpu}", "no prior figures for this GPU type to start the fit from")
-    before = profile.gpus[gpu]
+    before = next((g for g in profile.configurations(gpu) if g.runtime == runs[0].runtime), None)
+    notes = []
+    if before is None:   # settings the profile has no figures for: start from the GPU's main configuration
+        before = profile.gpus[gpu]
+        notes.append(f"no {gpu} configuration of {profile.path} ran {runs[0].runtime.describe()}: "
+                     f"the fit starts from the main one's figures ({before.runtime.describe()})")
     step_fit = fit([r.point for r in runs], before)
-    notes = [f"{name} pinned: {why}" for name, why in step_fit.pinned.items()]
+    notes += [f"{name} pinned: {why}" for name, why in step_fit.pinned.items()]
     after = replace(step_fit.profile, source=f"measured ({len(runs)} run(s), calibrated {datetime.date.today()})")
     after = replace(after, **_overheads(runs, before, notes))
+    trained = max(r.point.micro_batch for r in runs)   # a run that trained at a micro-batch proves it fits
+    if trained > after.max_batch_per_gpu:
+        notes.append(f"max_batch_per_gpu raised from {after.max_batch_per_gpu} to {trained}: a run trained at it")
+        after = replace(after, max_batch_per_gpu=trained)
     loo = {}
     if len(runs) >= 2:
         for i, run in enumerate(runs):
@@ -261,6 +270,8 @@ def updated_profile_document(profile_path: str, c: Calibration) -> dict:
     doc = yaml.safe_load(Path(profile_path).read_text())
     entry = doc.setdefault("gpus", {}).setdefault(c.gpu, {})
     a = c.after
+    if a.variant and a.variant in (entry.get("variants") or {}) and a.runtime == c.runs[0].runtime:
+        entry = entry["variants"][a.variant]   # the runs' configuration is one of the GPU's variants
     entry.update({"source": a.source, "compute_overhead": f"{a.compute_overhead_s:.6g}s",
                   "compute_per_sample": f"{a.compute_per_sample_s:.6g}s", "max_batch_per_gpu": a.max_batch_per_gpu,
                   "intra_node": {"a": f"{a.intra_a_s:.6g}s", "b": f"{a.intra_b_s:.6g}s"},

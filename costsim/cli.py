@@ -142,6 +142,8 @@ def _price_dates(result) -> str:
 @click.option("--workload", help="workload file or name (with --offering); or give the bare flags below")
 @click.option("--offering", help="offering id from `costsim catalog` (with --workload)")
 @click.option("--nodes", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--variant", help="the profile's runner configuration for the GPU (with --workload; default: "
+              "its main one)")
 @click.option("--work-hours", type=POSITIVE, help="compute time of the whole job, in hours")
 @click.option("--deadline", type=DURATION)
 @click.option("--checkpoint-interval", type=DURATION, help="compute between checkpoints")
@@ -163,7 +165,7 @@ def _price_dates(result) -> str:
 @click.option("--per-trial", is_flag=True, help="list every trial's cost and finish time")
 @click.argument("more_traces", nargs=-1, type=click.Path())
 @output_options
-def simulate_command(workload, offering, nodes, work_hours, deadline, checkpoint_interval, checkpoint_cost,
+def simulate_command(workload, offering, nodes, variant, work_hours, deadline, checkpoint_interval, checkpoint_cost,
                      checkpoint_stall, restart_cost, changeover, notice, preemption_mtbf, capacity_wait,
                      weibull_shape, traces, policy, on_demand_price, spot_price, trials, seed, per_trial, more_traces,
                      fmt):
@@ -178,8 +180,12 @@ def simulate_command(workload, offering, nodes, work_hours, deadline, checkpoint
     if workload:
         if not offering:
             raise click.UsageError("--workload needs --offering (an id from `costsim catalog`)")
+    elif variant:
+        raise click.UsageError("--variant needs --workload (it names one of the workload profile's configurations)")
+    if workload:
         spec = io.load_workload(workload)
-        config = workload_config(spec, find_offering(offering, spec), nodes, policy, checkpoint_interval, deadline)
+        config = workload_config(spec, find_offering(offering, spec), nodes, policy, checkpoint_interval, deadline,
+                                 variant)
     else:
         missing = [f for f, v in (("--work-hours", work_hours), ("--deadline", deadline),
                                   ("--checkpoint-interval", checkpoint_interval)) if v is None]

@@ -26,7 +26,7 @@ def plan_document(result, ranked) -> dict:
     """The plan.json content for one ranked candidate of a plan result."""
     c, stats, step = ranked.configured.candidate, ranked.stats, ranked.configured.step
     params = ranked.configured.config.params
-    gpu = result.profile.gpus[c.offering.gpu]
+    gpu = ranked.configured.gpu
     markets = POLICY_MARKETS[c.policy]
     w = result.workload
     return {
@@ -55,7 +55,7 @@ def plan_document(result, ranked) -> dict:
         },
         "runtime": gpu.runtime.as_dict(),
         "profile": {"id": result.profile.id, "sha256": result.profile.sha256, "source": gpu.source,
-                    "path": result.profile.path},
+                    "path": result.profile.path, "variant": gpu.variant or None},
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "costsim_version": costsim.__version__,
     }

@@ -1,9 +1,10 @@
 """The planner: search space -> analytic screen -> Monte Carlo -> a ranked list and a choice.
 
-Candidates are offerings x node counts x recovery policies x checkpoint intervals. A screen drops
-what cannot win (its best case misses the deadline, or its cheapest possible cost is above a safe
-on-demand plan's), then ranks the rest by an analytic estimate and keeps a shortlist for the
-Monte Carlo. The choice is the cheapest mean cost whose probability of meeting the deadline reaches
+Candidates are offerings x runner configurations (a profile may measure several per GPU type) x
+node counts x recovery policies x checkpoint intervals. A screen drops what cannot win (its best case
+misses the deadline, or its cheapest possible cost is above a safe on-demand plan's), then ranks the
+rest by an analytic estimate and keeps a shortlist for the Monte Carlo. The choice is the cheapest
+mean cost whose probability of meeting the deadline reaches
 the target (ties: the faster P50).
 """
 
@@ -21,7 +22,7 @@ from costsim.sim.job import JobParams
 from costsim.sim.market import HazardModel
 from costsim.sim.policies import POLICY_MARKETS
 from costsim.sim.trial import MarketPrice
-from costsim.spec import ON_DEMAND, SPOT, Candidate, Offering, Profile, Stats, Workload
+from costsim.spec import ON_DEMAND, SPOT, Candidate, GpuProfile, Offering, Profile, Stats, Workload
 from costsim.throughput import Infeasible, StepModel, step_model
 
 # Without preemptions a checkpoint only insures against failures the model does not simulate.
@@ -50,7 +51,7 @@ class Configured:
     config: SimConfig
     estimate_cost: float
     estimate_makespan_s: float
-    gpu_source: str
+    gpu: GpuProfile          # the figures (and runner settings) this candidate was costed with
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -140,20 +141,22 @@ def configure(workload: Workload, profile: Profile, offerings: list[Offering], d
     """Every candidate that can run, and why the others cannot."""
     configured, skipped = [], []
     for offering in offerings:
-        gpu = profile.gpus.get(offering.gpu)
-        if gpu is None:
+        gpus = profile.configurations(offering.gpu)
+        if not gpus:
             why = profile.unsupported.get(offering.gpu, f"no profile for GPU {offering.gpu} in {profile.path}")
             skipped.append((offering.id, why))
             continue
         max_nodes = offering.owned_nodes if offering.owned_per_h is not None else workload.max_nodes
-        for nodes in _node_counts(max_nodes):
-            try:
-                step = step_model(gpu, global_batch=workload.global_batch, gpus_per_node=offering.gpus_per_node,
-                                  nodes=nodes, inter_node_gbps=offering.inter_node_gbps)
-            except Infeasible as why:
-                skipped.append((f"{offering.id} x{nodes}", str(why)))
-                continue
-            configured.extend(_candidates(workload, offering, gpu, step, nodes, deadline_s))
+        for gpu in gpus:   # each runner configuration: faster steps may come with a dearer restart
+            for nodes in _node_counts(max_nodes):
+                try:
+                    step = step_model(gpu, global_batch=workload.global_batch, gpus_per_node=offering.gpus_per_node,
+                                      nodes=nodes, inter_node_gbps=offering.inter_node_gbps)
+                except Infeasible as why:
+                    named = f" [{gpu.variant}]" if gpu.variant else ""
+                    skipped.append((f"{offering.id} x{nodes}{named}", str(why)))
+                    continue
+                configured.extend(_candidates(workload, offering, gpu, step, nodes, deadline_s))
     return configured, skipped
 
 
@@ -193,10 +196,10 @@ def _candidates(workload, offering, gpu, step, nodes, deadline_s) -> list[Config
             params = replace(base, checkpoint_interval_s=min(interval_s, base.work_s))
             candidate = Candidate(offering=offering, nodes=nodes, policy=policy,
                                   checkpoint_interval_s=params.checkpoint_interval_s,
-                                  checkpoint_async=workload.checkpoint_async)
+                                  checkpoint_async=workload.checkpoint_async, variant=gpu.variant)
             makespan, cost = analytic_estimate(params, policy, offering, nodes)
             result.append(Configured(candidate=candidate, step=step, config=sim_config(params, policy, offering, nodes),
-                                     estimate_cost=cost, estimate_makespan_s=makespan, gpu_source=gpu.source))
+                                     estimate_cost=cost, estimate_makespan_s=makespan, gpu=gpu))
     return result
 
 
@@ -214,7 +217,7 @@ def sim_config(params: JobParams, policy: str, offering: Offering, nodes: int) -
 
 
 def group_key(c: Configured) -> tuple:
-    return (c.candidate.offering.id, c.candidate.nodes, c.candidate.policy)
+    return (c.candidate.offering.id, c.candidate.variant, c.candidate.nodes, c.candidate.policy)
 
 
 def screen(configured: list[Configured], deadline_s: float, shortlist: int) -> list[Configured]:

@@ -21,7 +21,8 @@ def plan_rows(result) -> list[list]:
         c, s = r.configured.candidate, r.stats
         mark = "*" if r is result.chosen else ("" if r.meets_target else "x")
         saving = "" if r.saving_vs_on_demand is None else f"{100 * r.saving_vs_on_demand:.0f}%"
-        rows.append([mark, c.offering.id, f"{c.offering.gpu} x{c.offering.gpus_per_node} x{c.nodes}", c.policy,
+        rows.append([mark, c.offering.id, f"{c.offering.gpu} x{c.offering.gpus_per_node} x{c.nodes}" + (f" [{c.variant}]" if c.variant else ""),
+                     c.policy,
                      format_duration(c.checkpoint_interval_s), format_duration(s.makespan_p50_s),
                      format_duration(s.makespan_p90_s), f"{s.cost_mean:,.2f}", f"{s.cost_p90:,.2f}",
                      f"{s.p_deadline:.3f}", saving])
@@ -35,7 +36,7 @@ def candidate_record(r) -> dict:
             "nodes": c.nodes, "policy": c.policy, "checkpoint_interval_s": c.checkpoint_interval_s,
             "samples_per_s": r.configured.step.samples_per_s, "work_s": r.configured.config.params.work_s,
             "meets_target": r.meets_target, "saving_vs_on_demand": r.saving_vs_on_demand,
-            "profile_source": r.configured.gpu_source, **r.stats.as_dict()}
+            "profile_source": r.configured.gpu.source, "variant": c.variant or None, **r.stats.as_dict()}
 
 
 def table(headers: list[str], rows: list[list], fmt: str) -> str:

@@ -114,6 +114,7 @@ class GpuProfile:
     restart_s: float
     startup_s: float
     runtime: Runtime = Runtime()     # the runner settings these figures were measured (or assumed) under
+    variant: str = ""                # its name among the GPU's runner configurations ("" when it has one)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -125,10 +126,17 @@ class Profile:
     source: str
     date: str
     checkpoint_bytes: float
-    gpus: dict = field(default_factory=dict)          # gpu name -> GpuProfile
+    gpus: dict = field(default_factory=dict)          # gpu name -> GpuProfile (its main runner configuration)
     unsupported: dict = field(default_factory=dict)   # gpu name -> why it cannot run
     path: str = ""
     sha256: str = ""
+    variants: dict = field(default_factory=dict)      # gpu name -> tuple of GpuProfiles: other runner configurations
+
+    def configurations(self, gpu: str) -> tuple:
+        """Every runner configuration measured (or derived) for a GPU type, the main one first."""
+        if gpu not in self.gpus:
+            return ()
+        return (self.gpus[gpu], *self.variants.get(gpu, ()))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -140,6 +148,7 @@ class Candidate:
     policy: str
     checkpoint_interval_s: float
     checkpoint_async: bool
+    variant: str = ""     # the profile's runner configuration for the GPU ("" when it has one)
 
     @property
     def gpus(self) -> int:
@@ -147,7 +156,8 @@ class Candidate:
 
     @property
     def label(self) -> str:
-        return (f"{self.offering.id} {self.offering.gpu}x{self.offering.gpus_per_node}x{self.nodes} "
+        runner = f" [{self.variant}]" if self.variant else ""
+        return (f"{self.offering.id} {self.offering.gpu}x{self.offering.gpus_per_node}x{self.nodes}{runner} "
                 f"{self.policy} ckpt={self.checkpoint_interval_s:.0f}s")
 
 

@@ -66,13 +66,21 @@ def bare_config(job: BareJob, policy: str, traces: list[str]) -> SimConfig:
 
 
 def workload_config(workload: Workload, offering: Offering, nodes: int, policy: str,
-                    interval_s: float | None, deadline_s: float | None) -> SimConfig:
-    """SimConfig of a workload on one offering, as the planner would build it."""
+                    interval_s: float | None, deadline_s: float | None, variant: str | None = None) -> SimConfig:
+    """SimConfig of a workload on one offering, as the planner would build it; `variant` picks one of
+    the profile's runner configurations for the GPU (default: the main one)."""
     profile = io.load_profile(workload.profile)
-    gpu = profile.gpus.get(offering.gpu)
-    if gpu is None:
+    gpus = profile.configurations(offering.gpu)
+    if not gpus:
         why = profile.unsupported.get(offering.gpu, "no entry; add gpus." + offering.gpu)
         raise InputError(profile.path, f"gpus.{offering.gpu}", why)
+    gpu = gpus[0]
+    if variant is not None:
+        gpu = next((g for g in gpus if g.variant == variant), None)
+        if gpu is None:
+            named = ", ".join(g.variant for g in gpus if g.variant) or "none: the profile has one configuration"
+            raise InputError("--variant", "variant", f"{offering.gpu} in {profile.path} has no configuration "
+                             f"{variant!r}; allowed: {named}")
     if not set(POLICY_MARKETS[policy]) <= set(offering.markets):
         raise InputError("--policy", "policy", f"{policy} needs {', '.join(POLICY_MARKETS[policy])}; "
                          f"{offering.id} sells {', '.join(offering.markets)}")

@@ -1,6 +1,7 @@
 """Runner settings (costsim.runtime): parsing, the path profile -> plan.json, and calibration on the
 measured H200 runs that the shipped profile was made from. No torch needed."""
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -13,7 +14,8 @@ from costsim.errors import InputError
 from costsim.runtime import Runtime, parse_pairs, parse_runtime
 from tests.test_bad_input import check
 
-MEASURED = Path(__file__).resolve().parents[1] / "data" / "measurements" / "2026-11-29-h200-sdxl-speed"
+ROOT = Path(__file__).resolve().parents[1]
+MEASURED = ROOT / "data" / "measurements" / "2026-11-29-h200-sdxl-speed"
 
 
 def test_defaults_are_the_plain_eager_loop():
@@ -74,21 +76,91 @@ def test_a_profile_with_a_bad_setting_is_one_line(run_cli, tmp_path):
           f"gpus.{gpu}.runtime.compile", "off, blocks, model")
 
 
+def _report_run():
+    spec = importlib.util.spec_from_file_location("report_run", ROOT / "scripts" / "report_run.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def test_shipped_h200_profile_is_the_calibration_of_the_measured_runs():
-    tuned = MEASURED / "ddp-tuned" / "tuned"
-    runs = [load_run(str(tuned / "gpus1-batch8")), load_run(str(tuned / "gpus2-batch8"))]
     profile = cio.load_profile("sdxl-unet")
+    model, (blocks,) = profile.gpus["H200"], profile.variants["H200"]
+    assert (model.variant, blocks.variant) == ("model", "blocks")
+    # The main configuration: whole-model compilation at 16 per GPU, from its warm-cache runs ...
+    warm = MEASURED / "model-b16" / "warm"
+    runs = [load_run(str(warm / "gpus1-batch16")), load_run(str(warm / "gpus2-batch16"))]
     result = calibrate(runs, profile)
-    shipped = profile.gpus["H200"]
-    assert result.after.compute_per_sample_s == pytest.approx(shipped.compute_per_sample_s, rel=1e-4)
-    assert result.after.intra_a_s == pytest.approx(shipped.intra_a_s, rel=1e-4)
-    assert result.after.startup_s == pytest.approx(shipped.startup_s, abs=0.05)
-    assert runs[0].runtime == runs[1].runtime == shipped.runtime == Runtime(compile="blocks", gc_every=50,
-                                                                            ddp_bucket_mb=200)
+    assert result.before is model and runs[0].runtime == model.runtime
+    assert result.after.compute_per_sample_s == pytest.approx(model.compute_per_sample_s, rel=1e-4)
+    assert result.after.intra_a_s == pytest.approx(model.intra_a_s, rel=1e-4)
+    assert max(r.point.micro_batch for r in runs) == model.max_batch_per_gpu == 16
     assert "compute_overhead_s" in result.step_fit.pinned   # one batch size: said, not silently fitted
-    # The restart figure is the drill's (another runner configuration, so calibrated on its own).
+    # ... its start-up from the run that compiled cold (a job's first start) ...
+    cold = calibrate([load_run(str(MEASURED / "model-b16" / "cold" / "gpus2-batch16"))], profile)
+    assert cold.after.startup_s == pytest.approx(model.startup_s, abs=0.05)
+    # ... and its restart estimated from parts: the blocks drill's restart with its first step (compiled
+    # blocks from the cache) replaced by whole-model compilation's first step from a warm cache.
+    report_run = _report_run()
     drill = calibrate([load_run(str(MEASURED / "drill-2gpu-300"))], profile)
-    assert drill.after.restart_s == pytest.approx(shipped.restart_s, abs=0.05)
+    drill_first = report_run.measure(MEASURED / "drill-2gpu-300")["restart_phases_s"][0]["first_step_s"]
+    model_first = report_run.measure(warm / "gpus2-batch16")["startup_phases_s"][0]["first_step_s"]
+    assert drill.after.restart_s - drill_first + model_first == pytest.approx(model.restart_s, abs=0.15)
+    # The variant measured before: compile=blocks at 8 per GPU, restart from the drill.
+    tuned = MEASURED / "ddp-tuned" / "tuned"
+    result = calibrate([load_run(str(tuned / "gpus1-batch8")), load_run(str(tuned / "gpus2-batch8"))], profile)
+    assert result.before is blocks and blocks.runtime == Runtime(compile="blocks", gc_every=50, ddp_bucket_mb=200)
+    assert result.after.compute_per_sample_s == pytest.approx(blocks.compute_per_sample_s, rel=1e-4)
+    assert result.after.intra_a_s == pytest.approx(blocks.intra_a_s, rel=1e-4)
+    assert result.after.startup_s == pytest.approx(blocks.startup_s, abs=0.05)
+    # (the drill ran compile=blocks with the default collector and buckets: a restart is not a step time)
+    assert drill.after.restart_s == pytest.approx(blocks.restart_s, abs=0.05)
+
+
+def _tiny_with_variant(tmp_path, **compiled) -> str:
+    doc = yaml.safe_load((Path(cio.data_dir()) / "profiles" / "tiny.yaml").read_text())
+    cpu = doc["gpus"]["cpu"]
+    cpu["variant"] = "eager"
+    cpu["variants"] = {"compiled": {"source": "test", "runtime": {"compile": "blocks"}, **compiled}}
+    path = tmp_path / "profile.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return str(path)
+
+
+def test_the_planner_weighs_each_runner_configuration(run_cli, tmp_path):
+    out = tmp_path / "plan.json"
+
+    def chosen(profile):
+        result = run_cli("plan", "--workload", "tiny", "--profile", profile, "--trials", "10", "--out", str(out),
+                         "--format", "json")
+        assert result.exit_code == 0, result.stderr
+        ranked = {c["variant"] for c in json.loads(result.stdout)["candidates"]}
+        doc = json.loads(out.read_text())
+        return doc["profile"]["variant"], doc["runtime"]["compile"], ranked
+
+    # Twice the throughput: the compiled configuration wins and the plan carries its settings ...
+    assert chosen(_tiny_with_variant(tmp_path, compute_per_sample="0.000015s")) == \
+        ("compiled", "blocks", {"eager", "compiled"})
+    # ... unless its start-up (here longer than the deadline) costs more than its speed saves.
+    assert chosen(_tiny_with_variant(tmp_path, compute_per_sample="0.000015s", startup="20m"))[:2] == ("eager", "off")
+
+
+@pytest.mark.parametrize("variant, field, allowed", [
+    ({"variants": {"compiled": {"runtime": {"compile": "blocks"}}}}, "gpus.cpu.variant", "missing"),
+    ({"variant": "eager", "variants": ["compiled"]}, "gpus.cpu.variants", "expected a mapping"),
+    ({"variant": "eager", "variants": {"same": {"compute_per_sample": "1s"}}}, "gpus.cpu.variants.same.runtime",
+     "configurations differ in their runner settings"),
+    ({"variant": "eager", "variants": {"eager": {"runtime": {"compile": "blocks"}}}}, "gpus.cpu.variants.eager.name",
+     "names must differ"),
+    ({"variant": "eager", "variants": {"x": {"runtime": {"compile": "yes"}}}}, "gpus.cpu.variants.x.runtime.compile",
+     "off, blocks, model"),
+])
+def test_bad_variants_are_one_line(run_cli, tmp_path, variant, field, allowed):
+    doc = yaml.safe_load((Path(cio.data_dir()) / "profiles" / "tiny.yaml").read_text())
+    doc["gpus"]["cpu"].update(variant)
+    profile = tmp_path / "profile.yaml"
+    profile.write_text(yaml.safe_dump(doc))
+    check(run_cli("plan", "--workload", "tiny", "--profile", str(profile)), "profile.yaml", field, allowed)
 
 
 def test_calibrate_refuses_runs_of_different_runner_settings(tmp_path):
@@ -121,3 +193,15 @@ def test_runs_from_another_machine_find_the_builtin_profile_of_their_plan(tmp_pa
     with pytest.raises(InputError) as error:
         plan_profile(load_run(str(tmp_path / "unknown")))
     assert error.value.field == "profile.path" and "pass --profile" in error.value.message
+
+
+def test_simulate_runs_the_configuration_named(run_cli):
+    args = ("simulate", "--workload", "sdxl", "--offering", "aws/us-east-1/p5en.48xlarge", "--trials", "20",
+            "--format", "json")
+    means = {}
+    for variant in ("model", "blocks"):
+        result = run_cli(*args, "--variant", variant)
+        assert result.exit_code == 0, result.stderr
+        means[variant] = json.loads(result.stdout)["makespan_h"]["mean"]
+    assert means["model"] != means["blocks"]   # same seed: only the configuration differs
+    check(run_cli(*args, "--variant", "nope"), "--variant", "'nope'", "allowed: model, blocks")

@@ -77,19 +77,52 @@ def load_profile(ref: str) -> Profile:
     gpus_raw = f.raw("gpus")
     if not isinstance(gpus_raw, dict) or not gpus_raw:
         raise InputError(path, "gpus", "expected a mapping of GPU type to its figures")
-    gpus = {str(name): _gpu_profile(Fields(path, body if isinstance(body, dict) else {}, f"gpus.{name}."),
-                                    str(name), shared)
-            for name, body in gpus_raw.items()}
+    gpus, variants = {}, {}
+    for name, body in gpus_raw.items():
+        name = str(name)
+        gpus[name], others = _gpu_configurations(Fields(path, body if isinstance(body, dict) else {}, f"gpus.{name}."),
+                                                 name, shared)
+        if others:
+            variants[name] = others
     unsupported = f.raw("unsupported", {})
     if not isinstance(unsupported, dict):
         raise InputError(path, "unsupported", "expected a mapping of GPU type to the reason")
     return Profile(id=f.text("id"), model=f.text("model"), source=f.text("source"),
                    date=f.text("date"), checkpoint_bytes=f.number("checkpoint_bytes"),
                    gpus=gpus, unsupported={str(k): str(v) for k, v in unsupported.items()},
-                   path=str(path), sha256=sha256_file(path))
+                   path=str(path), sha256=sha256_file(path), variants=variants)
 
 
-def _gpu_profile(g: Fields, gpu: str, shared: dict) -> GpuProfile:
+def _gpu_configurations(g: Fields, gpu: str, shared: dict) -> tuple:
+    """A GPU entry's main figures and its `variants`: other runner configurations, each a mapping of
+    the fields that differ (the rest are the main entry's). The planner weighs them all: faster steps
+    may come with a dearer restart. Each needs a name (the main one's is `variant`) and runner
+    settings of its own, which is how `costsim calibrate` finds the configuration its runs belong to."""
+    raw = g.raw("variants", None)
+    base = {k: v for k, v in g.mapping.items() if k not in ("variants", "variant")}
+    if raw is None:
+        return _gpu_profile(Fields(g.source, base, g.prefix), gpu, shared), ()
+    if not isinstance(raw, dict) or not raw:
+        raise InputError(g.source, g.name("variants"), "expected a mapping of configuration name to the fields "
+                         "that differ, e.g. {blocks: {runtime: {compile: blocks}, compute_per_sample: 0.05s}}")
+    main = _gpu_profile(Fields(g.source, base, g.prefix), gpu, shared, g.text("variant"))
+    others, seen = [], {main.runtime: main.variant}
+    for name, body in raw.items():
+        where = f"{g.prefix}variants.{name}."
+        if not isinstance(body, dict):
+            raise InputError(g.source, where.rstrip("."), "expected a mapping of the fields that differ")
+        if str(name) in seen.values():
+            raise InputError(g.source, where + "name", f"{name!r} names two configurations; names must differ")
+        other = _gpu_profile(Fields(g.source, {**base, **body}, where), gpu, shared, str(name))
+        if other.runtime in seen:
+            raise InputError(g.source, where + "runtime", f"the same runner settings as {seen[other.runtime]!r} "
+                             f"({other.runtime.describe()}); configurations differ in their runner settings")
+        seen[other.runtime] = other.variant
+        others.append(other)
+    return main, tuple(others)
+
+
+def _gpu_profile(g: Fields, gpu: str, shared: dict, variant: str = "") -> GpuProfile:
     intra = g.mapping_of("intra_node", None)
     overrides = {key: g.duration(name, shared[key], allow_zero=key != "checkpoint_save_s")
                  for key, name in (("checkpoint_save_s", "checkpoint_save"),
@@ -103,7 +136,8 @@ def _gpu_profile(g: Fields, gpu: str, shared: dict) -> GpuProfile:
         intra_a_s=intra.duration("a", 0.0, allow_zero=True), intra_b_s=intra.duration("b", 0.0, allow_zero=True),
         inter_a_s=shared["inter_a_s"], inter_b_s=shared["inter_b_s"], inter_at_gbps=shared["inter_at_gbps"],
         overlap_gamma=g.number("overlap_gamma", shared["overlap_gamma"]), **overrides,
-        runtime=parse_runtime(g.raw("runtime", None), g.source, prefix=f"gpus.{gpu}.runtime"),
+        runtime=parse_runtime(g.raw("runtime", None), g.source, prefix=g.name("runtime")),
+        variant=variant,
     )
 
 
