@@ -177,12 +177,11 @@ def simulate_command(workload, offering, nodes, variant, work_hours, deadline, c
     if more_traces and not traces:
         raise click.UsageError(f"unexpected argument {more_traces[0]!r}; trace files follow --trace")
     traces = _trace_files(list(traces) + list(more_traces))
+    if variant and not workload:
+        raise click.UsageError("--variant needs --workload (it names one of the workload profile's configurations)")
     if workload:
         if not offering:
             raise click.UsageError("--workload needs --offering (an id from `costsim catalog`)")
-    elif variant:
-        raise click.UsageError("--variant needs --workload (it names one of the workload profile's configurations)")
-    if workload:
         spec = io.load_workload(workload)
         config = workload_config(spec, find_offering(offering, spec), nodes, policy, checkpoint_interval, deadline,
                                  variant)

@@ -21,8 +21,8 @@ def plan_rows(result) -> list[list]:
         c, s = r.configured.candidate, r.stats
         mark = "*" if r is result.chosen else ("" if r.meets_target else "x")
         saving = "" if r.saving_vs_on_demand is None else f"{100 * r.saving_vs_on_demand:.0f}%"
-        rows.append([mark, c.offering.id, f"{c.offering.gpu} x{c.offering.gpus_per_node} x{c.nodes}" + (f" [{c.variant}]" if c.variant else ""),
-                     c.policy,
+        runner = f" [{c.variant}]" if c.variant else ""   # the profile's runner configuration, if it has several
+        rows.append([mark, c.offering.id, f"{c.offering.gpu} x{c.offering.gpus_per_node} x{c.nodes}{runner}", c.policy,
                      format_duration(c.checkpoint_interval_s), format_duration(s.makespan_p50_s),
                      format_duration(s.makespan_p90_s), f"{s.cost_mean:,.2f}", f"{s.cost_p90:,.2f}",
                      f"{s.p_deadline:.3f}", saving])
