@@ -18,6 +18,7 @@ COMPILE = ("off", "blocks", "model")
 COMPILE_MODES = ("default", "max-autotune-no-cudagraphs", "reduce-overhead", "max-autotune")
 SDPA = ("auto", "flash", "efficient", "cudnn", "math")
 DDP_COMM = ("fp32", "bf16")
+DDP_GRAPH = ("split", "whole")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -31,6 +32,7 @@ class Runtime:
     activation_checkpointing: bool = False
     ddp_bucket_mb: float = 25.0           # DDP gradient bucket size (PyTorch's default 25)
     ddp_comm: str = "fp32"                # gradients all-reduced as they are, or compressed to bf16
+    ddp_graph: str = "split"              # compiled under DDP: split at the gradient buckets, or kept whole
     cudnn_benchmark: bool = False         # time cuDNN's convolution algorithms once per shape, keep the fastest
     expandable_segments: bool = False     # CUDA caching allocator grows segments instead of adding new ones
     gc_every: int = 0                     # 0: Python's automatic garbage collection; N: only every N steps
@@ -70,12 +72,17 @@ def parse_runtime(raw, source: str, prefix: str = "runtime", base: Runtime | Non
             values[key] = _choice(value, SDPA, source, where)
         elif key == "ddp_comm":
             values[key] = _choice(value, DDP_COMM, source, where)
+        elif key == "ddp_graph":
+            values[key] = _choice(value, DDP_GRAPH, source, where)
         elif key == "gc_every":
             values[key] = _count(value, source, where)
         elif key in ("channels_last", "activation_checkpointing", "cudnn_benchmark", "expandable_segments"):
             values[key] = _boolean(value, source, where)
         elif key == "ddp_bucket_mb":
             values[key] = _positive(value, source, where)
+    if values["ddp_graph"] == "whole" and values["compile"] == "off":
+        raise InputError(source, f"{prefix}.ddp_graph", "whole applies to compiled models: set compile=blocks or "
+                         "compile=model, or leave ddp_graph at split")
     return Runtime(**values)
 
 

@@ -15,6 +15,9 @@
 # SET=model (fourth call): whole-model compilation, the fastest single-GPU row of the bench at 8 per
 #   GPU, at 16 per GPU (BATCH=16): 2 GPUs first (both ranks compile cold), then 1 GPU (cache warm)
 # SET=b16 (fifth): compile=blocks at 16 per GPU (BATCH=16), 1 and 2 GPUs; 2 GPUs with 400 MB buckets
+# SET=whole (next): SET=model with ddp_graph=whole, 1 GPU first (cold), then 2 GPUs: does the 2-GPU
+#   start find the 1-GPU graph in the cache (18.8 s first step instead of 83.8 s), and what does
+#   giving up the all-reduce's overlap cost the efficiency (0.939 split)?
 # Results (the device tool brings back few files): $OUT/ddp.txt (the comparison table and the bench
 # table), $OUT/bench_sdxl.jsonl, $OUT/detail.tgz (each run's report_run JSON, calibrated profile, log,
 # telemetry). Wheels come in .whl/.
@@ -57,6 +60,9 @@ if [[ "$SET" == main ]]; then
 elif [[ "$SET" == model ]]; then
   profile model16 2,1 --runtime compile=model --runtime gc_every=50 --runtime expandable_segments=true \
     --runtime ddp_bucket_mb=200
+elif [[ "$SET" == whole ]]; then
+  profile whole16 1,2 --runtime compile=model --runtime ddp_graph=whole --runtime gc_every=50 \
+    --runtime expandable_segments=true --runtime ddp_bucket_mb=200
 elif [[ "$SET" == b16 ]]; then
   profile blocks16 1,2 --runtime gc_every=50 --runtime expandable_segments=true --runtime ddp_bucket_mb=200
   profile blocks16-400 2 --runtime gc_every=50 --runtime expandable_segments=true --runtime ddp_bucket_mb=400

@@ -47,6 +47,48 @@ def test_settings_a_model_cannot_honour_are_refused():
         speed.check_device(Runtime(sdpa="flash"), torch.device("cpu"))
 
 
+class Chain(torch.nn.Module):
+    """Four 1 MB layers: four gradient buckets at DDP's 1 MB, one graph each when split."""
+
+    def __init__(self):
+        super().__init__()
+        self.layers = torch.nn.ModuleList([torch.nn.Linear(512, 512) for _ in range(4)])
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x).relu()
+        return x
+
+
+def test_ddp_graph_splits_a_compiled_model_at_the_buckets_or_keeps_it_whole(tmp_path):
+    import torch._dynamo
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
+    graphs = {}
+    try:
+        for setting in ("split", "whole"):
+            speed.configure_backends(Runtime(compile="model", ddp_graph=setting))
+            torch._dynamo.reset()
+            compiled = []
+
+            def count(graph, inputs):
+                compiled.append(graph)
+                return graph.forward
+
+            model = Chain()
+            model.compile(backend=count)   # as prepare_model does, before DDP wraps the bare model
+            DistributedDataParallel(model, bucket_cap_mb=1)(torch.randn(8, 512)).sum().backward()
+            graphs[setting] = len(compiled)
+    finally:
+        speed.configure_backends(Runtime())
+        torch._dynamo.reset()
+        dist.destroy_process_group()
+    assert graphs == {"split": 4, "whole": 1}
+    assert torch._dynamo.config.optimize_ddp == "ddp_optimizer"   # the default is back
+
+
 def test_channels_last_keeps_the_parameters_the_optimizer_holds():
     conv = torch.nn.Conv2d(3, 4, 3)
     before = [id(p) for p in conv.parameters()]

@@ -44,6 +44,8 @@ def test_pairs_override_a_base():
     ({"channels_last": "maybe"}, "runtime.channels_last", "true or false"),
     ({"ddp_bucket_mb": -1}, "runtime.ddp_bucket_mb", "positive"),
     ({"ddp_comm": "fp16"}, "runtime.ddp_comm", "fp32, bf16"),
+    ({"compile": "model", "ddp_graph": "joined"}, "runtime.ddp_graph", "split, whole"),
+    ({"ddp_graph": "whole"}, "runtime.ddp_graph", "applies to compiled models"),
     ({"cudnn_benchmark": "fast"}, "runtime.cudnn_benchmark", "true or false"),
     ({"shell": "rm -rf /"}, "runtime.shell", "allowed: compile"),
 ])
