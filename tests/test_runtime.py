@@ -3,6 +3,7 @@ measured H200 runs that the shipped profile was made from. No torch needed."""
 
 import importlib.util
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -117,6 +118,17 @@ def test_shipped_h200_profile_is_the_calibration_of_the_measured_runs():
     assert result.after.startup_s == pytest.approx(blocks.startup_s, abs=0.05)
     # (the drill ran compile=blocks with the default collector and buckets: a restart is not a step time)
     assert drill.after.restart_s == pytest.approx(blocks.restart_s, abs=0.05)
+
+
+def test_calibrate_raises_the_largest_batch_to_one_a_run_trained_at():
+    profile = cio.load_profile("sdxl-unet")
+    smaller = replace(profile, gpus={**profile.gpus, "H200": replace(profile.gpus["H200"], max_batch_per_gpu=8)})
+    run = load_run(str(MEASURED / "model-b16" / "warm" / "gpus1-batch16"))
+    result = calibrate([run], smaller)
+    assert run.point.micro_batch == result.after.max_batch_per_gpu == 16
+    assert any("max_batch_per_gpu raised from 8 to 16" in note for note in result.notes)
+    tuned = load_run(str(MEASURED / "ddp-tuned" / "tuned" / "gpus1-batch8"))   # 8 proves nothing about 16
+    assert calibrate([tuned], profile).after.max_batch_per_gpu == profile.variants["H200"][0].max_batch_per_gpu
 
 
 def _tiny_with_variant(tmp_path, **compiled) -> str:
