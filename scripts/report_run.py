@@ -31,12 +31,13 @@ def measure(run_dir: Path, skip: int = 5) -> dict:
     saves = [e for e in events if e["event"] == "checkpoint_save" and e.get("rank") == 0]
     loads = [e for e in events if e["event"] == "checkpoint_load" and e.get("rank") == 0]
     step_s = statistics.fmean(steady) if steady else None   # wall time is the sum of steps
+    median_s = statistics.median(steady) if steady else None
     end = next((e for e in reversed(events) if e["event"] == "end" and e.get("rank") == 0), {})
     return {
         "world_size": world, "global_batch": batch, "steps_measured": len(steady),
-        "step_time_s": step_s, "step_time_median_s": statistics.median(steady) if steady else None,
+        "step_time_s": step_s, "step_time_median_s": median_s,
         # Steps over 1.5x the median: periodic stalls (garbage collection, allocator retries) show here.
-        "slow_steps": sum(1 for t in steady if t > 1.5 * statistics.median(steady)) if steady else 0,
+        "slow_steps": sum(1 for t in steady if t > 1.5 * median_s) if steady else 0,
         "samples_per_s": batch / step_s if step_s else None,
         "samples_per_s_per_gpu": batch / step_s / world if step_s else None,
         "async_stall_s": [round(e["stall_s"], 3) for e in saves if e.get("mode") == "async"],
@@ -46,13 +47,13 @@ def measure(run_dir: Path, skip: int = 5) -> dict:
         "load_s": [round(e["duration_s"], 3) for e in loads],
         "step_time_while_writing_ratio": writing_slowdown(events, steady),
         "restart_to_first_step_s": restart_times(events),
-        "restart_phases_s": restart_phases(events, statistics.median(steady) if steady else None, skip),
+        "restart_phases_s": restart_phases(events, median_s, skip),
         "runtime": next((e.get("settings") for e in events if e["event"] == "runtime" and e.get("rank") == 0), None),
         "compile_cache_bytes_at_start": [e.get("compile_cache_bytes") for e in events
                                          if e["event"] == "runtime" and e.get("rank") == 0],
         "startup_to_first_step_s": first_step_after(events, "launch", 0),
         # the first start's parts, as for a restart (first_step_s: compilation, from the cache if warm)
-        "startup_phases_s": restart_phases(events, statistics.median(steady) if steady else None, skip, "launch")[:1],
+        "startup_phases_s": restart_phases(events, median_s, skip, "launch")[:1],
         "end_of_run": {k: end[k] for k in ("gc_collections", "gc_s", "alloc_retries", "peak_allocated_gb") if k in end},
         "summary": summary,
     }
@@ -69,7 +70,8 @@ def writing_slowdown(events: list[dict], steady: list[float]) -> float | None:
     return round(statistics.fmean(during) / statistics.fmean(steady), 3)
 
 
-def restart_phases(events: list[dict], median_s: float | None = None, warmup: int = 5, mark: str = "restart") -> list[dict]:
+def restart_phases(events: list[dict], median_s: float | None = None, warmup: int = 5,
+                   mark: str = "restart") -> list[dict]:
     """Per restart (or per `launch`): failure noticed (preemption -> restart decision), process start
     and model build (-> the workers' runtime event), checkpoint load, first step (start -> end of the
     first step), and what the rest of the warm-up steps took over steady ones."""
