@@ -270,8 +270,8 @@ def updated_profile_document(profile_path: str, c: Calibration) -> dict:
     doc = yaml.safe_load(Path(profile_path).read_text())
     entry = doc.setdefault("gpus", {}).setdefault(c.gpu, {})
     a = c.after
-    if a.variant and a.variant in (entry.get("variants") or {}) and a.runtime == c.runs[0].runtime:
-        entry = entry["variants"][a.variant]   # the runs' configuration is one of the GPU's variants
+    if a.variant in (entry.get("variants") or {}):   # the runs' configuration is one of the GPU's variants
+        entry = entry["variants"][a.variant]
     entry.update({"source": a.source, "compute_overhead": f"{a.compute_overhead_s:.6g}s",
                   "compute_per_sample": f"{a.compute_per_sample_s:.6g}s", "max_batch_per_gpu": a.max_batch_per_gpu,
                   "intra_node": {"a": f"{a.intra_a_s:.6g}s", "b": f"{a.intra_b_s:.6g}s"},

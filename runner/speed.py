@@ -1,14 +1,11 @@
 """Apply the runner's speed settings (costsim.runtime.Runtime) to a built workload.
 
-Everything applies to the bare model before DDP wraps it. Compiling the bare model (not the DDP
-module) keeps the graph whole: compiling the DDP module would make TorchDynamo's DDP optimizer
-split it at every gradient bucket (about 400 pieces for SDXL's 10.3 GB of gradients at 25 MB),
-slowing compilation and cutting fusion. The price: with compile=model the gradients of the whole
-model appear at the end of its one compiled backward, so their all-reduce no longer overlaps the
-backward pass (within a node a few tens of ms per step for SDXL); compile=blocks compiles each
-repeated block, whose gradients appear block by block and overlap as in eager mode.
-`nn.Module.compile` compiles in place, so state-dict keys, and with them checkpoints, are the same
-with and without compilation.
+Everything applies to the bare model before DDP wraps it. `nn.Module.compile` compiles in place,
+so state-dict keys, and with them checkpoints, are the same with and without compilation. Under DDP,
+TorchDynamo still sees the compiled model run inside DDP's forward and splits its graph at the
+gradient buckets (its DDP optimizer) so the all-reduce overlaps the backward pass, unless
+ddp_graph=whole (configure_backends): measured on H200, the split graphs cost the restart, not the
+step.
 """
 
 from __future__ import annotations
