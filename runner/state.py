@@ -9,6 +9,8 @@ import numpy as np
 import torch
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
+PRIVATE_PREFIX = "rng_rank"   # the one top-level entry that differs between ranks: each rank's own
+
 
 def rng_state() -> dict:
     """This process's random states as tensors and numbers (no pickled objects)."""
@@ -34,7 +36,7 @@ def training_state(model, optimizer, scheduler, step: int, rank: int) -> dict:
     model_state, optim_state = get_state_dict(model, optimizer)
     return {"model": model_state, "optim": optim_state,
             "scheduler": scheduler.state_dict() if scheduler is not None else {},
-            "progress": {"step": step}, f"rng_rank{rank}": rng_state()}
+            "progress": {"step": step}, f"{PRIVATE_PREFIX}{rank}": rng_state()}
 
 
 def apply_state(state: dict, model, optimizer, scheduler, rank: int) -> int:
@@ -42,7 +44,7 @@ def apply_state(state: dict, model, optimizer, scheduler, rank: int) -> int:
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
     if scheduler is not None:
         scheduler.load_state_dict(state["scheduler"])
-    set_rng_state(state[f"rng_rank{rank}"])
+    set_rng_state(state[f"{PRIVATE_PREFIX}{rank}"])
     return int(state["progress"]["step"])
 
 

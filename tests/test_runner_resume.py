@@ -84,6 +84,17 @@ def test_async_checkpoints_resume_exactly_too(tmp_path):
     assert summary(tmp_path / "a")["final_state_sha256"] == summary(tmp_path / "b")["final_state_sha256"]
     modes = {e["mode"] for e in events(tmp_path / "a", "checkpoint_save") if e["reason"] == "interval"}
     assert modes == {"async"}
+    # Each rank read its own share of the large tensors (weights and both AdamW moments of the two
+    # larger layers), and the other's came by broadcast: together all of them, once.
+    from runner.workloads.tiny import HIDDEN, INPUT
+    shares = [e["owned_bytes"] for e in events(tmp_path / "b", "checkpoint_load", rank=None)]
+    assert len(shares) == 2 and min(shares) > 0
+    assert sum(shares) == 3 * 4 * (INPUT * HIDDEN + HIDDEN * HIDDEN)
+    # The checkpoint the two ranks wrote in shares is whole: one process resumes from it.
+    alone = execute(plan, tmp_path / "b", "--steps", "230", "--seed", "4", "--nproc-per-node", "1")
+    assert alone.returncode == 0, alone.stderr[-3000:]
+    assert [e["step"] for e in events(tmp_path / "b", "start")][-1] == 200
+    assert events(tmp_path / "b", "checkpoint_load")[-1]["owned_bytes"] == sum(shares)
 
 
 def test_a_single_process_run_without_ddp_resumes_exactly(plan, tmp_path):

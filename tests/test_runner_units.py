@@ -10,7 +10,9 @@ import pytest
 
 pytest.importorskip("torch")
 
-from runner import faults  # noqa: E402
+import torch  # noqa: E402
+
+from runner import faults, ownership  # noqa: E402
 from runner.checkpoint import MANIFEST, SafeFileSystemReader, verify  # noqa: E402
 from runner.launch import LaunchError, Node, discover, expand_slurm_nodelist, torchrun_argv  # noqa: E402
 from runner.workloads import UnknownWorkload, resolve  # noqa: E402
@@ -127,3 +129,60 @@ def test_fault_schedules():
         with pytest.raises(ValueError):
             faults.parse_schedule(bad, total_steps=100, seed=0)
     assert faults.decode("term@7") == faults.Fault(7, "term")
+
+
+def replicated_state():
+    big = {f"w{i}": torch.full((i + 1, 1024), float(i)) for i in range(5)}   # 4 KiB per row
+    return {"model": big, "optim": {"state": {k: {"exp_avg": torch.zeros_like(v), "step": torch.tensor(3.0)}
+                                              for k, v in big.items()},
+                                    "param_groups": [{"lr": 0.1, "params": sorted(big)}]},
+            "progress": {"step": 7}, "rng_rank1": {"torch": torch.zeros(5000, dtype=torch.uint8)}}
+
+
+def test_ownership_splits_large_replicated_tensors_and_keeps_the_rest_everywhere():
+    state = replicated_state()
+    owners = ownership.owners(state, 2, private=("rng_rank",), min_bytes=8 << 10)
+    large = {("model", f"w{i}") for i in range(1, 5)} | {("optim", "state", f"w{i}", "exp_avg") for i in range(1, 5)}
+    assert set(owners) == large                                      # w0 (4 KiB), steps and the rng state stay out
+    assert owners == ownership.owners(replicated_state(), 2, private=("rng_rank",), min_bytes=8 << 10)
+    shares = [ownership.owned_bytes(state, owners, r) for r in (0, 1)]
+    assert sum(shares) == 2 * 4 * 1024 * (2 + 3 + 4 + 5) and abs(shares[0] - shares[1]) <= 4 * 4096
+    views = [ownership.view(state, owners, r) for r in (0, 1)]
+    for rank, mine in enumerate(views):
+        assert mine["progress"] == {"step": 7} and mine["optim"]["param_groups"] is state["optim"]["param_groups"]
+        assert mine["model"]["w0"] is state["model"]["w0"] and "rng_rank1" in mine
+        for path, owner in owners.items():
+            inside = mine
+            for key in path[:-1]:
+                inside = inside[key]
+            assert (path[-1] in inside) == (owner == rank)
+            if owner == rank:
+                assert inside[path[-1]] is ownership._get(state, path)   # the live tensor, not a copy
+    assert ownership.owners(state, 1, private=("rng_rank",), min_bytes=8 << 10) == {p: 0 for p in large}
+
+
+def test_merge_puts_loaded_values_back_into_the_state():
+    state = replicated_state()
+    loaded = ownership.view(state, ownership.owners(state, 2, min_bytes=8 << 10), 1)
+    loaded["progress"]["step"] = 42
+    loaded["optim"]["param_groups"] = [{"lr": 0.5}]
+    ownership.merge(state, loaded)
+    assert state["progress"]["step"] == 42 and state["optim"]["param_groups"] == [{"lr": 0.5}]
+    assert set(state["model"]) == {f"w{i}" for i in range(5)}   # what the view left out is still there
+
+
+def test_checkpoint_entries_are_unpickled_as_data_only(tmp_path):
+    """A checkpoint's non-tensor entries (DCP unpickles them with weights_only=False) cannot run code."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    from runner.checkpoint import SafeLoadPlanner
+    dcp.save({"progress": {"step": 5, "boom": Boom()}}, checkpoint_id=str(tmp_path / "bad"), no_dist=True)
+    dcp.save({"progress": {"step": 5, "lr": 0.25}}, checkpoint_id=str(tmp_path / "ok"), no_dist=True)
+    target = {"progress": {"step": 0, "lr": 0.0}}
+    dcp.load(target, storage_reader=SafeFileSystemReader(str(tmp_path / "ok")), planner=SafeLoadPlanner(), no_dist=True)
+    assert target == {"progress": {"step": 5, "lr": 0.25}}
+    with pytest.raises(CheckpointException, match="Unsupported global|weights_only"):
+        dcp.load({"progress": {"step": 0, "boom": None}}, storage_reader=SafeFileSystemReader(str(tmp_path / "bad")),
+                 planner=SafeLoadPlanner(), no_dist=True)
+    assert not os.path.exists("/tmp/costsim-pwned")
