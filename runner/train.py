@@ -28,13 +28,27 @@ from runner.state import apply_state, state_sha256, training_state
 from runner.telemetry import Telemetry
 from runner.workloads import BuildContext, WorkloadOptionError, resolve
 
+IMPORTED_T = time.time()
+
 SYNC_TARGET_S = 0.5
 FATAL_EXIT = 78   # EX_CONFIG: restarting cannot help
 PROGRESS_EVERY_S = 5.0
 
 
+def process_start_t() -> float | None:
+    """When this process started (wall clock, Linux: /proc; 10 ms resolution), else None."""
+    try:
+        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])   # field 22, starttime
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        return time.time() - (uptime - ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 class Trainer:
-    def __init__(self, args, spec, rank: int, world_size: int, local_rank: int):
+    def __init__(self, args, spec, rank: int, world_size: int, local_rank: int,
+                 marks: dict[str, float] | None = None):
+        marks = {} if marks is None else marks   # when each part of the start ended (telemetry)
         self.spec, self.rank, self.world_size = spec, rank, world_size
         self.device = torch.device("cpu") if spec.cpu else torch.device("cuda", local_rank)
         self.total_steps = args.steps or spec.total_steps
@@ -50,6 +64,7 @@ class Trainer:
         self.checkpointer = Checkpointer(Path(args.run_dir) / "checkpoints", keep=spec.keep,
                                          async_mode=spec.async_checkpoint, rank=rank,
                                          on_event=self.telemetry.event, warn=self.warn)
+        marks["checkpointer"] = time.time()
         per_rank = spec.global_batch // world_size
         self.accumulation = spec.accumulation if per_rank % spec.accumulation == 0 else 1
         ctx = BuildContext(rank=rank, world_size=world_size, device=self.device, micro_batch=per_rank // self.accumulation,
@@ -57,6 +72,7 @@ class Trainer:
                            options=dict(kv.split("=", 1) for kv in args.option))
         built = resolve(spec.model, args.workload_entry)(ctx)
         self.built = built
+        marks["build"] = time.time()
         speed.configure_backends(self.runtime)
         compiled = speed.prepare_model(built.model, self.runtime)
         # One process has nothing to all-reduce: DDP's gradient hooks and buckets would only cost time
@@ -67,8 +83,9 @@ class Trainer:
             self.model = DistributedDataParallel(built.model, device_ids=None if spec.cpu else [local_rank],
                                                  gradient_as_bucket_view=True, bucket_cap_mb=self.runtime.ddp_bucket_mb)
             speed.configure_ddp(self.model, self.runtime)
+        marks["wrap"] = time.time()
         self.telemetry.event("runtime", settings=self.runtime.as_dict(), compiled_modules=compiled,
-                             compile_cache_bytes=speed.cache_bytes())
+                             compile_cache_bytes=speed.cache_bytes(), **start_phases(marks))
         self.notice = faults.NoticeFlag()
         self.garbage = speed.GarbageCollection(self.runtime.gc_every)
         self.step = 0
@@ -186,6 +203,13 @@ class Trainer:
         self.telemetry.close()
 
 
+def start_phases(marks: dict[str, float]) -> dict:
+    """The worker's start, phase by phase: seconds each took (the first from the process's start)."""
+    names = list(marks)
+    phases = {name: round(marks[name] - marks[before], 3) for before, name in zip(names, names[1:])}
+    return {"process_start_t": marks.get("process"), "start_phases_s": phases}
+
+
 def parse(argv: list[str] | None):
     parser = argparse.ArgumentParser(description="runner worker (started by torchrun; use `runner execute`)")
     parser.add_argument("--plan", required=True)
@@ -202,14 +226,18 @@ def parse(argv: list[str] | None):
 
 
 def main(argv: list[str] | None = None) -> None:
+    started = process_start_t()
+    marks = {"process": started, "imports": IMPORTED_T} if started else {"imports": IMPORTED_T}
     args = parse(argv)
     spec = load_run_spec(args.plan)
     backend = "gloo" if spec.cpu else "cpu:gloo,cuda:nccl"
     if not spec.cpu:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
     dist.init_process_group(backend=backend)
+    marks["process_group"] = time.time()
     try:
-        trainer = Trainer(args, spec, dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", 0)))
+        trainer = Trainer(args, spec, dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", 0)),
+                          marks)
     except (SharedStorageError, speed.RuntimeConfigError, WorkloadOptionError) as exc:
         Telemetry(Path(args.run_dir), args.run_id, dist.get_rank(), dist.get_world_size()).event("fatal", reason=str(exc))
         print(f"runner: error: {exc}", file=sys.stderr, flush=True)

@@ -82,13 +82,18 @@ def restart_phases(events: list[dict], median_s: float | None = None, warmup: in
         end = next((j for j in range(i + 1, len(events)) if events[j]["event"] == "restart"), len(events))
         after = events[i:end]   # this start's events only
         killed = next((x["t"] for x in reversed(events[:i]) if x["event"] == "preempted" and x.get("rank") == 0), None)
-        built = next((x["t"] for x in after if x["event"] == "runtime" and x.get("rank") == 0), None)
+        runtime = next((x for x in after if x["event"] == "runtime" and x.get("rank") == 0), None)
+        built = runtime["t"] if runtime else None
         load = next((x for x in after if x["event"] == "checkpoint_load" and x.get("rank") == 0), None)
         start = next((x["t"] for x in after if x["event"] == "start" and x.get("rank") == 0), None)
         steps = [x for x in after if x["event"] == "step"][:warmup]
         first = steps[0]["t"] if steps else None
         phases.append({"noticed_s": _round(e["t"] - killed if killed else None),
                        "start_and_build_s": _round(built - e["t"] if built else None),
+                       # of it: torchrun and rendezvous up to the worker process, then the worker's parts
+                       "to_worker_process_s": _round(runtime["process_start_t"] - e["t"]
+                                                     if runtime and runtime.get("process_start_t") else None),
+                       "worker_start_s": runtime.get("start_phases_s") if runtime else None,
                        "load_s": _round(load["duration_s"] if load else None),
                        "first_step_s": _round(first - start if first and start else None),
                        # the next warm-up steps' time over as many median steady steps (staging pinning)

@@ -30,6 +30,7 @@ def test_first_start_and_restart_are_split_into_their_phases(tmp_path):
     killed = first[-1]["t"]
     restart_at = killed + 7.0
     second = attempt(restart_at, build=9.0, load=6.0, first=3.0, step=0.5, steps=range(20, 40))
+    second[1].update(process_start_t=restart_at + 2.5, start_phases_s={"imports": 4.0, "build": 2.5})
     events = first + [{"t": killed, "event": "preempted", "rank": 0, "step": 30},
                       {"t": restart_at, "event": "restart"}] + second
     (tmp_path / "telemetry.jsonl").write_text("\n".join(json.dumps(e) for e in events) + "\n")
@@ -43,4 +44,6 @@ def test_first_start_and_restart_are_split_into_their_phases(tmp_path):
     assert (restart["noticed_s"], restart["start_and_build_s"], restart["load_s"], restart["first_step_s"]) == \
         (7.0, 9.0, 6.0, 3.0)
     assert start["later_warmup_excess_s"] == restart["later_warmup_excess_s"] == 0.0
+    assert (restart["to_worker_process_s"], restart["worker_start_s"]) == (2.5, {"imports": 4.0, "build": 2.5})
+    assert start["to_worker_process_s"] is None and start["worker_start_s"] is None
     assert report["restart_to_first_step_s"] == [18.0]
