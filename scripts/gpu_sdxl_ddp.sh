@@ -18,6 +18,10 @@
 # SET=whole (next): SET=model with ddp_graph=whole, 1 GPU first (cold), then 2 GPUs: does the 2-GPU
 #   start find the 1-GPU graph in the cache (18.8 s first step instead of 83.8 s), and what does
 #   giving up the all-reduce's overlap cost the efficiency (0.939 split)?
+#   (2026-11-30: the 1-GPU run compiled cold in 267 s; the 2-GPU run found nothing usable and was
+#   still compiling after 230 s: the budget ended it)
+# SET=whole2: 2 GPUs only, ddp_graph=whole (cold), for its efficiency; a drill after it on the same
+#   machine finds its cache (copy /tmp/inductor-blocks to /tmp/inductor-model)
 # Results (the device tool brings back few files): $OUT/ddp.txt (the comparison table and the bench
 # table), $OUT/bench_sdxl.jsonl, $OUT/detail.tgz (each run's report_run JSON, calibrated profile, log,
 # telemetry). Wheels come in .whl/.
@@ -62,6 +66,9 @@ elif [[ "$SET" == model ]]; then
     --runtime ddp_bucket_mb=200
 elif [[ "$SET" == whole ]]; then
   profile whole16 1,2 --runtime compile=model --runtime ddp_graph=whole --runtime gc_every=50 \
+    --runtime expandable_segments=true --runtime ddp_bucket_mb=200
+elif [[ "$SET" == whole2 ]]; then
+  profile whole16 2 --runtime compile=model --runtime ddp_graph=whole --runtime gc_every=50 \
     --runtime expandable_segments=true --runtime ddp_bucket_mb=200
 elif [[ "$SET" == b16 ]]; then
   profile blocks16 1,2 --runtime gc_every=50 --runtime expandable_segments=true --runtime ddp_bucket_mb=200
