@@ -3,6 +3,7 @@ measured H200 runs that the shipped profile was made from. No torch needed."""
 
 import importlib.util
 import json
+import statistics
 from dataclasses import replace
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from costsim.runtime import Runtime, parse_pairs, parse_runtime
 from tests.test_bad_input import check
 
 ROOT = Path(__file__).resolve().parents[1]
+RESTARTS = ROOT / "data" / "measurements" / "2026-11-30-h200-sdxl-restart"
 MEASURED = ROOT / "data" / "measurements" / "2026-11-29-h200-sdxl-speed"
 
 
@@ -90,25 +92,24 @@ def test_shipped_h200_profile_is_the_calibration_of_the_measured_runs():
     profile = cio.load_profile("sdxl-unet")
     model, (blocks,) = profile.gpus["H200"], profile.variants["H200"]
     assert (model.variant, blocks.variant) == ("model", "blocks")
-    # The main configuration: whole-model compilation at 16 per GPU, from its warm-cache runs ...
-    warm = MEASURED / "model-b16" / "warm"
-    runs = [load_run(str(warm / "gpus1-batch16")), load_run(str(warm / "gpus2-batch16"))]
+    # The main configuration: whole-model compilation (one graph under DDP) at 16 per GPU, from its
+    # 1- and 2-GPU runs and the restart ...
+    runs = [load_run(str(RESTARTS / name)) for name in ("whole-gpus1-cold", "whole-gpus2", "restart")]
     result = calibrate(runs, profile)
-    assert result.before is model and runs[0].runtime == model.runtime
+    assert all(r.runtime == model.runtime for r in runs) and model.runtime.ddp_graph == "whole"
     assert result.after.compute_per_sample_s == pytest.approx(model.compute_per_sample_s, rel=1e-4)
     assert result.after.intra_a_s == pytest.approx(model.intra_a_s, rel=1e-4)
+    assert result.after.restart_s == pytest.approx(model.restart_s, abs=0.05)
     assert max(r.point.micro_batch for r in runs) == model.max_batch_per_gpu == 16
     assert "compute_overhead_s" in result.step_fit.pinned   # one batch size: said, not silently fitted
     # ... its start-up from the run that compiled cold (a job's first start) ...
-    cold = calibrate([load_run(str(MEASURED / "model-b16" / "cold" / "gpus2-batch16"))], profile)
+    cold = calibrate([load_run(str(RESTARTS / "whole-gpus1-cold"))], profile)
     assert cold.after.startup_s == pytest.approx(model.startup_s, abs=0.05)
-    # ... and its restart estimated from parts: the blocks drill's restart with its first step (compiled
-    # blocks from the cache) replaced by whole-model compilation's first step from a warm cache.
+    # ... and its async stall from the drill, where each rank staged its half of the state.
     report_run = _report_run()
+    stalls = report_run.measure(RESTARTS / "drill")["async_stall_s"]
+    assert len(stalls) == 2 and statistics.median(stalls) == pytest.approx(model.checkpoint_stall_s, abs=0.005)
     drill = calibrate([load_run(str(MEASURED / "drill-2gpu-300"))], profile)
-    drill_first = report_run.measure(MEASURED / "drill-2gpu-300")["restart_phases_s"][0]["first_step_s"]
-    model_first = report_run.measure(warm / "gpus2-batch16")["startup_phases_s"][0]["first_step_s"]
-    assert drill.after.restart_s - drill_first + model_first == pytest.approx(model.restart_s, abs=0.15)
     # The variant measured before: compile=blocks at 8 per GPU, restart from the drill.
     tuned = MEASURED / "ddp-tuned" / "tuned"
     result = calibrate([load_run(str(tuned / "gpus1-batch8")), load_run(str(tuned / "gpus2-batch8"))], profile)
