@@ -186,3 +186,37 @@ def test_checkpoint_entries_are_unpickled_as_data_only(tmp_path):
         dcp.load({"progress": {"step": 0, "boom": None}}, storage_reader=SafeFileSystemReader(str(tmp_path / "bad")),
                  planner=SafeLoadPlanner(), no_dist=True)
     assert not os.path.exists("/tmp/costsim-pwned")
+
+
+def test_threaded_reader_loads_what_dcp_reader_loads(tmp_path, monkeypatch):
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
+
+    from runner import checkpoint
+    monkeypatch.setattr(checkpoint, "READ_BATCH_BYTES", 1000)   # many batches per file, several threads
+    generator = torch.Generator().manual_seed(0)
+    state = {"model": {f"w{i}": torch.randn(17 * (i + 1), 3, generator=generator) for i in range(12)},
+             "ints": torch.arange(10), "progress": {"step": 9, "lr": [0.5, 0.25]}}
+    dcp.save(state, storage_writer=FileSystemWriter(str(tmp_path), thread_count=3), no_dist=True)
+    ours = {"model": {k: torch.zeros_like(v) for k, v in state["model"].items()}, "ints": torch.zeros(10, dtype=torch.int64),
+            "progress": {"step": 0, "lr": []}}
+    theirs = {"model": {k: torch.zeros_like(v) for k, v in state["model"].items()}, "ints": torch.zeros(10, dtype=torch.int64),
+              "progress": {"step": 0, "lr": []}}
+    dcp.load(ours, storage_reader=SafeFileSystemReader(str(tmp_path)), planner=checkpoint.SafeLoadPlanner(), no_dist=True)
+    dcp.load(theirs, storage_reader=FileSystemReader(str(tmp_path)), no_dist=True)
+    for key, value in state["model"].items():
+        assert torch.equal(ours["model"][key], value) and torch.equal(theirs["model"][key], value)
+    assert torch.equal(ours["ints"], state["ints"]) and ours["progress"] == theirs["progress"] == state["progress"]
+
+
+def test_a_file_slice_reads_and_seeks_only_inside_its_bytes(tmp_path):
+    import io
+
+    from runner.checkpoint import _Slice
+    (tmp_path / "f").write_bytes(b"HEAD" + b"0123456789" + b"TAIL")
+    with open(tmp_path / "f", "rb", buffering=0) as handle:
+        part = _Slice(handle, 4, 10)
+        assert part.read() == b"0123456789" and part.read() == b""
+        assert part.seek(-3, io.SEEK_END) == 7 and part.read(2) == b"78" and part.tell() == 9
+        assert part.seek(100) == 10 and part.read() == b""     # past the end: clamped, nothing read
+        assert part.seek(-50, io.SEEK_CUR) == 0 and part.read(4) == b"0123"

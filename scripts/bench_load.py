@@ -1,0 +1,68 @@
+"""Checkpoint load paths side by side: DCP's own reader (one thread) against the runner's
+(runner.checkpoint.SafeFileSystemReader: file slices read straight into tensors, a pool of threads),
+on one synthetic state saved once with DCP, loaded into tensors on --device. Rounds alternate the
+readers, so drift on the machine falls on all of them; the ratio is to DCP's reader in the same round.
+
+Usage: python scripts/bench_load.py --gb 8 --device cuda --dir /tmp/bench-load --threads 1,8 --rounds 3
+(on a GPU host, a state the size of a rank's share: 15.4 GB for SDXL on 2 GPUs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import torch  # noqa: E402
+import torch.distributed.checkpoint as dcp  # noqa: E402
+from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter  # noqa: E402
+
+from runner import checkpoint  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--gb", type=float, default=2.0, help="state size (GB), in 64 MB fp32 tensors")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dir", type=Path, default=Path("/tmp/bench-load"))
+    parser.add_argument("--threads", default="1,8", help="runner reader thread counts, e.g. 1,8")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    count = max(1, round(args.gb * 1e9 / (64 << 20)))
+    state = {f"t{i}": torch.randn(16 << 20, device=args.device) for i in range(count)}
+    size = sum(t.numel() * t.element_size() for t in state.values())
+    shutil.rmtree(args.dir, ignore_errors=True)
+    dcp.save(state, storage_writer=FileSystemWriter(str(args.dir), thread_count=4), no_dist=True)
+    readers = [("dcp", None)] + [(f"runner x{n}", int(n)) for n in args.threads.split(",")]
+    times: dict[str, list[float]] = {name: [] for name, _ in readers}
+    for round_ in range(args.rounds):
+        for name, threads in readers:
+            target = {k: torch.empty_like(v) for k, v in state.items()}
+            if threads:
+                checkpoint.READ_THREADS = threads
+            started = time.perf_counter()
+            if threads:
+                dcp.load(target, storage_reader=checkpoint.SafeFileSystemReader(str(args.dir)),
+                         planner=checkpoint.SafeLoadPlanner(), no_dist=True)
+            else:
+                dcp.load(target, storage_reader=FileSystemReader(str(args.dir)), no_dist=True)
+            if args.device.startswith("cuda"):
+                torch.cuda.synchronize()
+            times[name].append(time.perf_counter() - started)
+            assert all(torch.equal(target[k], state[k]) for k in state), f"{name} loaded different values"
+            print(f"round {round_ + 1}: {name}: {times[name][-1]:.2f} s", file=sys.stderr)
+    base = statistics.median(times["dcp"])
+    print(f"{size / 1e9:.1f} GB into {args.device} (page cache warm after the first round), medians of {args.rounds}:")
+    for name, values in times.items():
+        median = statistics.median(values)
+        print(f"  {name:<12} {median:7.2f} s  {size / 1e9 / median:6.2f} GB/s  x{base / median:.2f} of DCP's reader")
+    shutil.rmtree(args.dir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
