@@ -1,6 +1,7 @@
 """Checkpoints: `step-N/` folders written with torch.distributed.checkpoint, atomically, verified.
 
-- Every rank writes its share (DCP de-duplicates replicated DDP state across ranks) into a hidden
+- Every rank writes its share (runner.ownership divides the large replicated tensors among the ranks,
+  DCP de-duplicates the small ones) into a hidden
   temporary folder; rank 0 then records each file's size and CRC-32 in `manifest.json`, fsyncs and
   renames the folder to `step-N/`. A step exists only once that rename happened: a save cut short
   leaves a temporary folder that is never loaded (and is cleaned at the next start).
@@ -11,11 +12,12 @@
   a load each large tensor is broadcast from the rank that read it. The files are read by a pool of
   threads.
 - Load: rank 0 picks the newest step whose files match their manifest, skipping (and reporting)
-  corrupt or partial ones; all ranks load it. Checksums are per 64 MiB chunk, computed by a pool
-  of threads (zlib releases the GIL), and rank 0 starts checking as soon as the worker starts, so
-  that the check overlaps building the model instead of adding to the restart. The DCP metadata pickle is read with an unpickler
-  that admits only DCP's own metadata classes, and tensors and every other entry (DCP's own planner
-unpickles non-tensor entries with `weights_only=False`) with `weights_only=True`.
+  corrupt or partial ones; every rank loads its share of it. Checksums are per 64 MiB chunk,
+  computed by a pool of threads (zlib releases the GIL), and rank 0 starts checking as soon as the worker starts, so
+  that the check overlaps building the model instead of adding to the restart. The DCP metadata
+  pickle is read with an unpickler that admits only DCP's own metadata classes; tensors and every
+  other entry with `weights_only=True` (DCP's own planner unpickles non-tensor entries with
+  `weights_only=False`).
 """
 
 from __future__ import annotations

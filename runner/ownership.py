@@ -68,6 +68,7 @@ def broadcast(state: dict, owned_by: dict[Key, int]) -> None:
 
 
 def owned_bytes(state: dict, owned_by: dict[Key, int], rank: int) -> int:
+    """Bytes of the large tensors `rank` owns: what it stages, writes and reads."""
     return sum(_get(state, path).numel() * _get(state, path).element_size()
                for path, owner in owned_by.items() if owner == rank)
 
