@@ -245,9 +245,12 @@ def report_rows(c: Calibration) -> list[dict]:
                               "measured": run.plan["workload"]["global_batch"] / run.point.step_s},
             "wall_s": {"plan": (pred.get("makespan_s") or {}).get("p50"), "refit": predicted_wall_s(c.after, run),
                        "measured": measured_wall},
+            # like with like: an async plan's stall against async saves' stalls (a run's final
+            # synchronous save is no measurement of it), a synchronous plan's save against sync saves
             "checkpoint_stall_s": {"plan": pred.get("checkpoint_stall_s") if run.plan["checkpoint"]["async"]
                                    else pred.get("checkpoint_save_s"),
-                                   "measured": _median(run.async_stall_s or run.sync_save_s)},
+                                   "measured": _median(run.async_stall_s if run.plan["checkpoint"]["async"]
+                                                       else run.sync_save_s)},
             "restart_s": {"plan": pred.get("restart_s"), "measured": _median(run.restart_s)},
             "loo_step_error": c.loo_step_error.get(run.name),
         })

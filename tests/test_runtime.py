@@ -220,3 +220,15 @@ def test_simulate_runs_the_configuration_named(run_cli):
         means[variant] = json.loads(result.stdout)["makespan_h"]["mean"]
     assert means["model"] != means["blocks"]   # same seed: only the configuration differs
     check(run_cli(*args, "--variant", "nope"), "--variant", "'nope'", "allowed: model, blocks")
+
+
+def test_calibrate_compares_an_async_plans_stall_with_async_saves_only():
+    from costsim.calibrate import report_rows
+    profile = cio.load_profile("sdxl-unet")
+    runs = [load_run(str(RESTARTS / "drill")), load_run(str(RESTARTS / "restart"))]   # both plans: async
+    assert all(r.plan["checkpoint"]["async"] for r in runs)
+    rows = {row["run"]: row["checkpoint_stall_s"]["measured"] for row in report_rows(calibrate(runs[:1], profile))
+            + report_rows(calibrate(runs[1:], profile))}
+    assert rows["drill"] == pytest.approx(statistics.median(runs[0].async_stall_s))
+    assert runs[1].sync_save_s and not runs[1].async_stall_s
+    assert rows["restart"] is None   # only a final synchronous save: no measurement of an async stall
