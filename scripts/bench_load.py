@@ -38,7 +38,10 @@ def main() -> None:
     size = sum(t.numel() * t.element_size() for t in state.values())
     shutil.rmtree(args.dir, ignore_errors=True)
     dcp.save(state, storage_writer=FileSystemWriter(str(args.dir), thread_count=4), no_dist=True)
-    readers = [("dcp", None)] + [(f"runner x{n}", int(n)) for n in args.threads.split(",")]
+    readers = [("dcp", None)]
+    for n in args.threads.split(","):   # the runner caps its threads at the process's share of the cores
+        checkpoint.READ_THREADS = int(n)
+        readers.append((f"runner x{checkpoint.read_threads()}", int(n)))
     times: dict[str, list[float]] = {name: [] for name, _ in readers}
     for round_ in range(args.rounds):
         for name, threads in readers:
