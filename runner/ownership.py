@@ -27,8 +27,7 @@ Key = tuple   # a leaf's keys from the top of the state dict
 def owners(state: dict, world_size: int, *, private: tuple[str, ...] = (), min_bytes: int = MIN_BYTES) -> dict[Key, int]:
     """The owning rank of each large replicated tensor, by path. Entries under a top-level key that
     starts with one of `private` (rank-specific state) are left out: each rank keeps its own."""
-    sized = [(t.numel() * t.element_size(), path) for path, t in _tensors(state, private)
-             if t.numel() * t.element_size() >= min_bytes]
+    sized = [(_nbytes(t), path) for path, t in _tensors(state, private) if _nbytes(t) >= min_bytes]
     if world_size <= 1:
         return {path: 0 for _, path in sized}
     load = [0] * world_size
@@ -59,18 +58,15 @@ def broadcast(state: dict, owned_by: dict[Key, int]) -> None:
     (NCCL for GPU tensors). Every rank walks the tensors in one order."""
     for path in sorted(owned_by, key=lambda p: tuple(map(str, p))):
         tensor = _get(state, path)
-        if tensor.is_contiguous():
-            dist.broadcast(tensor, src=owned_by[path])
-        else:   # e.g. channels-last weights: the collective needs one dense block
-            dense = tensor.contiguous()
-            dist.broadcast(dense, src=owned_by[path])
+        dense = tensor if tensor.is_contiguous() else tensor.contiguous()   # e.g. channels-last weights
+        dist.broadcast(dense, src=owned_by[path])
+        if dense is not tensor:
             tensor.copy_(dense)
 
 
 def owned_bytes(state: dict, owned_by: dict[Key, int], rank: int) -> int:
     """Bytes of the large tensors `rank` owns: what it stages, writes and reads."""
-    return sum(_get(state, path).numel() * _get(state, path).element_size()
-               for path, owner in owned_by.items() if owner == rank)
+    return sum(_nbytes(_get(state, path)) for path, owner in owned_by.items() if owner == rank)
 
 
 def _tensors(value, private: tuple[str, ...], path: Key = ()):
@@ -94,3 +90,7 @@ def _get(state: dict, path: Key):
     for key in path:
         state = state[key]
     return state
+
+
+def _nbytes(tensor: torch.Tensor) -> int:
+    return tensor.numel() * tensor.element_size()
