@@ -32,6 +32,7 @@ class Run:
     steps: int
     sync_save_s: list[float] = field(default_factory=list)
     async_stall_s: list[float] = field(default_factory=list)
+    async_cost_s: list[float] = field(default_factory=list)   # stall + slower steps beside the write
     interval_saves: int = 0
     final_save: bool = True               # profiling runs skip it
     fixed_s: float | None = None          # launch -> end of the warm-up steps, plus end -> exit, first attempt
@@ -73,7 +74,8 @@ def load_run(ref: str) -> Run:
     micro = plan["workload"]["global_batch"] // world // accumulation
     step_times = steady_step_times(events)
     if not step_times:
-        raise InputError(str(folder / "telemetry.jsonl"), "step", f"fewer than {SKIP_AFTER_START + 1} steps after a start")
+        raise InputError(str(folder / "telemetry.jsonl"), "step",
+                         f"fewer than {SKIP_AFTER_START + 1} steps after a start, outside checkpoints and their writes")
     saves = [e for e in events if e["event"] == "checkpoint_save" and e.get("rank") == 0]
     run = Run(path=folder, plan=plan, summary=summary,
               # The mean, not the median: wall time is the sum of steps, pauses included.
@@ -85,6 +87,7 @@ def load_run(ref: str) -> Run:
               final_save=any(e.get("reason") == "final" for e in saves) or not any(e["event"] == "end" for e in events))
     run.fixed_s = _fixed_overhead(events, run.point.step_s)
     run.restart_s = _restarts(events, run.point.step_s)
+    run.async_cost_s = async_save_costs(events, run.point.step_s)
     settings = next((e.get("settings") for e in events if e["event"] == "runtime" and e.get("rank") == 0), None)
     run.runtime = parse_runtime(settings if settings is not None else plan.get("runtime"), str(folder / "telemetry.jsonl"))
     return run
@@ -104,18 +107,52 @@ def plan_profile(run: Run) -> Profile:
                          "pass --profile FILE") from None
 
 
-def steady_step_times(events: list[dict], skip: int = SKIP_AFTER_START) -> list[float]:
-    """Step times after the first `skip` of each start, leaving out steps that paid a checkpoint."""
+def write_windows(events: list[dict]) -> list[tuple[float, float]]:
+    """(start, end) of each async save's background write that finished (rank 0): it starts when
+    training resumes after the stall and ends with the save's event."""
+    return [(e["t"] - e["duration_s"] + e["stall_s"], e["t"]) for e in events
+            if e["event"] == "checkpoint_save" and e.get("rank") == 0 and e.get("mode") == "async"]
+
+
+def classified_steps(events: list[dict], skip: int = SKIP_AFTER_START) -> list[tuple[float, int | None]]:
+    """(step time, index into write_windows or None) of the steps after the first `skip` of each
+    start, leaving out the steps that paid a checkpoint (its stall or synchronous save)."""
+    windows = write_windows(events)
     saved = {e["step"] + 1 for e in events if e["event"] == "checkpoint_save"}
-    times, since_start = [], 0
+    out, since_start = [], 0
     for e in events:
         if e["event"] == "start" and e.get("rank") == 0:
             since_start = 0
         elif e["event"] == "step":
             since_start += 1
             if since_start > skip and e["step"] not in saved:
-                times.append(e["step_time_s"])
-    return times
+                began = e["t"] - e["step_time_s"]
+                out.append((e["step_time_s"], next((i for i, (a, b) in enumerate(windows) if a < began and e["t"] <= b),
+                                                   None)))
+    return out
+
+
+def steady_step_times(events: list[dict], skip: int = SKIP_AFTER_START) -> list[float]:
+    """Step times after the first `skip` of each start, leaving out steps that paid a checkpoint and
+    those that ran beside an async save's background write (slower: async_save_costs charges the
+    difference to the checkpoint, where the planner counts it)."""
+    return [t for t, window in classified_steps(events, skip) if window is None]
+
+
+def async_save_costs(events: list[dict], steady_s: float, skip: int = SKIP_AFTER_START) -> list[float]:
+    """What each async save cost training: the step that paid its stall, over a steady step (the stall
+    and whatever else slowed that step), plus what the steps beside its background write took over as
+    many steady steps."""
+    saves = [e for e in events if e["event"] == "checkpoint_save" and e.get("rank") == 0 and e.get("mode") == "async"]
+    steps = classified_steps(events, skip)
+    costs = []
+    for i, save in enumerate(saves):
+        stalled = save["t"] - save["duration_s"]   # the stall began after step `save["step"]`
+        paying = next((e["step_time_s"] for e in events if e["event"] == "step" and e["step"] == save["step"] + 1
+                       and e["t"] > stalled), None)
+        costs.append((paying - steady_s if paying is not None else save["stall_s"])
+                     + sum(t - steady_s for t, window in steps if window == i))
+    return costs
 
 
 def _first_step_overhead(events: list[dict], since: int, steady_s: float,
@@ -216,7 +253,8 @@ def _overheads(runs: list[Run], before: GpuProfile, notes: list[str]) -> dict:
         notes.append("checkpoint save time is a median: every run saved the same state size")
     return {"checkpoint_save_s": median_or([v for r in runs for v in r.sync_save_s], before.checkpoint_save_s,
                                            "synchronous save"),
-            "checkpoint_stall_s": median_or([v for r in runs for v in r.async_stall_s], before.checkpoint_stall_s,
+            # what an async checkpoint costs training: the stall and the slower steps beside its write
+            "checkpoint_stall_s": median_or([v for r in runs for v in r.async_cost_s], before.checkpoint_stall_s,
                                             "async stall"),
             "startup_s": median_or([r.fixed_s for r in runs], before.startup_s, "start-up"),
             "restart_s": median_or([v for r in runs for v in r.restart_s], before.restart_s, "restart")}
@@ -249,7 +287,7 @@ def report_rows(c: Calibration) -> list[dict]:
             # synchronous save is no measurement of it), a synchronous plan's save against sync saves
             "checkpoint_stall_s": {"plan": pred.get("checkpoint_stall_s") if run.plan["checkpoint"]["async"]
                                    else pred.get("checkpoint_save_s"),
-                                   "measured": _median(run.async_stall_s if run.plan["checkpoint"]["async"]
+                                   "measured": _median(run.async_cost_s if run.plan["checkpoint"]["async"]
                                                        else run.sync_save_s)},
             "restart_s": {"plan": pred.get("restart_s"), "measured": _median(run.restart_s)},
             "loo_step_error": c.loo_step_error.get(run.name),

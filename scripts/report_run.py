@@ -15,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from costsim.calibrate import steady_step_times  # noqa: E402
+from costsim.calibrate import async_save_costs, classified_steps, steady_step_times  # noqa: E402
 from runner.telemetry import read_events  # noqa: E402
 
 
@@ -42,10 +42,12 @@ def measure(run_dir: Path, skip: int = 5) -> dict:
         "samples_per_s_per_gpu": batch / step_s / world if step_s else None,
         "async_stall_s": [round(e["stall_s"], 3) for e in saves if e.get("mode") == "async"],
         "async_write_s": [round(e["duration_s"], 3) for e in saves if e.get("mode") == "async"],
+        # what each async save cost training: its stall plus the slower steps beside its write
+        "async_cost_s": [round(v, 3) for v in async_save_costs(events, step_s, skip)] if steady else [],
         "sync_save_s": [round(e["duration_s"], 3) for e in saves if e.get("mode") == "sync"],
         "checkpoint_bytes": max((e.get("bytes") or 0 for e in saves), default=0),
         "load_s": [round(e["duration_s"], 3) for e in loads],
-        "step_time_while_writing_ratio": writing_slowdown(events, steady),
+        "step_time_while_writing_ratio": writing_slowdown(events, skip),
         "restart_to_first_step_s": restart_times(events),
         "restart_phases_s": restart_phases(events, median_s, skip),
         "runtime": next((e.get("settings") for e in events if e["event"] == "runtime" and e.get("rank") == 0), None),
@@ -59,12 +61,11 @@ def measure(run_dir: Path, skip: int = 5) -> dict:
     }
 
 
-def writing_slowdown(events: list[dict], steady: list[float]) -> float | None:
-    """Mean step time while an async save's background write runs, over the mean of all steady steps."""
-    windows = [(e["t"] - e["duration_s"] + e["stall_s"], e["t"]) for e in events
-               if e["event"] == "checkpoint_save" and e.get("rank") == 0 and e.get("mode") == "async"]
-    during = [e["step_time_s"] for e in events if e["event"] == "step"
-              and any(a < e["t"] - e["step_time_s"] and e["t"] <= b for a, b in windows)]
+def writing_slowdown(events: list[dict], skip: int = 5) -> float | None:
+    """Mean step time beside an async save's background write over the mean of the other steady steps."""
+    steps = classified_steps(events, skip)
+    during = [t for t, window in steps if window is not None]
+    steady = [t for t, window in steps if window is None]
     if not during or not steady:
         return None
     return round(statistics.fmean(during) / statistics.fmean(steady), 3)

@@ -47,3 +47,26 @@ def test_first_start_and_restart_are_split_into_their_phases(tmp_path):
     assert (restart["to_worker_process_s"], restart["worker_start_s"]) == (2.5, {"imports": 4.0, "build": 2.5})
     assert start["to_worker_process_s"] is None and start["worker_start_s"] is None
     assert report["restart_to_first_step_s"] == [18.0]
+
+
+def test_an_async_saves_cost_is_its_stalled_step_and_the_slower_steps_beside_its_write(tmp_path):
+    """Steady steps of 0.5 s; an async save after step 10 stalls 0.25 s, and the step that pays it
+    takes 0.125 s more besides; its background write then runs for three steps of 0.75 s."""
+    from costsim.calibrate import async_save_costs, steady_step_times
+    times = {11: 0.875, 12: 0.75, 13: 0.75, 14: 0.75}
+    events, t = [{"t": 0.0, "event": "start", "rank": 0, "step": 0}], 0.0
+    for n in range(1, 21):
+        t += times.get(n, 0.5)
+        events.append({"t": t, "event": "step", "rank": 0, "step": n, "step_time_s": times.get(n, 0.5), "samples": 8})
+        if n == 14:   # the write began when step 10 ended (t = 5.0): 0.25 s of stall, then 2.875 s beside training
+            events.append({"t": t, "event": "checkpoint_save", "rank": 0, "step": 10, "mode": "async",
+                           "reason": "interval", "duration_s": t - 5.0, "stall_s": 0.25})
+    assert steady_step_times(events) == [0.5] * 11   # steps 6-10 and 15-20: neither warm-up nor checkpoint
+    assert async_save_costs(events, 0.5) == [0.375 + 3 * 0.25]
+    (tmp_path / "telemetry.jsonl").write_text("\n".join(json.dumps(e) for e in events) + "\n")
+    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "report_run.py"), str(tmp_path), "--json"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert (report["step_time_s"], report["async_stall_s"], report["async_cost_s"]) == (0.5, [0.25], [1.125])
+    assert report["step_time_while_writing_ratio"] == 1.5
