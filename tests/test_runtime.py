@@ -1,7 +1,6 @@
 """Runner settings (costsim.runtime): parsing, the path profile -> plan.json, and calibration on the
 measured H200 runs that the shipped profile was made from. No torch needed."""
 
-import importlib.util
 import json
 import statistics
 from dataclasses import replace
@@ -80,13 +79,6 @@ def test_a_profile_with_a_bad_setting_is_one_line(run_cli, tmp_path):
     profile.write_text(yaml.safe_dump(doc))
     check(run_cli("plan", "--workload", "tiny", "--profile", str(profile)), "profile.yaml",
           f"gpus.{gpu}.runtime.compile", "off, blocks, model")
-
-
-def _report_run():
-    spec = importlib.util.spec_from_file_location("report_run", ROOT / "scripts" / "report_run.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_shipped_h200_profile_is_the_calibration_of_the_measured_runs():
