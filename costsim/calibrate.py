@@ -231,6 +231,10 @@ def calibrate(runs: list[Run], profile: Profile) -> Calibration:
     if trained > after.max_batch_per_gpu:
         notes.append(f"max_batch_per_gpu raised from {after.max_batch_per_gpu} to {trained}: a run trained at it")
         after = replace(after, max_batch_per_gpu=trained)
+    for run in runs:
+        if run.steps != plan_steps(run.plan):
+            notes.append(f"{run.name} ran {run.steps} of its plan's {plan_steps(run.plan)} steps: "
+                         "its wall time is not compared with the plan's")
     loo = {}
     if len(runs) >= 2:
         for i, run in enumerate(runs):
@@ -260,6 +264,11 @@ def _overheads(runs: list[Run], before: GpuProfile, notes: list[str]) -> dict:
             "restart_s": median_or([v for r in runs for v in r.restart_s], before.restart_s, "restart")}
 
 
+def plan_steps(plan: dict) -> int:
+    """The steps of a plan's whole job (as `runner execute` counts them)."""
+    return max(1, math.ceil(plan["workload"]["samples"] / plan["workload"]["global_batch"]))
+
+
 def predicted_wall_s(p: GpuProfile, run: Run) -> float:
     """Failure-free wall time of a run under a profile: start-up, steps, interval saves, final save."""
     async_mode = bool(run.plan["checkpoint"]["async"])
@@ -281,7 +290,9 @@ def report_rows(c: Calibration) -> list[dict]:
             "samples_per_s": {"plan": pred["samples_per_s"],
                               "refit": run.plan["workload"]["global_batch"] / predict_step_s(c.after, run.point),
                               "measured": run.plan["workload"]["global_batch"] / run.point.step_s},
-            "wall_s": {"plan": (pred.get("makespan_s") or {}).get("p50"), "refit": predicted_wall_s(c.after, run),
+            # the plan's makespan is for its whole job: no measure of a run cut short (`--steps`)
+            "wall_s": {"plan": (pred.get("makespan_s") or {}).get("p50") if run.steps == plan_steps(run.plan) else None,
+                       "refit": predicted_wall_s(c.after, run),
                        "measured": measured_wall},
             # like with like: an async plan's stall against async saves' stalls (a run's final
             # synchronous save is no measurement of it), a synchronous plan's save against sync saves

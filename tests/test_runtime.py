@@ -229,3 +229,13 @@ def test_calibrate_compares_an_async_plans_stall_with_async_saves_only():
     assert min(runs[0].async_cost_s) > max(runs[0].async_stall_s)   # the stalled step and the steps beside the write
     assert runs[1].sync_save_s and not runs[1].async_stall_s
     assert rows["restart"] is None   # only a final synchronous save: no measurement of an async stall
+
+
+def test_a_run_cut_short_is_not_compared_with_its_plans_makespan():
+    from costsim.calibrate import plan_steps, report_rows
+    run = load_run(str(READER / "drill"))   # `--steps 110` of a plan for the whole fine-tune
+    assert run.steps == 110 < plan_steps(run.plan)
+    result = calibrate([run], cio.load_profile("sdxl-unet"))
+    row, = report_rows(result)
+    assert row["wall_s"]["plan"] is None and row["wall_s"]["measured"] == run.wall_s
+    assert any("ran 110 of its plan's" in note for note in result.notes)
