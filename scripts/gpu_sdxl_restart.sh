@@ -2,6 +2,8 @@
 # On the GPU machine (device tool, nvidia-h200-x2): the restart of the fastest configuration
 # (compile=model ddp_graph=whole, 16 per GPU), in two calls on one machine (the second must follow the
 # first while the machine is warm: it needs the first's compile cache in /tmp).
+# Measured so on 2026-11-30: data/measurements/2026-11-30-h200-sdxl-reader/README.md (with two more
+# restarts of the drill's run folder on the same machine, the commands there).
 #   PART=1  the checkpoint reader against DCP's on one GPU (scripts/bench_load.py, 8 GB: about half a
 #           rank's share of the SDXL state on 2 GPUs), then `runner profile` on 2 GPUs with an empty compile cache
 #           (its efficiency, and the cache the drill starts from)                        ~450 s
