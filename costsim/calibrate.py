@@ -107,11 +107,15 @@ def plan_profile(run: Run) -> Profile:
                          "pass --profile FILE") from None
 
 
+def _async_saves(events: list[dict]) -> list[dict]:
+    """Rank 0's events of the async saves whose background write finished."""
+    return [e for e in events if e["event"] == "checkpoint_save" and e.get("rank") == 0 and e.get("mode") == "async"]
+
+
 def write_windows(events: list[dict]) -> list[tuple[float, float]]:
-    """(start, end) of each async save's background write that finished (rank 0): it starts when
+    """(start, end) of each async save's background write (_async_saves' order): it starts when
     training resumes after the stall and ends with the save's event."""
-    return [(e["t"] - e["duration_s"] + e["stall_s"], e["t"]) for e in events
-            if e["event"] == "checkpoint_save" and e.get("rank") == 0 and e.get("mode") == "async"]
+    return [(e["t"] - e["duration_s"] + e["stall_s"], e["t"]) for e in _async_saves(events)]
 
 
 def classified_steps(events: list[dict], skip: int = SKIP_AFTER_START) -> list[tuple[float, int | None]]:
@@ -143,10 +147,9 @@ def async_save_costs(events: list[dict], steady_s: float, skip: int = SKIP_AFTER
     """What each async save cost training: the step that paid its stall, over a steady step (the stall
     and whatever else slowed that step), plus what the steps beside its background write took over as
     many steady steps."""
-    saves = [e for e in events if e["event"] == "checkpoint_save" and e.get("rank") == 0 and e.get("mode") == "async"]
     steps = classified_steps(events, skip)
     costs = []
-    for i, save in enumerate(saves):
+    for i, save in enumerate(_async_saves(events)):
         stalled = save["t"] - save["duration_s"]   # the stall began after step `save["step"]`
         paying = next((e["step_time_s"] for e in events if e["event"] == "step" and e["step"] == save["step"] + 1
                        and e["t"] > stalled), None)
