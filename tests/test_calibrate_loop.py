@@ -78,7 +78,8 @@ def test_calibrated_plan_predicts_the_next_run_within_15_percent(tmp_path):
     for key in ("resources", "checkpoint", "runtime"):
         assert again[key] == plan2[key], key
     predicted = again["prediction"]["makespan_s"]["p50"]
-    print(f"second plan (from a0-a2): predicted {predicted:.2f}s, {predicted / measured - 1:+.1%} from the B runs' median")
+    print(f"second plan (from a0-a2): predicted {predicted:.2f}s, "
+          f"{predicted / measured - 1:+.1%} from the B runs' median")
     assert abs(predicted / measured - 1) <= 0.15
     rows = calibrate(first + second, tmp_path / "p.yaml")["runs"]
     assert all(row["loo_step_error"] is not None and abs(row["loo_step_error"]) < 0.5 for row in rows)
