@@ -220,3 +220,57 @@ def test_a_file_slice_reads_and_seeks_only_inside_its_bytes(tmp_path):
         assert part.seek(-3, io.SEEK_END) == 7 and part.read(2) == b"78" and part.tell() == 9
         assert part.seek(100) == 10 and part.read() == b""     # past the end: clamped, nothing read
         assert part.seek(-50, io.SEEK_CUR) == 0 and part.read(4) == b"0123"
+
+
+def _saved_checkpoints(root):
+    """Steps 5 and 10 of a small state, written by the Checkpointer (one process, synchronous)."""
+    from runner.checkpoint import Checkpointer
+    generator = torch.Generator().manual_seed(1)
+    states = {step: {"model": {f"w{i}": torch.randn(40 * (i + 1), 3, generator=generator) for i in range(6)},
+                     "progress": {"step": step}} for step in (5, 10)}
+    writer = Checkpointer(root, keep=3, async_mode=False, rank=0, on_event=lambda *a, **k: None, warn=print)
+    for step, state in states.items():
+        writer.save(step, state, blocking=True)
+    writer.close()
+    return states
+
+
+def _load_with(root, **kwargs):
+    """A fresh Checkpointer's choice, the state it loaded, and its checkpoint_load event."""
+    from runner.checkpoint import Checkpointer
+    seen = []
+    reader = Checkpointer(root, keep=3, async_mode=False, rank=0, warn=lambda message: None,
+                          on_event=lambda name, **fields: seen.append((name, fields)), **kwargs)
+    step = reader.agree_on_step()
+    target = {"model": {f"w{i}": torch.zeros(40 * (i + 1), 3) for i in range(6)}, "progress": {"step": 0}}
+    reader.load(step, target)
+    reader.close()
+    return step, target, next(fields for name, fields in seen if name == "checkpoint_load")
+
+
+def test_prefetch_serves_the_load_and_is_dropped_when_another_step_is_chosen(tmp_path, monkeypatch):
+    states = _saved_checkpoints(tmp_path)
+    tensor_bytes = sum(t.numel() * t.element_size() for t in states[10]["model"].values())
+
+    step, loaded, event = _load_with(tmp_path, prefetch=True)
+    assert step == 10 and event["prefetch_step"] == 10
+    assert event["prefetch_used_bytes"] == event["prefetch_read_bytes"] >= tensor_bytes   # all of it, from memory
+    assert all(torch.equal(loaded["model"][k], v) for k, v in states[10]["model"].items())
+    assert loaded["progress"] == {"step": 10}
+
+    step, loaded, event = _load_with(tmp_path, prefetch=False)
+    assert step == 10 and "prefetch_used_bytes" not in event
+    assert all(torch.equal(loaded["model"][k], v) for k, v in states[10]["model"].items())
+
+    from runner import checkpoint
+    monkeypatch.setattr(checkpoint, "available_memory", lambda: 1000)   # a host with no room for it
+    step, loaded, event = _load_with(tmp_path, prefetch=True)
+    assert event["prefetch_used_bytes"] == 0 and "free host memory" in event["prefetch_skipped"]
+    assert all(torch.equal(loaded["model"][k], v) for k, v in states[10]["model"].items())
+    monkeypatch.undo()
+
+    shard = next((tmp_path / "step-10").glob("*.distcp"))   # the newest is damaged: its prefetch is dropped
+    shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
+    step, loaded, event = _load_with(tmp_path, prefetch=True)
+    assert step == 5 and "prefetch_used_bytes" not in event
+    assert all(torch.equal(loaded["model"][k], v) for k, v in states[5]["model"].items())
