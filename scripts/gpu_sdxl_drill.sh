@@ -2,7 +2,7 @@
 # On the GPU machine (device tool, nvidia-h200-x2): the sdxl-unet workload through the runner.
 #  1. (PROFILE=1) `runner profile` on 1 and 2 H200s at BATCH per GPU -> $OUT/profile-h200.yaml
 #  2. the drill: `runner execute` on 2 H200s for STEPS steps, async checkpoints every INTERVAL steps,
-#     one injected SIGKILL at KILL, resume, final synchronous save; then the run report.
+#     one injected SIGKILL at KILL (0: none), resume, final synchronous save; then the run report.
 # RUNTIME: runner settings (e.g. "--runtime compile=blocks"); default: the fastest configuration of
 # an earlier scripts/gpu_sdxl_bench.sh on this machine (/tmp/bench_sdxl.jsonl), else eager. A
 # compile cache left by that bench is copied in, as a restart on shared storage would find it.
@@ -52,7 +52,8 @@ PY
 rm -rf "$RUN"; mkdir -p "$RUN"
 [[ -n "$CACHE" ]] && cp -r "$CACHE" "$RUN/compile-cache"
 # shellcheck disable=SC2086
+INJECT=(); [[ "$KILL" != 0 ]] && INJECT=(--inject-preemptions "kill@$KILL")
 timeout -k 10 "$LIMIT" python3 -m runner execute /tmp/plan.json --run-dir "$RUN" --steps "$STEPS" $RUNTIME \
-  --inject-preemptions "kill@$KILL" > "$OUT/log.txt" 2>&1
+  "${INJECT[@]}" > "$OUT/log.txt" 2>&1
 echo "runner exit $?"; date +%T
 python3 scripts/report_run.py "$RUN" --json > "$OUT/report.json"
