@@ -23,8 +23,7 @@ DDP_GRAPH = ("split", "whole")
 
 @dataclass(frozen=True, kw_only=True)
 class Runtime:
-    """Runner settings. Defaults are the plain eager loop, which runs anywhere (the checkpoint prefetch
-    too: it falls back to reading at the load when host memory is short)."""
+    """Runner settings. Defaults are the plain eager loop, which runs anywhere."""
 
     compile: str = "off"                  # off | blocks (each repeated block) | model (the whole model)
     compile_mode: str = "default"         # torch.compile mode
@@ -37,7 +36,6 @@ class Runtime:
     cudnn_benchmark: bool = False         # time cuDNN's convolution algorithms once per shape, keep the fastest
     expandable_segments: bool = False     # CUDA caching allocator grows segments instead of adding new ones
     gc_every: int = 0                     # 0: Python's automatic garbage collection; N: only every N steps
-    checkpoint_prefetch: bool = True      # read this rank's share of the newest checkpoint while the model builds
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -78,8 +76,7 @@ def parse_runtime(raw, source: str, prefix: str = "runtime", base: Runtime | Non
             values[key] = _choice(value, DDP_GRAPH, source, where)
         elif key == "gc_every":
             values[key] = _count(value, source, where)
-        elif key in ("channels_last", "activation_checkpointing", "cudnn_benchmark", "expandable_segments",
-                     "checkpoint_prefetch"):
+        elif key in ("channels_last", "activation_checkpointing", "cudnn_benchmark", "expandable_segments"):
             values[key] = _boolean(value, source, where)
         elif key == "ddp_bucket_mb":
             values[key] = _positive(value, source, where)

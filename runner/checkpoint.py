@@ -14,9 +14,7 @@
 - Load: rank 0 picks the newest step whose files match their manifest, skipping (and reporting)
   corrupt or partial ones; every rank loads its share of it. Checksums are per 64 MiB chunk,
   computed by a pool of threads (zlib releases the GIL), and rank 0 starts checking as soon as the worker starts, so
-  that the check overlaps building the model instead of adding to the restart. Meanwhile every rank
-  reads its share of the newest checkpoint into host memory (`Prefetch`); the load then only copies
-  it into the training state, if rank 0 chose that step. The DCP metadata
+  that the check overlaps building the model instead of adding to the restart. The DCP metadata
   pickle is read with an unpickler that admits only DCP's own metadata classes; tensors and every
   other entry with `weights_only=True` (DCP's own planner unpickles non-tensor entries with
   `weights_only=False`).
@@ -24,7 +22,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
 import os
@@ -97,14 +94,8 @@ class SafeFileSystemReader(FileSystemReader):
         metadata.storage_meta.load_id = self.load_id
         return metadata
 
-    def __init__(self, path: str, prefetched: dict | None = None):
-        super().__init__(path)
-        self._prefetched = prefetched or {}   # (file, offset, length) -> host tensor, read by a Prefetch
-        self.prefetch_used_bytes = 0          # what the last read_data took from it
-
     def read_data(self, plan, planner):
-        """The requested entries, read by a pool of threads, each tensor straight from its file slice
-        (or taken from what a `Prefetch` already read into host memory).
+        """The requested entries, read by a pool of threads, each tensor straight from its file slice.
 
         DCP's reader reads one file after another in one thread. `scripts/bench_load.py`, 8 GB into one
         H200 from the page cache (2026-11-30): 1.28 s with 8 threads against DCP's 5.48 s, 0.99x with
@@ -115,32 +106,35 @@ class SafeFileSystemReader(FileSystemReader):
             info = self.storage_data[item.storage_index]
             if getattr(info, "transform_descriptors", None):   # written through an extension: DCP's own path
                 return super().read_data(plan, planner)
-            jobs.setdefault(info.relative_path, []).append((info.offset, info.length, item))
-        batches = _batches(jobs)
+            jobs.setdefault(info.relative_path, []).append(item)
+        batches = []   # each file's entries in offset order, cut into runs of about READ_BATCH_BYTES
+        for relative_path, items in jobs.items():
+            items.sort(key=lambda i: self.storage_data[i.storage_index].offset)
+            batch, size = [], 0
+            for item in items:
+                batch.append(item)
+                size += self.storage_data[item.storage_index].length
+                if size >= READ_BATCH_BYTES:
+                    batches.append((relative_path, batch))
+                    batch, size = [], 0
+            if batch:
+                batches.append((relative_path, batch))
         with ThreadPoolExecutor(max_workers=max(1, min(read_threads(), len(batches)))) as pool:
-            self.prefetch_used_bytes = sum(done.result() for done in
-                                           [pool.submit(self._read_batch, path, items, planner) for path, items in batches])
+            for done in [pool.submit(self._read_batch, path, items, planner) for path, items in batches]:
+                done.result()
         future = torch.futures.Future()
         future.set_result(None)
         return future
 
-    def _read_batch(self, relative_path: str, items: list, planner) -> int:
-        """Reads one batch into the state; returns the bytes of it that the prefetch had read."""
-        used = 0
-        with contextlib.ExitStack() as stack:
-            handle = None
-            for offset, length, item in items:
-                tensor = self._prefetched.get((relative_path, offset, length))
-                if tensor is not None:
-                    used += length
-                else:
-                    if handle is None:
-                        handle = stack.enter_context(open(Path(self.path) / relative_path, "rb", buffering=0))
-                    data = _Slice(handle, offset, length)   # read straight into the tensor's memory
-                    if item.type == LoadItemType.BYTE_IO:
-                        planner.load_bytes(item, io.BytesIO(data.read()))
-                        continue
-                    tensor = torch.load(data, map_location="cpu", weights_only=True)
+    def _read_batch(self, relative_path: str, items: list, planner) -> None:
+        with open(Path(self.path) / relative_path, "rb", buffering=0) as handle:
+            for item in items:
+                info = self.storage_data[item.storage_index]
+                data = _Slice(handle, info.offset, info.length)   # read straight into the tensor's memory
+                if item.type == LoadItemType.BYTE_IO:
+                    planner.load_bytes(item, io.BytesIO(data.read()))
+                    continue
+                tensor = torch.load(data, map_location="cpu", weights_only=True)
                 tensor = _narrow(tensor, item.storage_offsets, item.lengths)
                 target = planner.resolve_tensor(item).detach()
                 if target.size() != tensor.size():
@@ -148,109 +142,6 @@ class SafeFileSystemReader(FileSystemReader):
                                        f"the training state {tuple(target.size())}")
                 target.copy_(tensor)
                 planner.commit_tensor(item, target)
-        return used
-
-
-def _batches(jobs: dict[str, list]) -> list[tuple[str, list]]:
-    """Each file's (offset, length, payload) entries in offset order, cut into runs of about
-    READ_BATCH_BYTES: the units a pool of threads reads."""
-    batches = []
-    for relative_path, entries in jobs.items():
-        entries.sort(key=lambda entry: entry[0])
-        batch, size = [], 0
-        for entry in entries:
-            batch.append(entry)
-            size += entry[1]
-            if size >= READ_BATCH_BYTES:
-                batches.append((relative_path, batch))
-                batch, size = [], 0
-        if batch:
-            batches.append((relative_path, batch))
-    return batches
-
-
-class Prefetch:
-    """The newest checkpoint's tensors from this rank's own files, read into host memory in the
-    background while the model builds, so that the load only copies them into the training state.
-
-    Under an unchanged world size a rank's own files (DCP names them `__<rank>_*`) hold exactly its
-    share (runner.ownership), so the prefetch is what the load would read. It is a guess made before
-    anything is verified: the load uses it only if rank 0 chose the same step, and reads from the
-    files whatever it lacks (another world size, a small entry another rank wrote). A failed read or
-    too little free host memory (a rank's share, times the ranks on this host, must fit in half of
-    it) leaves nothing prefetched and the reason in the load's telemetry event.
-    """
-
-    def __init__(self, folder: Path, step: int, rank: int, local_ranks: int):
-        self.folder, self.step, self.rank, self.local_ranks = folder, step, rank, max(local_ranks, 1)
-        self.tensors: dict[tuple[str, int, int], torch.Tensor] = {}
-        self.nbytes, self.seconds, self.skipped = 0, 0.0, None
-        self._cancelled = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="checkpoint-prefetch", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        started = time.perf_counter()
-        try:
-            metadata = SafeFileSystemReader(str(self.folder)).read_metadata()
-            jobs: dict[str, list] = {}
-            for index, info in metadata.storage_data.items():
-                if (info.relative_path.startswith(f"__{self.rank}_") and not getattr(info, "transform_descriptors", None)
-                        and isinstance(metadata.state_dict_metadata.get(index.fqn), dcp_metadata.TensorStorageMetadata)):
-                    jobs.setdefault(info.relative_path, []).append((info.offset, info.length, None))
-            wanted = sum(length for entries in jobs.values() for _, length, _ in entries)
-            available = available_memory()
-            if available is not None and wanted * self.local_ranks > available // 2:
-                self.skipped = (f"{wanted * self.local_ranks / 1e9:.1f} GB for the ranks of this host would exceed half "
-                                f"of the {available / 1e9:.1f} GB of free host memory")
-                return
-            batches = _batches(jobs)
-            with ThreadPoolExecutor(max_workers=max(1, min(read_threads(), len(batches)))) as pool:
-                for done in [pool.submit(self._read_batch, path, entries) for path, entries in batches]:
-                    done.result()
-            self.nbytes = sum(length for _, _, length in self.tensors)
-        except Exception as exc:   # the load reads from the files instead
-            self.tensors, self.nbytes = {}, 0
-            self.skipped = f"{type(exc).__name__}: {exc}"
-        finally:
-            self.seconds = time.perf_counter() - started
-
-    def _read_batch(self, relative_path: str, entries: list) -> None:
-        with open(self.folder / relative_path, "rb", buffering=0) as handle:
-            for offset, length, _ in entries:
-                if self._cancelled.is_set():
-                    return
-                tensor = torch.load(_Slice(handle, offset, length), map_location="cpu", weights_only=True)
-                self.tensors[(relative_path, offset, length)] = tensor
-
-    def take(self, step: int) -> tuple[dict, dict]:
-        """What was read, if `step` is the prefetched step (else nothing), and figures for telemetry.
-        Waits for the prefetch to finish; afterwards it holds nothing."""
-        started = time.perf_counter()
-        self._thread.join()
-        used = step == self.step and self.skipped is None
-        tensors, self.tensors = (self.tensors if used else {}), {}
-        figures = {"prefetch_step": self.step, "prefetch_read_bytes": self.nbytes if used else 0,
-                   "prefetch_s": round(self.seconds, 3), "prefetch_wait_s": round(time.perf_counter() - started, 3)}
-        if self.skipped is not None:
-            figures["prefetch_skipped"] = self.skipped
-        return tensors, figures
-
-    def cancel(self) -> None:
-        """Stop reading (rank 0 chose another step, or none): what was read is dropped when the thread ends."""
-        self._cancelled.set()
-        self.tensors = {}
-
-
-def available_memory() -> int | None:
-    """Bytes of host memory available without swapping (Linux /proc/meminfo), else None."""
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
 
 
 class _Slice(io.RawIOBase):
@@ -377,7 +268,7 @@ class Checkpointer:
     """Save and load training state under `root`; rank 0 owns the folder's bookkeeping."""
 
     def __init__(self, root: Path, *, keep: int, async_mode: bool, rank: int,
-                 on_event: Callable[..., None], warn: Callable[[str], None], prefetch: bool = False):
+                 on_event: Callable[..., None], warn: Callable[[str], None]):
         self.root, self.keep, self.async_mode, self.rank = Path(root), max(keep, 1), async_mode, rank
         self.world_size = dist.get_world_size() if dist.is_initialized() else 1
         self.on_event, self.warn = on_event, warn
@@ -395,11 +286,6 @@ class Checkpointer:
         if rank == 0:
             self._chooser = threading.Thread(target=self._choose_in_background, name="checkpoint-check", daemon=True)
             self._chooser.start()
-        # Every rank starts reading its share of the newest checkpoint now too, before it is verified.
-        self._prefetch: Prefetch | None = None
-        newest = next((step for step in self.steps() if (self.folder(step) / MANIFEST).is_file()), 0)
-        if prefetch and newest:
-            self._prefetch = Prefetch(self.folder(newest), newest, rank, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
 
     def _choose_in_background(self) -> None:
         try:
@@ -464,24 +350,15 @@ class Checkpointer:
         choice = torch.tensor([chosen], dtype=torch.int64)
         if dist.is_initialized():
             dist.broadcast(choice, src=0, group=self._group)
-        chosen = int(choice.item())
-        if self._prefetch is not None and self._prefetch.step != chosen:
-            self._prefetch.cancel()
-            self._prefetch = None
-        return chosen
+        return int(choice.item())
 
     def load(self, step: int, state: dict) -> None:
         """Load `step` into `state` in place: each rank reads its share, then receives the others'."""
         started = time.perf_counter()
         folder = self.folder(step)
         owned, mine = self._share(state)
-        prefetched, figures = self._prefetch.take(step) if self._prefetch is not None else ({}, {})
-        self._prefetch = None
-        reader = SafeFileSystemReader(str(folder), prefetched)
-        dcp.load(mine, storage_reader=reader, planner=SafeLoadPlanner(), process_group=self._group)
-        prefetched.clear()   # the host copies (the reader holds the same dict): freed before training goes on
-        if figures:
-            figures["prefetch_used_bytes"] = reader.prefetch_used_bytes
+        dcp.load(mine, storage_reader=SafeFileSystemReader(str(folder)), planner=SafeLoadPlanner(),
+                 process_group=self._group)
         ownership.merge(state, mine)
         read_s = time.perf_counter() - started
         if self.world_size > 1:
@@ -489,7 +366,7 @@ class Checkpointer:
             if torch.cuda.is_available():
                 torch.cuda.synchronize()
         self.on_event("checkpoint_load", step=step, duration_s=time.perf_counter() - started, read_s=read_s,
-                      bytes=_folder_bytes(folder), owned_bytes=ownership.owned_bytes(state, owned, self.rank), **figures)
+                      bytes=_folder_bytes(folder), owned_bytes=ownership.owned_bytes(state, owned, self.rank))
 
     def _share(self, state: dict) -> tuple[dict, dict]:
         """Which rank owns each large replicated tensor, and this rank's view of `state`."""
@@ -566,9 +443,6 @@ class Checkpointer:
             raise RuntimeError(f"asynchronous checkpoint failed: {error}") from error
 
     def close(self) -> None:
-        if self._prefetch is not None:
-            self._prefetch.cancel()
-            self._prefetch = None
         self.wait()
 
 

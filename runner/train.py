@@ -60,12 +60,10 @@ class Trainer:
         except InputError as exc:
             raise speed.RuntimeConfigError(str(exc)) from None
         speed.check_device(self.runtime, self.device)
-        # Rank 0 starts checking the newest checkpoint's checksums now, while the model builds, and
-        # every rank starts reading its share of it (checkpoint_prefetch).
+        # Rank 0 starts checking the newest checkpoint's checksums now, while the model builds.
         self.checkpointer = Checkpointer(Path(args.run_dir) / "checkpoints", keep=spec.keep,
                                          async_mode=spec.async_checkpoint, rank=rank,
-                                         on_event=self.telemetry.event, warn=self.warn,
-                                         prefetch=self.runtime.checkpoint_prefetch)
+                                         on_event=self.telemetry.event, warn=self.warn)
         marks["checkpointer"] = time.time()
         per_rank = spec.global_batch // world_size
         self.accumulation = spec.accumulation if per_rank % spec.accumulation == 0 else 1

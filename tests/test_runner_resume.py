@@ -42,8 +42,6 @@ def test_three_sigkills_resume_to_the_same_final_state(plan, clean, tmp_path):
         assert 0 <= killed_at - resumed_from <= INTERVAL   # at most one checkpoint interval lost
     assert s["lost_steps"] == sum(k - r for k, r in zip(kills, resumed))
     assert "runner: restart 3: preempted" in result.stderr
-    loads = events(tmp_path, "checkpoint_load", rank=None)   # every rank of every restart: its files prefetched
-    assert len(loads) == 2 * 3 and all(e["prefetch_used_bytes"] == e["prefetch_read_bytes"] > 0 for e in loads), loads
 
 
 def test_sigterm_notice_checkpoints_and_loses_no_step(plan, clean, tmp_path):
