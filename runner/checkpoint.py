@@ -119,16 +119,14 @@ class SafeFileSystemReader(FileSystemReader):
                     batch, size = [], 0
             if batch:
                 batches.append((relative_path, batch))
-        bounces = threading.local()   # each thread's pinned buffers, made at its first GPU tensor
         with ThreadPoolExecutor(max_workers=max(1, min(read_threads(), len(batches)))) as pool:
-            for done in [pool.submit(self._read_batch, path, items, planner, bounces) for path, items in batches]:
+            for done in [pool.submit(self._read_batch, path, items, planner) for path, items in batches]:
                 done.result()
         future = torch.futures.Future()
         future.set_result(None)
         return future
 
-    def _read_batch(self, relative_path: str, items: list, planner, bounces: threading.local) -> None:
-        bounce = None
+    def _read_batch(self, relative_path: str, items: list, planner) -> None:
         with open(Path(self.path) / relative_path, "rb", buffering=0) as handle:
             for item in items:
                 info = self.storage_data[item.storage_index]
@@ -142,55 +140,8 @@ class SafeFileSystemReader(FileSystemReader):
                 if target.size() != tensor.size():
                     raise RuntimeError(f"checkpoint entry {item.storage_index.fqn} has shape {tuple(tensor.size())}, "
                                        f"the training state {tuple(target.size())}")
-                if PINNED_BOUNCE and target.is_cuda and target.is_contiguous() and target.dtype == tensor.dtype:
-                    if getattr(bounces, "pair", None) is None or bounces.pair.device != target.device:
-                        bounces.pair = _PinnedBounce(target.device)
-                    bounce = bounces.pair
-                    bounce.copy(target, tensor)
-                else:
-                    target.copy_(tensor)
+                target.copy_(tensor)
                 planner.commit_tensor(item, target)
-        if bounce is not None:
-            bounce.finish()   # this batch's tensors are on the GPU before the load returns
-
-
-class _PinnedBounce:
-    """One reader thread's way into GPU memory: host tensors are copied into two pinned buffers in
-    turn, and each buffer to the GPU on a stream of the thread's own while the other fills.
-
-    A plain `copy_` from pageable memory is staged by the CUDA driver chunk by chunk, and copies from
-    several threads do not overlap: on 2 x H200 each rank's share of the SDXL state (15.4 GB) took
-    6.4-7.0 s to load even with every byte already read into host memory (2.3 GB/s per rank;
-    data/measurements/2026-11-30-h200-sdxl-prefetch). Here the threads' host copies run in parallel
-    and the device copies are DMA from pinned memory."""
-
-    def __init__(self, device: torch.device):
-        self.device = device
-        self.stream = torch.cuda.Stream(device)
-        self.buffers = [torch.empty(BOUNCE_BYTES, dtype=torch.uint8, pin_memory=True) for _ in range(2)]
-        self.done: list = [None, None]
-        self.turn = 0
-        # Work already queued on the device's stream (the optimizer state's first zeros, say) runs
-        # before this stream writes the same tensors.
-        self.stream.wait_stream(torch.cuda.current_stream(device))
-
-    def copy(self, target: torch.Tensor, source: torch.Tensor) -> None:
-        """`target` (contiguous, on the GPU) = `source` (host, same dtype and shape)."""
-        src = source.contiguous().reshape(-1).view(torch.uint8)
-        dst = target.view(-1).view(torch.uint8)
-        for start in range(0, src.numel(), BOUNCE_BYTES):
-            size = min(BOUNCE_BYTES, src.numel() - start)
-            buffer = self.buffers[self.turn]
-            if self.done[self.turn] is not None:
-                self.done[self.turn].synchronize()   # the GPU has taken what this buffer held
-            buffer[:size].copy_(src[start:start + size])
-            with torch.cuda.stream(self.stream):
-                dst[start:start + size].copy_(buffer[:size], non_blocking=True)
-            self.done[self.turn] = self.stream.record_event()
-            self.turn ^= 1
-
-    def finish(self) -> None:
-        self.stream.synchronize()
 
 
 class _Slice(io.RawIOBase):
@@ -254,8 +205,6 @@ CHECK_THREADS = 8
 WRITE_THREADS = 4      # files written in parallel per rank
 READ_THREADS = 8       # reads in parallel per rank (at most its share of the cores)
 READ_BATCH_BYTES = 256 << 20
-PINNED_BOUNCE = True   # GPU targets are filled through pinned buffers (_PinnedBounce); scripts/bench_load.py compares
-BOUNCE_BYTES = 16 << 20   # each of a reader thread's two pinned buffers
 
 
 def _crc32_range(path: Path, start: int, length: int) -> int:

@@ -1,12 +1,10 @@
 """Checkpoint load paths side by side: DCP's own reader (one thread) against the runner's
-(runner.checkpoint.SafeFileSystemReader: file slices read straight into tensors, a pool of threads;
-on GPUs with a plain pageable copy into the GPU, and through its pinned buffers), on one synthetic
-state saved once with DCP, loaded into tensors on --device. Rounds alternate the readers, so drift
-on the machine falls on all of them; the ratio is to DCP's reader in the same round.
+(runner.checkpoint.SafeFileSystemReader: file slices read straight into tensors, a pool of threads),
+on one synthetic state saved once with DCP, loaded into tensors on --device. Rounds alternate the
+readers, so drift on the machine falls on all of them; the ratio is to DCP's reader in the same round.
 
 Usage: python scripts/bench_load.py --gb 8 --device cuda --dir /tmp/bench-load --threads 1,8 --rounds 3
-(on a GPU host, a state the size of a rank's share: 15.4 GB for SDXL on 2 GPUs, in tensors of 6 MB
-on average: --tensor-mb 6). Run one per GPU at once to see what ranks loading together get.
+(on a GPU host, a state the size of a rank's share: 15.4 GB for SDXL on 2 GPUs).
 """
 
 from __future__ import annotations
@@ -29,30 +27,25 @@ from runner import checkpoint  # noqa: E402
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--gb", type=float, default=2.0, help="state size (GB), in fp32 tensors of --tensor-mb")
-    parser.add_argument("--tensor-mb", type=float, default=64.0, help="size of each tensor (MB)")
+    parser.add_argument("--gb", type=float, default=2.0, help="state size (GB), in 64 MB fp32 tensors")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dir", type=Path, default=Path("/tmp/bench-load"))
     parser.add_argument("--threads", default="1,8", help="runner reader thread counts, e.g. 1,8")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    numel = max(1, round(args.tensor_mb * (1 << 20) / 4))
-    count = max(1, round(args.gb * 1e9 / (numel * 4)))
-    state = {f"t{i}": torch.randn(numel, device=args.device) for i in range(count)}
+    count = max(1, round(args.gb * 1e9 / (64 << 20)))
+    state = {f"t{i}": torch.randn(16 << 20, device=args.device) for i in range(count)}
     size = sum(t.numel() * t.element_size() for t in state.values())
     shutil.rmtree(args.dir, ignore_errors=True)
     dcp.save(state, storage_writer=FileSystemWriter(str(args.dir), thread_count=4), no_dist=True)
-    readers = [("dcp", None, False)]
+    readers = [("dcp", None)]
     for n in args.threads.split(","):   # the runner caps its threads at the process's share of the cores
         checkpoint.READ_THREADS = int(n)
-        readers.append((f"runner x{checkpoint.read_threads()}", int(n), False))
-        if args.device.startswith("cuda"):
-            readers.append((f"runner x{checkpoint.read_threads()} pinned", int(n), True))
-    times: dict[str, list[float]] = {name: [] for name, _, _ in readers}
+        readers.append((f"runner x{checkpoint.read_threads()}", int(n)))
+    times: dict[str, list[float]] = {name: [] for name, _ in readers}
     for round_ in range(args.rounds):
-        for name, threads, pinned in readers:
+        for name, threads in readers:
             target = {k: torch.empty_like(v) for k, v in state.items()}
-            checkpoint.PINNED_BOUNCE = pinned
             if threads:
                 checkpoint.READ_THREADS = threads
             started = time.perf_counter()
@@ -70,7 +63,7 @@ def main() -> None:
     print(f"{size / 1e9:.1f} GB into {args.device} (page cache warm after the first round), medians of {args.rounds}:")
     for name, values in times.items():
         median = statistics.median(values)
-        print(f"  {name:<19} {median:7.2f} s  {size / 1e9 / median:6.2f} GB/s  x{base / median:.2f} of DCP's reader")
+        print(f"  {name:<12} {median:7.2f} s  {size / 1e9 / median:6.2f} GB/s  x{base / median:.2f} of DCP's reader")
     shutil.rmtree(args.dir, ignore_errors=True)
 
 
