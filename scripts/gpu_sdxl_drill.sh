@@ -51,9 +51,11 @@ json.dump(plan, open("/tmp/plan.json", "w"), indent=1)
 PY
 rm -rf "$RUN"; mkdir -p "$RUN"
 [[ -n "$CACHE" ]] && cp -r "$CACHE" "$RUN/compile-cache"
-# shellcheck disable=SC2086
 INJECT=(); [[ "$KILL" != 0 ]] && INJECT=(--inject-preemptions "kill@$KILL")
-timeout -k 10 "$LIMIT" python3 -m runner execute /tmp/plan.json --run-dir "$RUN" --steps "$STEPS" $RUNTIME \
+# At LIMIT the workers get SIGTERM, the spot notice: they write an emergency checkpoint (~36 s for
+# SDXL) before they exit. SIGKILL comes 60 s later, so none is left holding the GPUs after this script.
+# shellcheck disable=SC2086
+timeout -k 60 "$LIMIT" python3 -m runner execute /tmp/plan.json --run-dir "$RUN" --steps "$STEPS" $RUNTIME \
   "${INJECT[@]}" > "$OUT/log.txt" 2>&1
 echo "runner exit $?"; date +%T
 python3 scripts/report_run.py "$RUN" --json > "$OUT/report.json"
