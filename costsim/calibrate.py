@@ -14,7 +14,7 @@ from pathlib import Path
 from costsim import io
 from costsim.errors import InputError
 from costsim.fit import Fit, Point, fit, predict_step_s
-from costsim.planfile import read_plan
+from costsim.planfile import job_steps, read_plan
 from costsim.runtime import Runtime, parse_runtime
 from costsim.spec import GpuProfile, Profile
 
@@ -269,7 +269,7 @@ def _overheads(runs: list[Run], before: GpuProfile, notes: list[str]) -> dict:
 
 def plan_steps(plan: dict) -> int:
     """The steps of a plan's whole job (as `runner execute` counts them)."""
-    return max(1, math.ceil(plan["workload"]["samples"] / plan["workload"]["global_batch"]))
+    return job_steps(plan["workload"]["samples"], plan["workload"]["global_batch"])
 
 
 def predicted_wall_s(p: GpuProfile, run: Run) -> float:

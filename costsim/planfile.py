@@ -18,6 +18,11 @@ from costsim.spec import ON_DEMAND, SPOT
 SCHEMA = "costsim.plan/1"
 
 
+def job_steps(samples: int, global_batch: int) -> int:
+    """Optimizer steps of a plan's whole job: what `runner execute` runs unless told `--steps`."""
+    return max(1, math.ceil(samples / global_batch))
+
+
 def _finite(value: float):
     return value if math.isfinite(value) else None
 

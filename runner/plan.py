@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
 from costsim.errors import InputError
-from costsim.planfile import read_plan
+from costsim.planfile import job_steps, read_plan
 from costsim.runtime import Runtime, parse_runtime
 
 
@@ -33,7 +32,7 @@ class RunSpec:
 
     @property
     def total_steps(self) -> int:
-        return max(1, math.ceil(self.samples / self.global_batch))
+        return job_steps(self.samples, self.global_batch)
 
     @property
     def cpu(self) -> bool:
