@@ -28,8 +28,9 @@ class Run:
     path: Path
     plan: dict
     summary: dict
-    point: Point
+    point: Point                          # the batch split most of its steady steps ran with
     steps: int
+    points: list[Point] = field(default_factory=list)   # one per batch split it ran with
     sync_save_s: list[float] = field(default_factory=list)
     async_stall_s: list[float] = field(default_factory=list)
     async_cost_s: list[float] = field(default_factory=list)   # stall + slower steps beside the write
@@ -70,16 +71,20 @@ def load_run(ref: str) -> Run:
     world = next((e["world_size"] for e in events if e.get("world_size")), None)
     if world is None:
         raise InputError(str(folder / "telemetry.jsonl"), "world_size", "no worker events: the run never started")
+    # Runs recorded before the runner wrote its batch split: the plan's accumulation on the first world size.
     accumulation = int(plan["prediction"].get("accumulation", 1))
-    micro = plan["workload"]["global_batch"] // world // accumulation
-    step_times = steady_step_times(events)
-    if not step_times:
+    default = (world, int(plan["resources"]["nodes"]), plan["workload"]["global_batch"] // world // accumulation,
+               accumulation)
+    by_split = steady_steps_by_split(events, default)
+    if not by_split:
         raise InputError(str(folder / "telemetry.jsonl"), "step",
                          f"fewer than {SKIP_AFTER_START + 1} steps after a start, outside checkpoints and their writes")
+    # The mean, not the median: wall time is the sum of steps, pauses included. Step time is per
+    # (micro-batch, accumulation): 4 micro-steps of 8 are not one of 32.
+    points = {split: Point(*split, statistics.fmean(times)) for split, times in by_split.items()}
+    main = points[max(by_split, key=lambda split: len(by_split[split]))]
     saves = [e for e in events if e["event"] == "checkpoint_save" and e.get("rank") == 0]
-    run = Run(path=folder, plan=plan, summary=summary,
-              # The mean, not the median: wall time is the sum of steps, pauses included.
-              point=Point(world, int(plan["resources"]["nodes"]), micro, accumulation, statistics.fmean(step_times)),
+    run = Run(path=folder, plan=plan, summary=summary, point=main, points=list(points.values()),
               steps=summary.get("steps") or max((e["step"] for e in events if e["event"] == "step"), default=0),
               sync_save_s=[e["duration_s"] for e in saves if e.get("mode") == "sync"],
               async_stall_s=[e["stall_s"] for e in saves if e.get("mode") == "async"],
@@ -118,22 +123,44 @@ def write_windows(events: list[dict]) -> list[tuple[float, float]]:
     return [(e["t"] - e["duration_s"] + e["stall_s"], e["t"]) for e in _async_saves(events)]
 
 
-def classified_steps(events: list[dict], skip: int = SKIP_AFTER_START) -> list[tuple[float, int | None]]:
-    """(step time, index into write_windows or None) of the steps after the first `skip` of each
-    start, leaving out the steps that paid a checkpoint (its stall or synchronous save)."""
+Split = tuple[int, int, int, int]   # (world size, nodes, micro-batch, accumulation) a step ran with
+
+
+def _classify(events: list[dict], skip: int, default: Split | None = None) -> list[tuple[float, int | None, Split | None]]:
+    """classified_steps, each step with the batch split of the start it belongs to (the rank-0
+    `runtime` event before it; `default` for runs recorded before the runner wrote it)."""
     windows = write_windows(events)
     saved = {e["step"] + 1 for e in events if e["event"] == "checkpoint_save"}
-    out, since_start = [], 0
+    out, since_start, split = [], 0, default
     for e in events:
-        if e["event"] == "start" and e.get("rank") == 0:
+        if e["event"] == "runtime" and e.get("rank") == 0 and "micro_batch" in e:
+            split = (int(e["world_size"]), int(e.get("nodes", split[1] if split else 1)), int(e["micro_batch"]),
+                     int(e["accumulation"]))
+        elif e["event"] == "start" and e.get("rank") == 0:
             since_start = 0
         elif e["event"] == "step":
             since_start += 1
             if since_start > skip and e["step"] not in saved:
                 began = e["t"] - e["step_time_s"]
                 out.append((e["step_time_s"], next((i for i, (a, b) in enumerate(windows) if a < began and e["t"] <= b),
-                                                   None)))
+                                                   None), split))
     return out
+
+
+def classified_steps(events: list[dict], skip: int = SKIP_AFTER_START) -> list[tuple[float, int | None]]:
+    """(step time, index into write_windows or None) of the steps after the first `skip` of each
+    start, leaving out the steps that paid a checkpoint (its stall or synchronous save)."""
+    return [(t, window) for t, window, _ in _classify(events, skip)]
+
+
+def steady_steps_by_split(events: list[dict], default: Split, skip: int = SKIP_AFTER_START) -> dict[Split, list[float]]:
+    """Steady step times (steady_step_times) grouped by the batch split they ran with: a job that
+    went on at another world size ran other micro-batches and accumulation, another point of the fit."""
+    grouped: dict[Split, list[float]] = {}
+    for t, window, split in _classify(events, skip, default):
+        if window is None:
+            grouped.setdefault(split, []).append(t)
+    return grouped
 
 
 def steady_step_times(events: list[dict], skip: int = SKIP_AFTER_START) -> list[float]:
@@ -226,11 +253,11 @@ def calibrate(runs: list[Run], profile: Profile) -> Calibration:
         before = profile.gpus[gpu]
         notes.append(f"no {gpu} configuration of {profile.path} ran {runs[0].runtime.describe()}: "
                      f"the fit starts from the main one's figures ({before.runtime.describe()})")
-    step_fit = fit([r.point for r in runs], before)
+    step_fit = fit([p for r in runs for p in r.points], before)
     notes += [f"{name} pinned: {why}" for name, why in step_fit.pinned.items()]
     after = replace(step_fit.profile, source=f"measured ({len(runs)} run(s), calibrated {datetime.date.today()})")
     after = replace(after, **_overheads(runs, before, notes))
-    trained = max(r.point.micro_batch for r in runs)   # a run that trained at a micro-batch proves it fits
+    trained = max(p.micro_batch for r in runs for p in r.points)   # a run that trained at a micro-batch proves it fits
     if trained > after.max_batch_per_gpu:
         notes.append(f"max_batch_per_gpu raised from {after.max_batch_per_gpu} to {trained}: a run trained at it")
         after = replace(after, max_batch_per_gpu=trained)
@@ -241,7 +268,7 @@ def calibrate(runs: list[Run], profile: Profile) -> Calibration:
     loo = {}
     if len(runs) >= 2:
         for i, run in enumerate(runs):
-            others = [r.point for j, r in enumerate(runs) if j != i]
+            others = [p for j, r in enumerate(runs) if j != i for p in r.points]
             predicted = predict_step_s(fit(others, before).profile, run.point)
             loo[run.name] = predicted / run.point.step_s - 1.0
     return Calibration(runs=runs, gpu=gpu, before=before, after=after, step_fit=step_fit, notes=notes,

@@ -339,6 +339,12 @@ class Checkpointer:
         return 0
 
     # -- load -----------------------------------------------------------------------------------
+    def has_entry(self, step: int, key: str) -> bool:
+        """Whether checkpoint `step` holds the top-level entry `key` (its metadata names every
+        entry; a job saved at another world size holds other ranks' private entries)."""
+        entries = SafeFileSystemReader(str(self.folder(step))).read_metadata().state_dict_metadata
+        return any(name == key or name.startswith(f"{key}.") for name in entries)
+
     def agree_on_step(self) -> int:
         """Rank 0 chooses (the check started with the worker); every rank learns the choice."""
         chosen = 0

@@ -33,9 +33,10 @@ def cli():
 @click.option("--nnodes", type=click.IntRange(min=1), help="nodes in the job (else from SkyPilot/Slurm/env)")
 @click.option("--node-rank", type=click.IntRange(min=0), help="this node's rank")
 @click.option("--rdzv-endpoint", help="HOST:PORT of the rendezvous (node 0)")
-@click.option("--nproc-per-node", type=click.IntRange(min=1), help="default: the plan's GPUs per node")
+@click.option("--nproc-per-node", type=click.IntRange(min=1), help="default: the plan's GPUs per node, or all of "
+              "this node's GPUs if it has fewer; the plan's global batch is kept (accumulation)")
 @click.option("--min-nodes", type=click.IntRange(min=1), help="elastic: go on with as few nodes (default: the "
-              "plan's resources.min_nodes, else a fixed gang); the global batch is kept")
+              "plan's resources.min_nodes, else a fixed gang); the global batch is kept by accumulation")
 @click.option("--inject-preemptions", "inject", help="drill: N random kills, or a schedule like kill@30,term@60")
 @click.option("--seed", type=int, default=0, show_default=True,
               help="seeds the model, the data and the drill schedule (same seed, same training)")
@@ -57,11 +58,18 @@ def execute_command(plan, run_dir, run_id, nnodes, node_rank, rdzv_endpoint, npr
     from runner.launch import LaunchError, discover, wait_for_rendezvous
     from runner.plan import load_run_spec
     from runner.supervisor import Execution, Supervisor, default_run_id, prepare_run_dir
-    from runner.workloads import UnknownWorkload, resolve
+    from runner.workloads import UnknownWorkload, WorkloadOptionError, check_options, resolve
 
     try:
         spec = load_run_spec(plan)
-        resolve(spec.model, workload_entry)
+        for option in options:
+            if "=" not in option:
+                raise click.BadParameter(f"{option!r}: expected KEY=VALUE", param_hint="--option")
+        try:
+            check_options(resolve(spec.model, workload_entry), workload_entry or spec.model,
+                          dict(o.split("=", 1) for o in options))
+        except WorkloadOptionError as exc:
+            raise InputError("--option", "option", str(exc)) from None
         node = discover(nnodes=nnodes, node_rank=node_rank, endpoint=rdzv_endpoint, env=os.environ)
         if node.endpoint and node.node_rank > 0:   # before anything is created or started
             wait_for_rendezvous(node.endpoint, rdzv_timeout)
@@ -73,19 +81,12 @@ def execute_command(plan, run_dir, run_id, nnodes, node_rank, rdzv_endpoint, npr
         folder = Path(run_dir or Path("runs") / run_id)
         total = steps or spec.total_steps
         schedule = faults.parse_schedule(inject, total_steps=total, seed=seed) if inject else []
-        for option in options:
-            if "=" not in option:
-                raise click.BadParameter(f"{option!r}: expected KEY=VALUE", param_hint="--option")
         settings = parse_pairs(runtime, base=spec.runtime)
         smallest = min_nodes or spec.min_nodes or node.nnodes
         if min_nodes and min_nodes > node.nnodes:
             raise click.BadParameter(f"{min_nodes} > --nnodes {node.nnodes}", param_hint="--min-nodes")
-        if any(spec.global_batch % (nproc * n) for n in range(smallest, node.nnodes + 1)):
-            raise click.BadParameter(f"global batch {spec.global_batch} does not split over "
-                                     f"{nproc} x {smallest}..{node.nnodes} processes", param_hint="--min-nodes")
-        if spec.global_batch % (nproc * node.nnodes):
-            raise click.BadParameter(f"global batch {spec.global_batch} does not split over "
-                                     f"{nproc * node.nnodes} processes", param_hint="--nproc-per-node")
+        # Every node count the job may run on (elastic: min..max) must split the global batch.
+        split = spec.check_split(nproc, range(smallest, node.nnodes + 1))[node.nnodes]
         prepare_run_dir(folder, plan)
     except UnknownWorkload as exc:
         raise InputError(plan, "workload.model", str(exc)) from None
@@ -98,7 +99,8 @@ def execute_command(plan, run_dir, run_id, nnodes, node_rank, rdzv_endpoint, npr
             raise
         raise InputError("--inject-preemptions", "inject-preemptions", str(exc)) from None
     click.echo(f"runner: {spec.workload} ({spec.model}) on {node.nnodes} node(s) x {nproc} process(es) "
-               f"[{node.source}], {total} steps, {settings.describe()}; run folder {folder}", err=True)
+               f"[{node.source}], {total} steps of {spec.global_batch} samples ({split.micro_batch} per micro-batch "
+               f"x {split.accumulation} per GPU), {settings.describe()}; run folder {folder}", err=True)
     execution = Execution(spec=spec, node=node, run_dir=folder, run_id=run_id, nproc_per_node=nproc, seed=seed,
                           schedule=schedule, max_restarts=max_restarts, workload_entry=workload_entry,
                           options=list(options), runtime=list(runtime), steps=steps,
@@ -148,14 +150,18 @@ def _integers(text: str, flag: str) -> list[int]:
 
 
 def _nproc(spec) -> int:
+    """The plan's GPUs per node, or every GPU this node has when it has fewer (the batch split keeps
+    the plan's global batch and micro-batch)."""
     if spec.cpu:
         return spec.gpus_per_node
     import torch
     available = torch.cuda.device_count()
+    if available == 0:
+        raise InputError(spec.plan_path, "resources.gpu", f"the plan is for {spec.gpu} GPUs and this node has none")
     if available < spec.gpus_per_node:
-        raise InputError(spec.plan_path, "resources.gpus_per_node",
-                         f"the plan wants {spec.gpus_per_node} GPUs per node, this node has {available}; "
-                         "pass --nproc-per-node to run on fewer")
+        click.echo(f"runner: the plan wants {spec.gpus_per_node} GPUs per node, this node has {available}: running "
+                   f"on {available} (--nproc-per-node to choose)", err=True)
+        return available
     return spec.gpus_per_node
 
 

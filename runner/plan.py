@@ -8,6 +8,7 @@ from pathlib import Path
 from costsim.errors import InputError
 from costsim.planfile import job_steps, read_plan
 from costsim.runtime import Runtime, parse_runtime
+from runner.batching import BatchSplit, BatchSplitError, split_batch
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -26,7 +27,7 @@ class RunSpec:
     interval_steps: int | None
     keep: int
     async_checkpoint: bool
-    accumulation: int
+    per_gpu_batch: int               # the micro-batch the plan was priced at: never exceeded
     min_nodes: int | None = None     # elastic range min_nodes..nodes, global batch kept
     runtime: Runtime = Runtime()     # speed settings the plan was priced with
 
@@ -37,6 +38,22 @@ class RunSpec:
     @property
     def cpu(self) -> bool:
         return self.gpu.lower() == "cpu"
+
+    def split(self, world_size: int) -> BatchSplit:
+        """The plan's global batch on `world_size` processes (BatchSplitError names the numbers)."""
+        return split_batch(self.global_batch, world_size, self.per_gpu_batch)
+
+    def check_split(self, processes_per_node: int, node_counts) -> dict[int, BatchSplit]:
+        """The split at every node count the job may run on; an InputError before anything starts."""
+        splits = {}
+        for nodes in node_counts:
+            try:
+                splits[nodes] = self.split(processes_per_node * nodes)
+            except BatchSplitError as exc:
+                raise InputError(self.plan_path, "workload.global_batch",
+                                 f"{exc} ({nodes} node(s) x {processes_per_node} per node); "
+                                 "run on a number of processes that divides it") from None
+        return splits
 
 
 def load_run_spec(path: str | Path) -> RunSpec:
@@ -54,7 +71,7 @@ def load_run_spec(path: str | Path) -> RunSpec:
                    gpus_per_node=int(r["gpus_per_node"]), nodes=int(r["nodes"]), market=str(r.get("market", "")),
                    interval_s=None if interval_steps else float(c["interval_s"]), interval_steps=interval_steps,
                    keep=int(c["keep"]), async_checkpoint=bool(c["async"]),
-                   accumulation=int(p.get("accumulation", 1)),
+                   per_gpu_batch=_per_gpu_batch(path, doc),
                    min_nodes=_min_nodes(path, r), runtime=parse_runtime(doc.get("runtime"), str(path)))
 
 
@@ -65,3 +82,26 @@ def _min_nodes(path, resources: dict) -> int | None:
     if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= int(resources["nodes"]):
         raise InputError(str(path), "resources.min_nodes", f"got {value!r}; expected 1..resources.nodes")
     return value
+
+
+def _per_gpu_batch(path, doc: dict) -> int:
+    """The plan's `prediction.per_gpu_batch`; a plan without it (older costsim) takes the profile's
+    `max_batch_per_gpu` for its GPU."""
+    value = doc["prediction"].get("per_gpu_batch")
+    if value is None:
+        return _profile_max_batch(path, doc)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise InputError(str(path), "prediction.per_gpu_batch", f"got {value!r}; expected an integer >= 1")
+    return value
+
+
+def _profile_max_batch(path, doc: dict) -> int:
+    from costsim import io   # yaml: only for plans that predate per_gpu_batch
+    gpu = doc["resources"].get("gpu", "cpu")
+    ref = (doc.get("profile") or {}).get("path") or doc["workload"]["model"]
+    try:
+        profile = io.load_profile(ref if Path(ref).is_file() else Path(ref).stem)
+        return profile.gpus[gpu].max_batch_per_gpu
+    except (InputError, KeyError):
+        raise InputError(str(path), "prediction.per_gpu_batch", f"missing, and no profile {ref!r} with GPU {gpu!r} "
+                         "is here to take max_batch_per_gpu from; add it to the plan") from None

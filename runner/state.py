@@ -44,8 +44,18 @@ def apply_state(state: dict, model, optimizer, scheduler, rank: int) -> int:
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
     if scheduler is not None:
         scheduler.load_state_dict(state["scheduler"])
-    set_rng_state(state[f"{PRIVATE_PREFIX}{rank}"])
+    own = state.get(f"{PRIVATE_PREFIX}{rank}")
+    if own is not None:   # absent when the checkpoint was saved by fewer processes than run now
+        set_rng_state(own)
     return int(state["progress"]["step"])
+
+
+def seed_rng(seed: int, rank: int, step: int) -> None:
+    """A random state for a rank that had none in the checkpoint: a function of (seed, rank, step)."""
+    value = (seed * 1_000_003 + step) * 4096 + rank
+    random.seed(value)
+    np.random.seed(value % 2**32)
+    torch.manual_seed(value)   # every device's generator too
 
 
 def state_sha256(model, optimizer) -> str:

@@ -114,10 +114,11 @@ class Supervisor:
             if any(e["event"] == "end" for e in events):
                 return self._finish(started, attempts, restarts, status="done")
             fatal = next((e for e in events if e["event"] == "fatal"), None)
-            if fatal is not None:   # a configuration error: restarting cannot help
-                self._finish(started, attempts, restarts, status="failed")
+            if fatal is not None:   # a configuration error or out of memory: restarting cannot help
+                kind = fatal.get("kind", "configuration")
+                self._finish(started, attempts, restarts, status="failed", reason=kind)
                 print(f"runner: not restarting: {fatal['reason']}", file=sys.stderr)
-                return 2
+                return 1 if kind == "out_of_memory" else 2
             fired = {e["step"] for e in events if e["event"] == "preempted" and str(e.get("kind", "")).startswith("injected")}
             pending = [f for f in pending if f.step not in fired]
             if self.notice:
@@ -142,9 +143,9 @@ class Supervisor:
             print(f"runner: restart {restarts}: {reason} (torchrun exit {code}); resuming from the last checkpoint",
                   file=sys.stderr, flush=True)
 
-    def _finish(self, started: float, attempts: list, restarts: int, status: str) -> int:
+    def _finish(self, started: float, attempts: list, restarts: int, status: str, reason: str | None = None) -> int:
         summary = summarise(self.x.run_dir, run_id=self.x.run_id, wall_s=time.time() - started, restarts=restarts,
-                            status=status, attempts=attempts)
+                            status=status, attempts=attempts, reason=reason)
         # Every node's supervisor summarises; on shared storage only node 0 owns summary.json.
         name = SUMMARY if self.x.node.node_rank == 0 else f"summary.node-{self.x.node.node_rank}.json"
         write_atomic(self.x.run_dir / name, json.dumps(summary, indent=2) + "\n")
@@ -169,14 +170,27 @@ def _child_env(x: Execution) -> dict:
     return worker_env(parse_pairs(x.runtime, base=x.spec.runtime), x.run_dir, env)
 
 
-def summarise(run_dir: Path, *, run_id: str, wall_s: float, restarts: int, status: str, attempts: list) -> dict:
-    """The run's summary, read off its telemetry."""
+SPLIT_FIELDS = ("world_size", "micro_batch", "accumulation")
+
+
+def summarise(run_dir: Path, *, run_id: str, wall_s: float, restarts: int, status: str, attempts: list,
+              reason: str | None = None) -> dict:
+    """The run's summary, read off its telemetry. Each attempt carries the batch split it ran with
+    (world size, micro-batch, accumulation); the run's own fields are its last attempt's."""
     events = read_events(run_dir)
     end = next((e for e in reversed(events) if e["event"] == "end"), None)
     saves = [e for e in events if e["event"] == "checkpoint_save" and e.get("rank") == 0]
     steps = [e for e in events if e["event"] == "step"]
+    splits = [e for e in events if e["event"] == "runtime" and e.get("rank") == 0 and "micro_batch" in e]
+    for attempt in attempts:
+        ran = [e for e in splits if attempt["started"] <= e["t"] <= attempt["ended"]]
+        if ran:
+            attempt.update({k: ran[-1][k] for k in SPLIT_FIELDS})
+    last = splits[-1] if splits else {}
     return {
-        "run": run_id, "status": status, "wall_s": wall_s,
+        "run": run_id, "status": status, **({"reason": reason} if reason else {}), "wall_s": wall_s,
+        **{k: last.get(k) for k in SPLIT_FIELDS},
+        "final_loss": end.get("final_loss") if end else None,
         "steps": end["step"] if end else max((e["step"] for e in steps), default=0),
         "samples": end["samples"] if end else sum(e.get("samples", 0) for e in steps),
         "restarts": restarts, "lost_steps": lost_steps(events),

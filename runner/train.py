@@ -24,9 +24,9 @@ from costsim.runtime import parse_pairs
 from runner import faults, speed
 from runner.checkpoint import Checkpointer, SharedStorageError
 from runner.plan import load_run_spec
-from runner.state import apply_state, state_sha256, training_state
+from runner.state import PRIVATE_PREFIX, apply_state, seed_rng, state_sha256, training_state
 from runner.telemetry import Telemetry
-from runner.workloads import BuildContext, WorkloadOptionError, resolve
+from runner.workloads import BuildContext, WorkloadOptionError, build_workload, check_options, resolve
 
 IMPORTED_T = time.time()
 
@@ -65,12 +65,16 @@ class Trainer:
                                          async_mode=spec.async_checkpoint, rank=rank,
                                          on_event=self.telemetry.event, warn=self.warn)
         marks["checkpointer"] = time.time()
-        per_rank = spec.global_batch // world_size
-        self.accumulation = spec.accumulation if per_rank % spec.accumulation == 0 else 1
-        ctx = BuildContext(rank=rank, world_size=world_size, device=self.device, micro_batch=per_rank // self.accumulation,
+        # The plan's micro-batch on this many processes, accumulation for the rest: recomputed at
+        # every (re)start, so an elastic shrink or a smaller node keeps the global batch and the memory.
+        self.split = spec.split(world_size)
+        self.accumulation = self.split.accumulation
+        ctx = BuildContext(rank=rank, world_size=world_size, device=self.device, micro_batch=self.split.micro_batch,
                            accumulation=self.accumulation, seed=args.seed, precision=spec.precision,
                            options=dict(kv.split("=", 1) for kv in args.option))
-        built = resolve(spec.model, args.workload_entry)(ctx)
+        builder = resolve(spec.model, args.workload_entry)
+        check_options(builder, args.workload_entry or spec.model, ctx.options)
+        built = build_workload(builder, ctx)
         self.built = built
         marks["build"] = time.time()
         speed.configure_backends(self.runtime)
@@ -85,10 +89,14 @@ class Trainer:
             speed.configure_ddp(self.model, self.runtime)
         marks["wrap"] = time.time()
         self.telemetry.event("runtime", settings=self.runtime.as_dict(), compiled_modules=compiled,
-                             compile_cache_bytes=speed.cache_bytes(), **start_phases(marks))
+                             compile_cache_bytes=speed.cache_bytes(), **self.split.as_dict(),
+                             nodes=max(1, world_size // int(os.environ.get("LOCAL_WORLD_SIZE", world_size))),
+                             **start_phases(marks))
         self.notice = faults.NoticeFlag()
         self.garbage = speed.GarbageCollection(self.runtime.gc_every)
         self.step = 0
+        self.args_seed = args.seed
+        self.last_loss: torch.Tensor | None = None   # the last step's loss on this rank, kept on the device
 
     def warn(self, message: str) -> None:
         if self.rank == 0:
@@ -101,20 +109,30 @@ class Trainer:
         step = self.checkpointer.agree_on_step()
         if step:
             state = self.state()
+            own_rng = f"{PRIVATE_PREFIX}{self.rank}"
+            if not self.checkpointer.has_entry(step, own_rng):
+                # Saved by fewer processes than now: this rank had no random state then. The data
+                # is a function of the sample index, so a seeded state changes no sample.
+                del state[own_rng]
             self.checkpointer.load(step, state)
             self.step = apply_state(state, self.model, self.built.optimizer, self.built.scheduler, self.rank)
+            if own_rng not in state:
+                seed_rng(self.args_seed, self.rank, self.step)
 
     def train_step(self) -> None:
         built, model = self.built, self.model
         built.optimizer.zero_grad(set_to_none=True)
         autocast = (torch.autocast(self.device.type, dtype=built.autocast_dtype) if built.autocast_dtype
                     else contextlib.nullcontext())
+        total = None
         for micro in range(self.accumulation):
             sync = micro == self.accumulation - 1
             no_sync = contextlib.nullcontext() if sync or self.world_size == 1 else model.no_sync()
             with autocast, speed.attention(self.runtime), no_sync:
-                loss = built.loss(model, built.batch(self.step, micro)) / self.accumulation
+                loss = built.loss(model, built.batch(self.split.indices(self.step, self.rank, micro))) / self.accumulation
             loss.backward()
+            total = loss.detach() if total is None else total + loss.detach()   # no host sync
+        self.last_loss = total
         built.optimizer.step()
         if built.scheduler is not None:
             built.scheduler.step()
@@ -175,13 +193,23 @@ class Trainer:
         self.telemetry.event("preempted", step=self.step, kind="notice", emergency_checkpoint=self.step)
         return faults.PREEMPTED_EXIT
 
+    def mean_loss(self) -> float | None:
+        """The last step's loss averaged over ranks and micro-batches (one all-reduce)."""
+        if self.last_loss is None:
+            return None
+        total = self.last_loss.detach().float().reshape(1).clone()   # all_reduce works in place
+        if self.world_size > 1:
+            dist.all_reduce(total, op=dist.ReduceOp.SUM)
+        return float(total.item()) / self.world_size
+
     def finish(self, started: float) -> int:
+        final_loss = self.mean_loss()
         digest = None   # hashing 30 GB of state takes tens of seconds: only for a state that is kept
         if self.final_save:
             self.checkpointer.save(self.step, self.state(), blocking=True, reason="final")
             digest = state_sha256(self.model, self.built.optimizer)
         if self.rank == 0:
-            self.telemetry.event("end", step=self.step, final_state_sha256=digest,
+            self.telemetry.event("end", step=self.step, final_state_sha256=digest, final_loss=final_loss,
                                  samples=self.step * self.spec.global_batch, wall_s=time.monotonic() - started,
                                  gc_collections=self.garbage.collections, gc_s=round(self.garbage.seconds, 4),
                                  **speed.memory_report(self.device))
@@ -194,8 +222,15 @@ class Trainer:
         rate = done / elapsed if elapsed > 0 else 0.0
         eta = (self.total_steps - self.step) / rate if rate > 0 else float("inf")
         saved = self.checkpointer.steps()
+        loss = float(self.last_loss.item()) if self.last_loss is not None else None   # one sync every few seconds
+        memory = speed.memory_report(self.device)
+        self.telemetry.event("progress", step=self.step, loss_rank0=loss, **memory)
+        shown = f"  loss {loss:.4g}" if loss is not None else ""
+        if memory:
+            shown += f"  peak {memory['peak_reserved_gb']:.1f} GB reserved"
         print(f"runner: step {self.step}/{self.total_steps}  {rate:.2f} steps/s  {rate * self.spec.global_batch:.1f} "
-              f"samples/s  ETA {eta:.0f}s  last checkpoint {saved[0] if saved else 'none'}", file=sys.stderr, flush=True)
+              f"samples/s  ETA {eta:.0f}s{shown}  last checkpoint {saved[0] if saved else 'none'}",
+              file=sys.stderr, flush=True)
 
     def close(self) -> None:
         self.garbage.close()
@@ -235,19 +270,42 @@ def main(argv: list[str] | None = None) -> None:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
     dist.init_process_group(backend=backend)
     marks["process_group"] = time.time()
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+
+    def fatal(reason: str, **figures) -> None:
+        Telemetry(Path(args.run_dir), args.run_id, rank, world_size).event("fatal", reason=reason, **figures)
+
+    trainer = None
     try:
-        trainer = Trainer(args, spec, dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", 0)),
-                          marks)
-    except (SharedStorageError, speed.RuntimeConfigError, WorkloadOptionError) as exc:
-        Telemetry(Path(args.run_dir), args.run_id, dist.get_rank(), dist.get_world_size()).event("fatal", reason=str(exc))
-        print(f"runner: error: {exc}", file=sys.stderr, flush=True)
-        sys.exit(FATAL_EXIT)
-    try:
+        trainer = Trainer(args, spec, rank, world_size, int(os.environ.get("LOCAL_RANK", 0)), marks)
         code = trainer.train()
+    except (SharedStorageError, speed.RuntimeConfigError, WorkloadOptionError) as exc:
+        fatal(str(exc))
+        print(f"runner: error: {exc}", file=sys.stderr, flush=True)
+        code = FATAL_EXIT
+    except torch.OutOfMemoryError:
+        # Not a preemption: the same start would run out again. The supervisor prints the one line.
+        split = spec.split(world_size)
+        fatal(out_of_memory_message(split.micro_batch, rank, spec), kind="out_of_memory", **split.as_dict())
+        code = FATAL_EXIT
     finally:
-        trainer.close()
-        dist.destroy_process_group()
+        if trainer is not None:
+            trainer.close()
+    dist.destroy_process_group()
     sys.exit(code)
+
+
+def out_of_memory_message(micro_batch: int, rank: int, spec) -> str:
+    """One line: where memory ran out, the GPU's memory, and what to try."""
+    where = "the CPU"
+    if torch.cuda.is_available():
+        index = torch.cuda.current_device()
+        total = torch.cuda.get_device_properties(index).total_memory / 2**30
+        peak = torch.cuda.max_memory_reserved(index) / 2**30
+        where = f"GPU {index} ({torch.cuda.get_device_name(index)}, {total:.1f} GiB, {peak:.1f} GiB reserved at the peak)"
+    return (f"out of memory on rank {rank}, {where}, at {micro_batch} samples per micro-batch per GPU "
+            f"(global batch {spec.global_batch}): try --runtime activation_checkpointing=true, a plan with a "
+            "smaller per_gpu_batch (a profile's max_batch_per_gpu), or more GPUs")
 
 
 if __name__ == "__main__":

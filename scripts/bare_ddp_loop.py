@@ -12,6 +12,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
+from runner.batching import split_batch
 from runner.workloads import BuildContext, resolve
 
 
@@ -26,13 +27,14 @@ def main() -> None:
     rank, world = dist.get_rank(), dist.get_world_size()
     ctx = BuildContext(rank=rank, world_size=world, device=torch.device("cpu"), micro_batch=args.global_batch // world,
                        accumulation=1, seed=0, precision="fp32")
+    split = split_batch(args.global_batch, world, args.global_batch // world)
     built = resolve(args.model)(ctx)
     model = DistributedDataParallel(built.model, gradient_as_bucket_view=True)
     for step in range(args.steps):
         if step == args.warmup:
             started = time.perf_counter()
         built.optimizer.zero_grad(set_to_none=True)
-        built.loss(model, built.batch(step, 0)).backward()
+        built.loss(model, built.batch(split.indices(step, rank, 0))).backward()
         built.optimizer.step()
         if built.scheduler is not None:
             built.scheduler.step()

@@ -15,7 +15,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from costsim.calibrate import async_save_costs, classified_steps, steady_step_times  # noqa: E402
+from costsim.calibrate import (async_save_costs, classified_steps, steady_step_times,  # noqa: E402
+                               steady_steps_by_split)
 from runner.telemetry import read_events  # noqa: E402
 
 
@@ -56,7 +57,12 @@ def measure(run_dir: Path, skip: int = 5) -> dict:
         "startup_to_first_step_s": first_step_after(events, "launch", 0),
         # the first start's parts, as for a restart (first_step_s: compilation, from the cache if warm)
         "startup_phases_s": restart_phases(events, median_s, skip, "launch")[:1],
-        "end_of_run": {k: end[k] for k in ("gc_collections", "gc_s", "alloc_retries", "peak_allocated_gb") if k in end},
+        # a job that went on at another world size: its steps per batch split (4 micro-steps of 8 are not one of 32)
+        "by_split": [{"world_size": w, "nodes": n, "micro_batch": m, "accumulation": a, "steps_measured": len(times),
+                      "step_time_s": statistics.fmean(times), "samples_per_s": batch / statistics.fmean(times)}
+                     for (w, n, m, a), times in steady_steps_by_split(events, (world, 1, batch // world, 1), skip).items()],
+        "end_of_run": {k: end[k] for k in ("gc_collections", "gc_s", "alloc_retries", "peak_allocated_gb",
+                                           "peak_reserved_gb", "final_loss") if k in end},
         "summary": summary,
     }
 

@@ -5,18 +5,20 @@ The runner owns the loop, DDP, checkpoints, restarts and telemetry; a workload o
 
 import torch
 
-from runner.workloads import BuildContext, Built
+from runner.workloads import BuildContext, Built, workload
 
 
+@workload(options={"lr": "SGD learning rate (default 0.05)"})
 def build(ctx: BuildContext) -> Built:
     torch.manual_seed(ctx.seed)                      # same initial weights on every rank
     model = torch.nn.Linear(32, 1).to(ctx.device)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    optimizer = torch.optim.SGD(model.parameters(), lr=float(ctx.options.get("lr", 0.05)))
 
-    def batch(step: int, micro: int):
-        # A pure function of (seed, step, micro, rank): resuming at any step gives the same data.
-        g = torch.Generator().manual_seed(((ctx.seed * 100_003 + step) * 8 + micro) * 1024 + ctx.rank)
-        x = torch.randn(ctx.micro_batch, 32, generator=g)
+    def batch(indices: range):
+        # A pure function of the global sample indices: resuming at any step, on any number of
+        # processes, gives the same samples. Sample i is drawn from its own seed.
+        x = torch.stack([torch.randn(32, generator=torch.Generator().manual_seed(ctx.seed * 1_000_003 + i))
+                         for i in indices])
         return x.to(ctx.device), x.sum(dim=1, keepdim=True).to(ctx.device)
 
     def loss(model, data):

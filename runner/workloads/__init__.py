@@ -8,6 +8,7 @@ DDP, checkpoints and telemetry. See docs/runner-workloads.md for the interface a
 from __future__ import annotations
 
 import importlib
+import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -32,20 +33,59 @@ class BuildContext:
 class Built:
     """What a workload hands the runner.
 
-    `batch(step, micro)` must return this rank's micro-batch `micro` of optimizer step `step` as a
-    pure function of (step, micro, rank, seed): that is what makes a resumed run bit-exact.
-    `loss(model, batch)` returns the scalar loss.
+    `batch(indices)` returns the samples of `indices` (a `range` of global sample indices: step x
+    global batch + i, this rank's micro-batch's slice of the step) as a pure function of the indices
+    and the seed. That is what makes a resumed run bit-exact and a step's global batch the same at
+    any world size. `loss(model, batch)` returns the scalar loss (the mean over the micro-batch).
     """
 
     model: torch.nn.Module
     optimizer: torch.optim.Optimizer
-    batch: Callable[[int, int], Any]
+    batch: Callable[[range], Any]
     loss: Callable[[torch.nn.Module, Any], torch.Tensor]
     scheduler: Any = None
     autocast_dtype: torch.dtype | None = None
 
 
 Builder = Callable[[BuildContext], Built]
+
+
+def workload(*, options: dict[str, str] | None = None) -> Callable[[Builder], Builder]:
+    """Declares a builder's `--option` keys (key -> what it does); any other key is refused before
+    any process starts, so that a typo cannot silently train something else.
+
+        @workload(options={"weights": "a diffusers UNet folder"})
+        def build(ctx): ...
+    """
+    def mark(builder: Builder) -> Builder:
+        builder.options = dict(options or {})
+        return builder
+    return mark
+
+
+def check_options(builder: Builder, name: str, options: dict[str, str]) -> None:
+    """Refuse keys the workload does not declare (WorkloadOptionError names them and the allowed ones)."""
+    declared = getattr(builder, "options", {})
+    unknown = sorted(set(options) - set(declared))
+    if unknown:
+        allowed = ", ".join(f"{k} ({v})" for k, v in sorted(declared.items())) or "none (declare them with " \
+            "runner.workloads.workload(options=...))"
+        raise WorkloadOptionError(f"workload {name!r} takes no option {', '.join(map(repr, unknown))}; "
+                                  f"its options: {allowed}")
+
+
+def build_workload(builder: Builder, ctx: BuildContext) -> Built:
+    """Build, and check that the workload follows today's interface."""
+    built = builder(ctx)
+    try:
+        required = [p for p in inspect.signature(built.batch).parameters.values()
+                    if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):   # a builtin or C callable: trust it
+        return built
+    if len(required) != 1:
+        raise WorkloadOptionError(f"the workload's batch takes {len(required)} arguments; the interface is "
+                                  "batch(indices), a range of global sample indices (docs/runner-workloads.md)")
+    return built
 # Registered names map to "module:function" so that importing the registry stays cheap.
 REGISTRY: dict[str, str] = {
     "tiny": "runner.workloads.tiny:build",

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from costsim.io import data_dir
-from runner.workloads import BuildContext, Built, WorkloadOptionError
+from runner.workloads import BuildContext, Built, WorkloadOptionError, workload
 
 CONFIG_NAME = "sdxl_unet_config.json"
 TRAIN_TIMESTEPS = 1000
@@ -26,6 +26,7 @@ def load_config(path: Path | None = None) -> dict:
     return json.loads(Path(path or data_dir() / "models" / CONFIG_NAME).read_text())
 
 
+@workload(options={"config": "a UNet config JSON (a smaller model, for tests)", "adamw": "fused or foreach"})
 def build(ctx: BuildContext) -> Built:
     """The SDXL UNet full fine-tune; `ctx.options['config']` may point at a smaller config for tests."""
     from diffusers import UNet2DConditionModel
@@ -48,22 +49,23 @@ def build(ctx: BuildContext) -> Built:
     pooled_dim = config.get("projection_class_embeddings_input_dim", 2816) - 6 * config.get("addition_time_embed_dim", 256)
     time_ids = torch.tensor([[size * 8, size * 8, 0, 0, size * 8, size * 8]], dtype=torch.float32).to(ctx.device)
 
-    generator = torch.Generator(device=ctx.device)   # one, re-seeded per batch: no new device state per step
+    generator = torch.Generator(device=ctx.device)   # one, re-seeded per sample: no new device state per step
 
-    def batch(step: int, micro: int):
+    def batch(indices: range):
         # Drawn on the device itself: no host copy, so the host never waits for the GPU and keeps
-        # queuing work ahead of it. Same (seed, step, micro, rank), same batch: resumes stay exact.
-        key = ((ctx.seed * 1_000_003 + step) * 64 + micro) * 4096 + ctx.rank
-        g = generator.manual_seed(key)
-        b, on = ctx.micro_batch, {"device": ctx.device, "generator": g}
-        return {
-            "latents": torch.randn(b, channels, size, size, **on),
-            "noise": torch.randn(b, channels, size, size, **on),
-            "timesteps": torch.randint(0, TRAIN_TIMESTEPS, (b,), **on),
-            "text": torch.randn(b, 77, text_dim, **on),
-            "pooled": torch.randn(b, pooled_dim, **on),
-            "time_ids": time_ids.expand(b, 6),
-        }
+        # queuing work ahead of it. Each sample from its own seed (seed, global index): the same
+        # samples at any world size and after any resume.
+        b, on = len(indices), {"device": ctx.device}
+        data = {"latents": torch.empty(b, channels, size, size, **on), "noise": torch.empty(b, channels, size, size, **on),
+                "timesteps": torch.empty(b, dtype=torch.int64, **on), "text": torch.empty(b, 77, text_dim, **on),
+                "pooled": torch.empty(b, pooled_dim, **on)}
+        for row, index in enumerate(indices):
+            g = generator.manual_seed(ctx.seed * 1_000_000_007 + index)
+            for name in ("latents", "noise", "text", "pooled"):
+                data[name][row].normal_(generator=g)
+            data["timesteps"][row:row + 1].random_(0, TRAIN_TIMESTEPS, generator=g)
+        data["time_ids"] = time_ids.expand(b, 6)
+        return data
 
     def loss(model, data) -> torch.Tensor:
         a = alphas_cumprod[data["timesteps"]].view(-1, 1, 1, 1)

@@ -1,13 +1,19 @@
-"""`tiny`: a 3-layer MLP regressing a fixed random teacher, on data made from (seed, step, rank)."""
+"""`tiny`: a 3-layer MLP regressing a fixed random teacher, on a fixed synthetic dataset.
+
+Sample i is row i mod DATASET of a table drawn once from the seed: the data is a function of the
+global sample index alone, so a step's global batch is the same at any world size. No dropout:
+its masks would come from each rank's random state, which differs between world sizes.
+"""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
 
-from runner.workloads import BuildContext, Built
+from runner.workloads import BuildContext, Built, workload
 
 INPUT, HIDDEN, OUTPUT = 64, 256, 16
+DATASET = 1 << 16
 
 
 def _teacher(seed: int) -> torch.Tensor:
@@ -15,20 +21,21 @@ def _teacher(seed: int) -> torch.Tensor:
     return torch.randn(INPUT, OUTPUT, generator=generator)
 
 
+@workload(options={})
 def build(ctx: BuildContext) -> Built:
     """The CPU-sized reference workload of data/workloads/tiny.yaml."""
     torch.manual_seed(ctx.seed)   # identical initial weights on every rank
-    model = nn.Sequential(nn.Linear(INPUT, HIDDEN), nn.ReLU(), nn.Dropout(0.1), nn.Linear(HIDDEN, HIDDEN),
+    model = nn.Sequential(nn.Linear(INPUT, HIDDEN), nn.ReLU(), nn.Linear(HIDDEN, HIDDEN),
                           nn.ReLU(), nn.Linear(HIDDEN, OUTPUT)).to(ctx.device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=10_000)
     teacher = _teacher(ctx.seed + 1).to(ctx.device)
+    inputs = torch.randn(DATASET, INPUT, generator=torch.Generator().manual_seed(ctx.seed + 2)).to(ctx.device)
+    targets = inputs @ teacher
 
-    def batch(step: int, micro: int):
-        key = ((ctx.seed * 1_000_003 + step) * 64 + micro) * 4096 + ctx.rank
-        generator = torch.Generator().manual_seed(key)
-        x = torch.randn(ctx.micro_batch, INPUT, generator=generator).to(ctx.device)
-        return x, x @ teacher
+    def batch(indices: range):
+        rows = torch.arange(indices.start, indices.stop, device=ctx.device) % DATASET
+        return inputs[rows], targets[rows]
 
     def loss(model: nn.Module, data) -> torch.Tensor:
         x, y = data
