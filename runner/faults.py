@@ -1,8 +1,8 @@
 """Preemption: the SIGTERM notice, and faults injected on purpose for drills and tests.
 
 A schedule is a list of (kind, step): `kill` sends SIGKILL to a worker when it reaches the step
-(no notice: work since the last checkpoint is lost); `term` sends SIGTERM to the node's torchrun
-agent, which forwards it to every worker as a spot notice would (an emergency checkpoint follows).
+(no notice: work since the last checkpoint is lost); `term` sends SIGTERM to every worker of the
+node, as the supervisor passes on a spot notice (an emergency checkpoint follows).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import random
 import signal
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 
 PREEMPTED_EXIT = 75   # EX_TEMPFAIL: stopped by a preemption notice after an emergency checkpoint
 KINDS = ("kill", "term")
@@ -92,9 +93,36 @@ class NoticeFlag:
 
 
 def fire(fault: Fault, *, local_rank: int, local_world_size: int) -> None:
-    """Carry out an injected fault on this node: `kill` its last worker, or `term` its agent (from
-    local rank 0), which forwards the notice to this node's workers."""
+    """Carry out an injected fault on this node: `kill` its last worker, or `term`: the notice to
+    every worker of this node (from local rank 0), as the supervisor passes on a real one."""
     if fault.kind == "kill" and local_rank == local_world_size - 1:
         os.kill(os.getpid(), signal.SIGKILL)
     elif fault.kind == "term" and local_rank == 0:
-        os.kill(os.getppid(), signal.SIGTERM)
+        notify_workers(os.getppid())
+
+
+def children(pid: int) -> list[int]:
+    """The direct children of a process (Linux /proc; empty where the kernel does not say)."""
+    found = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            found += [int(child) for child in (task / "children").read_text().split()]
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def notify_workers(agent_pid: int) -> None:
+    """The spot notice (SIGTERM) to each worker of a torchrun agent, not to the agent: torchrun
+    answers a SIGTERM by signalling its workers itself and killing them 30 s later, and an SDXL
+    emergency checkpoint takes 36 s (data/measurements/2026-11-30-h200-sdxl-rescale). The workers
+    write it and exit with PREEMPTED_EXIT; the agent then ends on its own. Before the workers exist
+    (or where /proc does not list children) the agent gets it, as before."""
+    workers = children(agent_pid)
+    for pid in workers:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            continue
+    if not workers:
+        os.kill(agent_pid, signal.SIGTERM)

@@ -71,10 +71,11 @@ class Supervisor:
         self.child: subprocess.Popen | None = None
 
     def _on_sigterm(self, signum, frame) -> None:
-        # A notice for this node: pass it on to torchrun (which forwards it to every worker).
+        # A notice for this node: pass it on to the workers themselves (faults.notify_workers says
+        # why not through torchrun); they checkpoint and exit, and torchrun with them.
         self.notice = True
         if self.child is not None and self.child.poll() is None:
-            self.child.send_signal(signal.SIGTERM)
+            faults.notify_workers(self.child.pid)
 
     def _worker_args(self, fault: faults.Fault | None) -> list[str]:
         x = self.x

@@ -56,6 +56,29 @@ def test_sigterm_notice_checkpoints_and_loses_no_step(plan, clean, tmp_path):
     s = summary(tmp_path)
     assert s["restarts"] == 1 and s["lost_steps"] == 0
     assert s["final_state_sha256"] == clean["final_state_sha256"]
+    assert "death signal" not in result.stderr   # the workers got the notice, not torchrun (30 s to SIGKILL)
+
+
+def test_a_notice_to_the_runner_is_passed_to_the_workers_who_checkpoint_and_stop(plan, tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+    proc = subprocess.Popen([sys.executable, "-m", "runner", "execute", str(plan), "--run-dir", str(tmp_path),
+                             "--seed", "3"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not any(e["step"] >= 60 for e in events(tmp_path, "step")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 75, err[-3000:]             # faults.PREEMPTED_EXIT: stopped by the notice
+    assert "death signal" not in err                       # torchrun was not the one that stopped them
+    notice = [e for e in events(tmp_path, "preempted") if e.get("kind") == "notice"]
+    assert len(notice) == 1
+    saved = [e["step"] for e in events(tmp_path, "checkpoint_save") if e["reason"] == "preemption"]
+    assert saved == [notice[0]["emergency_checkpoint"]] and saved[0] >= 60
+    s = summary(tmp_path)
+    assert s["status"] == "preempted" and s["restarts"] == 0 and s["steps"] == saved[0]
 
 
 def test_corrupt_newest_checkpoint_is_skipped_and_the_previous_used(plan, tmp_path):
