@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+from pathlib import Path
+
 from costsim import io
 from costsim.errors import InputError
-from costsim.spec import Offering, Workload
+from costsim.spec import FittedSpotModel, Offering, SpotModel, Workload
 
 
 def offerings_for(workload: Workload, gpus: tuple[str, ...] | None = None) -> list[Offering]:
@@ -42,3 +45,38 @@ def find_offering(offering_id: str, workload: Workload | None = None) -> Offerin
         if offering.id == offering_id:
             return offering
     raise InputError("--offering", "offering", f"unknown {offering_id!r}; see `costsim catalog` for ids")
+
+
+SENSITIVITY_ENDS = ("pessimistic", "optimistic")
+
+
+def with_spot_models(offerings: list[Offering], fitted: dict[str, FittedSpotModel], end: str = "fit") -> list[Offering]:
+    """The offerings with their spot capacity model from a fitted file: the entry keyed by the
+    offering's id, else by its catalog model's name; a figure the entry lacks keeps the catalog's.
+    `end`: the fitted figures, or the end of their 95% intervals that makes spot `pessimistic`
+    (shorter lives, longer outages) or `optimistic`; the Weibull shape stays at its estimate."""
+    out, used = [], set()
+    for o in offerings:
+        base = o.spot_model
+        entry = None if base is None else fitted.get(o.id) or fitted.get(base.name)
+        if entry is None:
+            out.append(o)
+            continue
+        used.add(entry.key)
+        mtbf, wait = entry.mtbf_s or base.mtbf_s, entry.wait_mean_s if entry.wait_mean_s is not None else base.wait_mean_s
+        if end in SENSITIVITY_ENDS:
+            low_life = end == "pessimistic"
+            if "mtbf_s" in entry.ci:
+                mtbf = entry.ci["mtbf_s"][0 if low_life else 1]
+            if "wait_mean_s" in entry.ci and entry.wait_mean_s is not None:
+                wait = entry.ci["wait_mean_s"][1 if low_life else 0]
+        name = f"{Path(entry.source).name}:{entry.key}" + ("" if end == "fit" else f"@{end}")
+        model = SpotModel(name=name, mtbf_s=mtbf, wait_mean_s=wait,
+                          weibull_shape=entry.weibull_shape or base.weibull_shape)
+        out.append(replace(o, spot_model=model))
+    if not used:
+        keys = sorted({o.id for o in offerings if o.spot_model} | {o.spot_model.name for o in offerings if o.spot_model})
+        source = next(iter(fitted.values())).source
+        raise InputError(source, "models", f"{', '.join(sorted(fitted))} match no spot offering of this plan; "
+                         f"keys are offering ids or spot model names: {', '.join(keys)}")
+    return out

@@ -9,7 +9,7 @@ import click
 
 from costsim import io, report
 from costsim.entry import run
-from costsim.catalog import find_offering, offerings_for
+from costsim.catalog import SENSITIVITY_ENDS, find_offering, offerings_for, with_spot_models
 from costsim.errors import InputError
 from costsim.planfile import plan_document
 from costsim.planner import PlanOptions, plan
@@ -84,9 +84,12 @@ def cli():
 @click.option("--out", default="plan.json", show_default=True, type=click.Path(dir_okay=False),
               help="where to write the chosen plan")
 @click.option("--plot", type=click.Path(dir_okay=False), help="draw cost vs P90 finish to this PNG")
+@click.option("--spot-model", "spot_model", type=click.Path(dir_okay=False), help="spot capacity models fitted by "
+              "`costsim calibrate --market --out` (keyed by offering id or catalog model name); the plan is also "
+              "made at the ends of their 95% intervals, to say whether the choice holds")
 @output_options
 def plan_command(workload, deadline, budget, risk, trials, seed, profile_ref, gpus, shortlist, jobs, out,
-                 plot, fmt):
+                 plot, spot_model, fmt):
     """Rank ways to run a training job by cost and deadline risk; write the best as plan.json.
 
     Example: costsim plan --workload data/workloads/sdxl.yaml --trials 400 --plot plan.png
@@ -95,14 +98,26 @@ def plan_command(workload, deadline, budget, risk, trials, seed, profile_ref, gp
     profile = io.load_profile(profile_ref or spec.profile)
     options = PlanOptions(trials=trials, seed=seed, risk=risk, deadline_s=deadline, budget=budget,
                           shortlist=shortlist, jobs=jobs)
-    result = plan(spec, profile, offerings_for(spec, tuple(gpus) or None), options,
-                  progress=progress_line("plan"))
+    offerings = offerings_for(spec, tuple(gpus) or None)
+    fitted = io.load_fitted_spot_models(spot_model) if spot_model else None
+    if fitted:
+        offerings = with_spot_models(offerings, fitted)
+    result = plan(spec, profile, offerings, options, progress=progress_line("plan"))
     chosen = plan_document(result, result.chosen) if result.chosen else None
+    sensitivity = None
+    if fitted:
+        sensitivity = {end: plan(spec, profile, with_spot_models(offerings_for(spec, tuple(gpus) or None), fitted, end),
+                                 options, progress=progress_line(f"plan at the {end} end"))
+                       for end in SENSITIVITY_ENDS}
+        if chosen:
+            chosen["sensitivity"] = sensitivity_record(result, sensitivity)
     if chosen:
         io.write_atomic(out, report.to_json(chosen) + "\n")
     if plot:
         report.plot_plan(result, plot)
     _print_plan(result, chosen, fmt, out, plot)
+    if sensitivity and fmt == "table":
+        _print_sensitivity(result, sensitivity)
     if chosen is None:
         raise click.ClickException(
             f"no candidate reaches P(deadline) >= {result.target:.2f}"
@@ -131,6 +146,51 @@ def _print_plan(result, chosen, fmt, out, plot):
                f"Prices read {_price_dates(result)}.")
     if chosen:
         click.echo(f"wrote {out}" + (f" and {plot}" if plot else ""))
+
+
+# what a user would run differently; the checkpoint interval follows the MTBF (Daly) and is shown, not compared
+CHOICE_KEYS = ("offering", "nodes", "policy", "variant")
+
+
+def _choice(result) -> dict | None:
+    """What a plan chose, in the terms that would change what a user runs."""
+    if result.chosen is None:
+        return None
+    c = result.chosen.configured.candidate
+    return {"offering": c.offering.id, "nodes": c.nodes, "policy": c.policy, "variant": c.variant or None,
+            "checkpoint_interval_s": c.checkpoint_interval_s, "spot_model": report.spot_model_name(c.offering, c.policy),
+            "cost_mean": result.chosen.stats.cost_mean, "p_deadline": result.chosen.stats.p_deadline}
+
+
+def sensitivity_record(result, sensitivity: dict) -> dict:
+    """plan.json `sensitivity`: the choice at each end of the fitted spot models' intervals, and
+    whether it differs from the plan's (offering, nodes, policy or runner configuration)."""
+    base = _choice(result)
+    ends = {end: _choice(other) for end, other in sensitivity.items()}
+    changes = any(c is None or base is None or any(c[k] != base[k] for k in CHOICE_KEYS) for c in ends.values())
+    return {**ends, "choice_changes": changes}
+
+
+def _print_sensitivity(result, sensitivity: dict) -> None:
+    base = _choice(result)
+    if base is not None:
+        click.echo(f"spot model of the chosen plan: {base['spot_model'] or 'none (no spot market)'}")
+    for end, other in sensitivity.items():
+        c = _choice(other)
+        if c is None:
+            click.echo(f"spot model at its {end} end: no candidate meets the target")
+            continue
+        same = base is not None and all(c[k] == base[k] for k in CHOICE_KEYS)
+        chose = (f"chooses {c['offering']} x{c['nodes']} {c['policy']}" + (f" [{c['variant']}]" if c["variant"] else "")
+                 + f" ckpt {format_duration(c['checkpoint_interval_s'])}")
+        click.echo(f"spot model at its {end} end ({c['spot_model'] or 'no spot'}): "
+                   f"{'the same choice' if same else chose}, mean cost {c['cost_mean']:,.2f}, "
+                   f"P(deadline) {c['p_deadline']:.3f}")
+    if sensitivity_record(result, sensitivity)["choice_changes"]:
+        click.echo("note: the choice changes within the fitted spot model's 95% intervals: the data do not settle "
+                   "it (more lives narrow the intervals)")
+    else:
+        click.echo("the choice holds at both ends of the fitted spot model's 95% intervals")
 
 
 def _price_dates(result) -> str:
@@ -163,12 +223,15 @@ def _price_dates(result) -> str:
 @click.option("--trials", type=click.IntRange(min=1), default=1000, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--per-trial", is_flag=True, help="list every trial's cost and finish time")
+@click.option("--spot-model", "spot_model", type=click.Path(dir_okay=False), help="a fitted spot model file "
+              "(`costsim calibrate --market --out`): with --workload its entry for the offering, else its one model "
+              "in place of --preemption-mtbf/--capacity-wait/--weibull-shape")
 @click.argument("more_traces", nargs=-1, type=click.Path())
 @output_options
 def simulate_command(workload, offering, nodes, variant, work_hours, deadline, checkpoint_interval, checkpoint_cost,
                      checkpoint_stall, restart_cost, changeover, notice, preemption_mtbf, capacity_wait,
-                     weibull_shape, traces, policy, on_demand_price, spot_price, trials, seed, per_trial, more_traces,
-                     fmt):
+                     weibull_shape, traces, policy, on_demand_price, spot_price, trials, seed, per_trial, spot_model,
+                     more_traces, fmt):
     """Simulate one configuration many times: what-if questions and checks of the model.
 
     Example: costsim simulate --work-hours 48 --deadline 52h --checkpoint-interval 1h --changeover 6m
@@ -183,13 +246,28 @@ def simulate_command(workload, offering, nodes, variant, work_hours, deadline, c
         if not offering:
             raise click.UsageError("--workload needs --offering (an id from `costsim catalog`)")
         spec = io.load_workload(workload)
-        config = workload_config(spec, find_offering(offering, spec), nodes, policy, checkpoint_interval, deadline,
-                                 variant)
+        chosen = find_offering(offering, spec)
+        if spot_model:
+            chosen = with_spot_models([chosen], io.load_fitted_spot_models(spot_model))[0]
+        config = workload_config(spec, chosen, nodes, policy, checkpoint_interval, deadline, variant)
     else:
         missing = [f for f, v in (("--work-hours", work_hours), ("--deadline", deadline),
                                   ("--checkpoint-interval", checkpoint_interval)) if v is None]
         if missing:
             raise click.UsageError(f"without --workload, give {', '.join(missing)}")
+        if spot_model:
+            if preemption_mtbf is not None:
+                raise click.UsageError("give --spot-model or --preemption-mtbf, not both")
+            models = io.load_fitted_spot_models(spot_model)
+            if len(models) != 1:
+                raise InputError(spot_model, "models", f"{len(models)} models ({', '.join(sorted(models))}); without "
+                                 "--workload/--offering the file must hold one")
+            model = next(iter(models.values()))
+            if model.mtbf_s is None:
+                raise InputError(spot_model, f"models.{model.key}.mtbf", "missing")
+            preemption_mtbf = model.mtbf_s
+            capacity_wait = model.wait_mean_s if model.wait_mean_s is not None else capacity_wait
+            weibull_shape = model.weibull_shape or weibull_shape
         job = BareJob(work_s=work_hours * 3600, deadline_s=deadline, checkpoint_interval_s=checkpoint_interval,
                       checkpoint_s=checkpoint_cost, checkpoint_stall_s=checkpoint_stall, restart_s=restart_cost,
                       changeover_s=changeover, notice_s=notice, on_demand_price=on_demand_price,
@@ -267,13 +345,27 @@ def _fractions(text: str | None) -> tuple[float, ...]:
 @click.argument("runs", nargs=-1, required=True)
 @click.option("--profile", "profile_ref", help="profile to start from (default: the one the first run's plan used)")
 @click.option("--out", type=click.Path(dir_okay=False), help="where to write the calibrated profile "
-              "(default: <profile>.calibrated.yaml beside the runs' first folder)")
+              "(default: <profile>.calibrated.yaml beside the runs' first folder); with --market, the spot model "
+              "file (nothing is written without it)")
+@click.option("--market", is_flag=True, help="fit the spot market instead: the arguments are capacity traces, "
+              "run folders and control.json journals; per offering, time to preemption (censored Weibull) and "
+              "time until capacity is back, with 95% intervals")
+@click.option("--offering", help="with --market: only this offering (an id, or a label for traces, which name none; "
+              "default label `traces`)")
 @output_options
-def calibrate_command(runs, profile_ref, out, fmt):
+def calibrate_command(runs, profile_ref, out, market, offering, fmt):
     """Refit throughput, checkpoint and restart figures from runs; report the prediction errors.
 
     Example: costsim calibrate runs/a runs/b --out data/profiles/tiny-measured.yaml
+
+    Spot market: costsim calibrate --market data/traces/aws-2023-02-15 --offering aws-gpu --out fitted.yaml
     """
+    if market:
+        if profile_ref:
+            raise click.UsageError("--profile goes without --market (a spot model has no throughput profile)")
+        return _calibrate_market(runs, offering, out, fmt)
+    if offering:
+        raise click.UsageError("--offering goes with --market")
     from costsim.calibrate import calibrate, load_run, plan_profile, report_rows, updated_profile_document
     loaded = [load_run(ref) for ref in runs]
     profile = io.load_profile(profile_ref) if profile_ref else plan_profile(loaded[0])
@@ -292,6 +384,52 @@ def calibrate_command(runs, profile_ref, out, fmt):
         for note in result.notes:
             click.echo(f"note: {note}")
         click.echo(f"wrote {target}")
+
+
+def _calibrate_market(refs, offering, out, fmt):
+    import datetime
+
+    import yaml
+
+    from costsim.io.market import read_market
+    from costsim.market_fit import MIN_EVENTS, fit_market, fit_record, model_document
+    observed = read_market(_trace_files(list(refs)), offering)
+    if not observed:
+        raise InputError(", ".join(refs), "offering", f"no spot lives of {offering!r} in these sources" if offering
+                         else "no spot lives in these sources")
+    records = [fit_record(fit_market(label, lives, outages)) for label, (lives, outages) in sorted(observed.items())]
+    if out:
+        command = "costsim calibrate --market " + " ".join(refs) + (f" --offering {offering}" if offering else "")
+        io.write_atomic(out, yaml.safe_dump(model_document(records, datetime.date.today().isoformat(), command),
+                                            sort_keys=False))
+    if fmt == "json":
+        click.echo(report.to_json({"offerings": records, "min_events": MIN_EVENTS, "out": out}))
+        return
+    click.echo(report.table(["offering", "lives", "preempted", "censored", "Weibull shape", "mean up", "naive mean up",
+                             "outages", "mean outage"], [_market_row(r) for r in records], fmt))
+    if fmt == "table":
+        click.echo(f"95% intervals in brackets; ! a figure from fewer than {MIN_EVENTS} events. Naive: every life "
+                   "counted as a preemption (censoring ignored).")
+        if out:
+            click.echo(f"wrote {out}")
+
+
+def _market_row(r: dict) -> list:
+    def figure(value, name, unit_s=True):
+        if value is None:
+            return "-"
+        ci = r["ci"].get(name)
+        text = f"{value / 3600:.3g}h" if unit_s else f"{value:.3g}"
+        if ci:
+            text += f" [{ci[0] / 3600:.3g}, {ci[1] / 3600:.3g}]" if unit_s else f" [{ci[0]:.3g}, {ci[1]:.3g}]"
+        return text + (" !" if name in r["thin"] else "")
+    naive = r["naive_mean_up_s"]
+    bias = f" ({naive / r['mean_up_s'] - 1:+.1%})" if naive and r["mean_up_s"] else ""
+    return [r["offering"], r["preemptions"] + r["censored"], r["preemptions"], r["censored"],
+            figure(r["weibull_shape"], "weibull_shape", unit_s=False), figure(r["mean_up_s"], "mean_up_s")
+            + (f" {r['mean_up_method']}" if r["mean_up_method"] == "weibull" else ""),
+            f"{naive / 3600:.3g}h{bias}" if naive else "-", r["outages"] + r["outages_censored"],
+            figure(r["mean_outage_s"], "mean_outage_s")]
 
 
 def _calibration_rows(rows):

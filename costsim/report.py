@@ -36,7 +36,15 @@ def candidate_record(r) -> dict:
             "nodes": c.nodes, "policy": c.policy, "checkpoint_interval_s": c.checkpoint_interval_s,
             "samples_per_s": r.configured.step.samples_per_s, "work_s": r.configured.config.params.work_s,
             "meets_target": r.meets_target, "saving_vs_on_demand": r.saving_vs_on_demand,
-            "profile_source": r.configured.gpu.source, "variant": c.variant or None, **r.stats.as_dict()}
+            "profile_source": r.configured.gpu.source, "variant": c.variant or None,
+            "spot_model": spot_model_name(c.offering, c.policy), **r.stats.as_dict()}
+
+
+def spot_model_name(offering, policy: str) -> str | None:
+    """The spot capacity model a candidate was simulated with (None when its policy never uses spot)."""
+    from costsim.sim.policies import POLICY_MARKETS
+    uses_spot = "spot" in POLICY_MARKETS[policy]
+    return offering.spot_model.name if uses_spot and offering.spot_model is not None else None
 
 
 def table(headers: list[str], rows: list[list], fmt: str) -> str:

@@ -54,6 +54,19 @@ class SpotModel:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class FittedSpotModel:
+    """A spot model from a file (`costsim calibrate --market --out`): a figure it lacks keeps the
+    catalog's; `ci` holds the 95% intervals (name -> (low, high)) the plan's sensitivity uses."""
+
+    key: str                       # an offering id or a catalog spot-model name
+    source: str                    # the file
+    mtbf_s: float | None = None
+    wait_mean_s: float | None = None
+    weibull_shape: float | None = None
+    ci: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Offering:
     """One way to get nodes: a cloud instance type in a region, or an owned server SKU."""
 

@@ -23,6 +23,7 @@ class RunSpec:
     gpus_per_node: int
     nodes: int
     market: str
+    offering: str
     interval_s: float | None
     interval_steps: int | None
     keep: int
@@ -69,6 +70,7 @@ def load_run_spec(path: str | Path) -> RunSpec:
     return RunSpec(plan_path=str(path), workload=w["name"], model=w["model"], samples=int(w["samples"]),
                    global_batch=int(w["global_batch"]), precision=precision, gpu=str(r.get("gpu", "cpu")),
                    gpus_per_node=int(r["gpus_per_node"]), nodes=int(r["nodes"]), market=str(r.get("market", "")),
+                   offering=str(r.get("offering", "")),
                    interval_s=None if interval_steps else float(c["interval_s"]), interval_steps=interval_steps,
                    keep=int(c["keep"]), async_checkpoint=bool(c["async"]),
                    per_gpu_batch=_per_gpu_batch(path, doc),

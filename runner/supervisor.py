@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -99,6 +100,8 @@ class Supervisor:
         """Attempts until the job ends; returns the exit status for `runner execute`."""
         x, started = self.x, time.time()
         signal.signal(signal.SIGTERM, self._on_sigterm)
+        # The instance's life as the market sees it (costsim calibrate --market): from here to `exit`.
+        self.telemetry.event("instance", offering=x.spec.offering, market=x.spec.market, host=socket.gethostname())
         pending = list(x.schedule)
         attempts, restarts, stuck, newest = [], 0, 0, newest_checkpoint(x.run_dir)
         while True:
@@ -150,9 +153,18 @@ class Supervisor:
         # Every node's supervisor summarises; on shared storage only node 0 owns summary.json.
         name = SUMMARY if self.x.node.node_rank == 0 else f"summary.node-{self.x.node.node_rank}.json"
         write_atomic(self.x.run_dir / name, json.dumps(summary, indent=2) + "\n")
-        self.telemetry.event("exit", status=status, restarts=restarts)
+        self.telemetry.event("exit", status=status, restarts=restarts, ended=instance_end(status, self.x.spec.market))
         self.telemetry.close()
         return 0 if status == "done" else 1
+
+
+def instance_end(status: str, market: str) -> str:
+    """Why the instance's life ended: a notice on spot is a preemption; elsewhere someone stopped it."""
+    if status == "done":
+        return "finished"
+    if status == "preempted":
+        return "preempted-notice" if market == "spot" else "cancelled"
+    return "failed"
 
 
 def newest_checkpoint(run_dir: Path) -> int:

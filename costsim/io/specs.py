@@ -9,7 +9,7 @@ from costsim import cost
 from costsim.errors import InputError
 from costsim.io.files import Fields, data_dir, read_json, read_yaml, resolve, sha256_file
 from costsim.runtime import parse_runtime
-from costsim.spec import GpuProfile, Offering, OwnedCapacity, Profile, SpotModel, Workload
+from costsim.spec import FittedSpotModel, GpuProfile, Offering, OwnedCapacity, Profile, SpotModel, Workload
 
 WORKLOAD_FIELDS = {"name", "model", "description", "samples", "global_batch", "precision",
                    "resolution", "deadline", "p_deadline", "max_nodes", "profile", "clouds", "gpus",
@@ -159,6 +159,34 @@ def load_spot_models(path: Path | None = None) -> dict[str, SpotModel]:
         result[name] = SpotModel(name=name, mtbf_s=m.duration("mtbf"),
                                  wait_mean_s=m.duration("wait_mean", 0.0, allow_zero=True),
                                  weibull_shape=m.number("weibull_shape", 1.0))
+    return result
+
+
+def load_fitted_spot_models(path: str | Path) -> dict[str, FittedSpotModel]:
+    """A spot model file for `--spot-model`: `models` keyed by offering id or catalog model name,
+    each with any of mtbf, wait_mean, weibull_shape, and optionally fitted.ci (95% intervals)."""
+    f = Fields(path, read_yaml(Path(path)))
+    models = f.mapping_of("models")
+    if not models.mapping:
+        raise InputError(str(path), "models", "no models in the file")
+    result = {}
+    for key in models.mapping:
+        m = models.mapping_of(key)
+        m.reject_unknown({"mtbf", "wait_mean", "weibull_shape", "fitted"})
+        ci = {}
+        raw_ci = m.mapping_of("fitted", None).mapping.get("ci") or {}
+        if not isinstance(raw_ci, dict):
+            raise InputError(str(path), f"models.{key}.fitted.ci", "expected a mapping of [low, high]")
+        for name, pair in raw_ci.items():
+            if pair is None:
+                continue
+            if (not isinstance(pair, list) or len(pair) != 2 or not all(isinstance(v, (int, float)) for v in pair)
+                    or not 0 <= pair[0] <= pair[1]):
+                raise InputError(str(path), f"models.{key}.fitted.ci.{name}", f"got {pair!r}; expected [low, high]")
+            ci[name] = (float(pair[0]), float(pair[1]))
+        result[key] = FittedSpotModel(key=key, source=str(path), mtbf_s=m.duration("mtbf", None),
+                                      wait_mean_s=m.duration("wait_mean", None, allow_zero=True),
+                                      weibull_shape=m.number("weibull_shape", None), ci=ci)
     return result
 
 

@@ -1,0 +1,134 @@
+"""What the spot market did, read from the files that saw it: capacity traces, run folders and the
+controller's journal. Each becomes instance lives and capacity outages per offering
+(costsim.market_fit fits them).
+
+- A capacity trace (the simulator's format: {"metadata": {"gap_seconds"}, "data": [0, 1, ...]}):
+  its available stretches are lives (a stretch cut by the trace's end is censored), its unavailable
+  stretches outages. A trace names no offering: `--offering` labels it (default `traces`).
+- A run folder (`runner execute`): each `instance` event of the supervisors starts a life, ended by
+  that node's `exit` event (`ended`: finished, preempted-notice, cancelled, failed). A life with no
+  exit (the instance vanished) ended at that node's last event, a preemption without notice on
+  spot. Only spot lives are evidence of the spot market; the others are left out.
+- A JSON file with `instances` (the controller's journal, control.json): each
+  {"offering", "market", "start_s", "end_s", "ended"}; optional `outages`: {"offering", "start_s",
+  "end_s"} (end_s null: capacity had not come back when the journal ended, censored).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from costsim.errors import InputError
+from costsim.io.files import read_json
+from costsim.io.specs import load_trace
+from costsim.market_fit import Span, trace_spans
+
+PREEMPTED = ("preempted", "preempted-notice")
+ENDINGS = ("finished", "preempted-notice", "preempted", "cancelled", "failed")
+TRACE_LABEL = "traces"
+
+Observations = dict[str, tuple[list[Span], list[Span]]]   # offering -> (lives, outages)
+
+
+def read_market(refs: list[str], offering: str | None = None) -> Observations:
+    """Lives and outages per offering from every source; `offering` keeps only that one (and labels
+    traces)."""
+    found: Observations = {}
+
+    def add(label: str, lives: list[Span], outages: list[Span]) -> None:
+        if offering is not None and label != offering:
+            return
+        have = found.setdefault(label, ([], []))
+        have[0].extend(lives)
+        have[1].extend(outages)
+
+    for ref in refs:
+        path = Path(ref)
+        if path.is_dir():
+            for label, lives in _run_lives(path).items():
+                add(label, lives, [])
+            continue
+        doc = read_json(path)
+        if isinstance(doc, dict) and "instances" in doc:
+            for label, (lives, outages) in _journal(path, doc).items():
+                add(label, lives, outages)
+        elif isinstance(doc, dict) and "data" in doc:
+            ticks, gap_s = load_trace(path)
+            add(offering or TRACE_LABEL, *trace_spans(ticks, gap_s, source=str(path)))
+        else:
+            raise InputError(str(path), "file", "not a capacity trace (metadata.gap_seconds, data), a journal "
+                             "with `instances`, nor a run folder")
+    return found
+
+
+def _run_lives(folder: Path) -> dict[str, list[Span]]:
+    telemetry = folder / "telemetry.jsonl"
+    if not telemetry.exists():
+        raise InputError(str(folder), "telemetry.jsonl", "not found: give a run folder written by `runner execute`")
+    events = []
+    for line in telemetry.read_text().splitlines():
+        try:
+            events.append(json.loads(line))
+        except ValueError:
+            continue   # a torn last line of a killed run
+    lives: dict[str, list[Span]] = {}
+    open_lives: dict[int, tuple[dict, float]] = {}   # node -> (its instance event, the job's last event)
+
+    def close(node: int, end_t: float, ended: str) -> None:
+        start, _ = open_lives.pop(node)
+        if start.get("market") != "spot":
+            return
+        lives.setdefault(str(start.get("offering", "")), []).append(
+            Span(end_t - start["t"], event=ended in PREEMPTED, ended=ended, source=str(folder)))
+
+    for e in events:
+        node = e.get("node", 0) if e.get("rank") is None else None
+        if e["event"] == "instance" and node is not None:
+            if node in open_lives:   # the last life on this node ended without a word
+                close(node, open_lives[node][1], "preempted")
+            open_lives[node] = (e, e["t"])
+        elif e["event"] == "exit" and node in open_lives:
+            close(node, e["t"], e.get("ended", "failed"))
+        else:   # workers name no node: any event of the job shows its instances were still there
+            for key, (start, _) in open_lives.items():
+                open_lives[key] = (start, e["t"])
+    for node in list(open_lives):
+        close(node, open_lives[node][1], "preempted")
+    return lives
+
+
+def _journal(path: Path, doc: dict) -> Observations:
+    out: Observations = {}
+    instances = doc["instances"]
+    if not isinstance(instances, list):
+        raise InputError(str(path), "instances", "expected a list of {offering, market, start_s, end_s, ended}")
+    for index, item in enumerate(instances):
+        where = f"instances[{index}]"
+        if not isinstance(item, dict):
+            raise InputError(str(path), where, "expected a mapping")
+        ended = item.get("ended")
+        if ended not in ENDINGS:
+            raise InputError(str(path), f"{where}.ended", f"got {ended!r}; allowed: {', '.join(ENDINGS)}")
+        start, end = _seconds(path, f"{where}.start_s", item.get("start_s")), item.get("end_s")
+        end = _seconds(path, f"{where}.end_s", end)
+        if end < start:
+            raise InputError(str(path), f"{where}.end_s", f"{end} is before start_s {start}")
+        if item.get("market") == "spot":
+            out.setdefault(str(item.get("offering", "")), ([], []))[0].append(
+                Span(end - start, event=ended in PREEMPTED, ended=ended, source=str(path)))
+    for index, item in enumerate(doc.get("outages") or []):
+        where = f"outages[{index}]"
+        start = _seconds(path, f"{where}.start_s", item.get("start_s"))
+        end = item.get("end_s")
+        span = Span((_seconds(path, f"{where}.end_s", end) if end is not None else float(doc.get("end_s", start)))
+                    - start, event=end is not None, ended="capacity-back" if end is not None else "journal-end",
+                    source=str(path))
+        out.setdefault(str(item.get("offering", "")), ([], []))[1].append(span)
+    return out
+
+
+def _seconds(path: Path, field: str, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise InputError(str(path), field, f"got {value!r}; expected seconds >= 0")
+    return float(value)
