@@ -110,3 +110,15 @@ def test_trace_file_missing_or_malformed(run_cli, tmp_path):
 
 def test_missing_flags_for_bare_simulate(run_cli):
     check(run_cli("simulate", "--work-hours", "1"), "--deadline", "--checkpoint-interval")
+
+
+@pytest.mark.parametrize("old, new, field", [
+    ("checkpoint_stall: ", "checkpoint_stal: ", "checkpoint_stal"),
+    ("    compute_overhead: ", "    compute_overhed: ", "gpus.cpu.compute_overhed"),
+])
+def test_a_typo_in_a_profile_is_refused_not_defaulted(run_cli, tmp_path, old, new, field):
+    from pathlib import Path
+    text = (Path(__file__).resolve().parents[1] / "data" / "profiles" / "tiny.yaml").read_text()
+    assert old in text
+    check(run_cli("plan", "--workload", "tiny", "--profile", write(tmp_path, text.replace(old, new, 1))),
+          "w.yaml", field, "unknown field", "allowed:")

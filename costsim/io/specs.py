@@ -59,10 +59,19 @@ def _owned(f: Fields) -> tuple[OwnedCapacity, ...]:
 
 
 # -- profiles --------------------------------------------------------------------------------
+PROFILE_FIELDS = {"id", "model", "source", "date", "description", "checkpoint_bytes", "checkpoint_save",
+                  "checkpoint_stall", "restart", "startup", "overlap_gamma", "inter_node", "gpus", "unsupported",
+                  "calibrations"}
+GPU_FIELDS = {"source", "measured", "compute_overhead", "compute_per_sample", "max_batch_per_gpu", "intra_node",
+              "overlap_gamma", "checkpoint_save", "checkpoint_stall", "restart", "startup", "runtime", "variant",
+              "variants"}
+
+
 def load_profile(ref: str) -> Profile:
     """A throughput profile from a YAML file or a built-in name (data/profiles/NAME.yaml)."""
     path = resolve(ref, "profiles")
     f = Fields(path, read_yaml(path))
+    f.reject_unknown(PROFILE_FIELDS)   # a typo (checkpoint_stal) would otherwise keep the default silently
     shared = {
         "checkpoint_save_s": f.duration("checkpoint_save"),
         "checkpoint_stall_s": f.duration("checkpoint_stall", allow_zero=True),
@@ -71,6 +80,7 @@ def load_profile(ref: str) -> Profile:
         "overlap_gamma": f.number("overlap_gamma", 1.0),
     }
     inter = f.mapping_of("inter_node", None)
+    inter.reject_unknown({"a", "b", "at_gbps"})
     shared.update(inter_a_s=inter.duration("a", 0.0, allow_zero=True),
                   inter_b_s=inter.duration("b", 0.0, allow_zero=True),
                   inter_at_gbps=inter.number("at_gbps", 100.0))
@@ -123,6 +133,8 @@ def _gpu_configurations(g: Fields, gpu: str, shared: dict) -> tuple:
 
 
 def _gpu_profile(g: Fields, gpu: str, shared: dict, variant: str = "") -> GpuProfile:
+    g.reject_unknown(GPU_FIELDS)
+    g.mapping_of("intra_node", None).reject_unknown({"a", "b"})
     intra = g.mapping_of("intra_node", None)
     overrides = {key: g.duration(name, shared[key], allow_zero=key != "checkpoint_save_s")
                  for key, name in (("checkpoint_save_s", "checkpoint_save"),
