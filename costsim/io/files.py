@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import tempfile
+from importlib import resources
 from pathlib import Path
 
 import yaml
@@ -21,11 +22,16 @@ DATA_ENV = "COSTSIM_DATA"
 
 
 def data_dir() -> Path:
-    """The built-in data folder: $COSTSIM_DATA, else `data/` beside the package."""
-    root = Path(os.environ.get(DATA_ENV) or Path(__file__).resolve().parents[2] / "data")
-    if not (root / "catalog").is_dir():
-        raise InputError(str(root), "data", f"no built-in data here; set {DATA_ENV} to the data/ folder")
-    return root
+    """The built-in data folder: $COSTSIM_DATA, else the source tree's `data/` (a checkout or an
+    editable install), else the copy installed with the package (costsim/data in a wheel)."""
+    if os.environ.get(DATA_ENV):
+        candidates = [Path(os.environ[DATA_ENV])]
+    else:
+        candidates = [Path(__file__).resolve().parents[2] / "data", Path(str(resources.files("costsim") / "data"))]
+    for root in candidates:
+        if (root / "catalog").is_dir():
+            return root
+    raise InputError(str(candidates[0]), "data", f"no built-in data here; set {DATA_ENV} to the data/ folder")
 
 
 # -- generic readers -------------------------------------------------------------------------
