@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import datetime
 import json
-import math
 import statistics
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -370,7 +369,3 @@ def updated_profile_document(profile_path: str, c: Calibration) -> dict:
         "fitted": list(c.step_fit.fitted), "pinned": c.step_fit.pinned,
         "step_rms_relative_error": round(c.step_fit.rms_relative_error, 6), "notes": c.notes})
     return doc
-
-
-def finite(value):
-    return value if value is None or math.isfinite(value) else None

@@ -14,6 +14,7 @@ from costsim.io.files import Fields, read_json
 from costsim.runtime import parse_runtime
 from costsim.sim.policies import POLICIES, POLICY_MARKETS
 from costsim.spec import ON_DEMAND, SPOT
+from costsim.units import finite_or_none
 
 SCHEMA = "costsim.plan/1"
 
@@ -21,10 +22,6 @@ SCHEMA = "costsim.plan/1"
 def job_steps(samples: int, global_batch: int) -> int:
     """Optimizer steps of a plan's whole job: what `runner execute` runs unless told `--steps`."""
     return max(1, math.ceil(samples / global_batch))
-
-
-def _finite(value: float):
-    return value if math.isfinite(value) else None
 
 
 def plan_document(result, ranked) -> dict:
@@ -50,8 +47,8 @@ def plan_document(result, ranked) -> dict:
         "checkpoint": {"interval_s": c.checkpoint_interval_s, "keep": w.checkpoint_keep,
                        "async": c.checkpoint_async},
         "prediction": {
-            "makespan_s": {"mean": _finite(stats.makespan_mean_s), "p50": _finite(stats.makespan_p50_s),
-                           "p90": _finite(stats.makespan_p90_s)},
+            "makespan_s": {"mean": finite_or_none(stats.makespan_mean_s),
+                           "p50": finite_or_none(stats.makespan_p50_s), "p90": finite_or_none(stats.makespan_p90_s)},
             "cost": {"mean": stats.cost_mean, "p50": stats.cost_p50, "p90": stats.cost_p90},
             "p_deadline": stats.p_deadline, "preemptions_mean": stats.preemptions_mean,
             "work_s": params.work_s, "step_time_s": step.step_s, "samples_per_s": step.samples_per_s,

@@ -103,7 +103,7 @@ def intervals_for(params: JobParams, policy: str, offering: Offering, nodes: int
     if policy not in SPOT_POLICIES:
         return [INSURANCE_INTERVAL_S]
     mtbf_s = offering.spot_model.mtbf_s / nodes
-    paid_s = params.checkpoint_stall_s if params.checkpoint_stall_s is not None else params.checkpoint_s
+    paid_s = params.paid_checkpoint_s
     optimum = max(ckpt.daly_interval_s(max(paid_s, 1e-3), mtbf_s), MIN_INTERVAL_S)
     # With a notice long enough for an emergency save, periodic checkpoints matter less: try longer.
     return sorted({round(optimum), round(4 * optimum), round(16 * optimum)})
@@ -116,7 +116,7 @@ def analytic_estimate(params: JobParams, policy: str, offering: Offering, nodes:
     Progress are costed as spot until the on-demand remainder just fits, then on-demand.
     """
     rate = {p: offering.price_per_h(p) * nodes / 3600.0 for p in offering.markets}
-    paid_s = params.checkpoint_stall_s if params.checkpoint_stall_s is not None else params.checkpoint_s
+    paid_s = params.paid_checkpoint_s
     if policy not in SPOT_POLICIES:
         wall = params.changeover_s + ckpt.expected_wall_no_failures_s(
             params.work_s, params.checkpoint_interval_s, paid_s)

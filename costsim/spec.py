@@ -5,10 +5,10 @@ Parsing and file errors live in io.py; these types hold already-parsed values (s
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from costsim.runtime import Runtime
+from costsim.units import finite_or_none
 
 SPOT, ON_DEMAND, OWNED = "spot", "on-demand", "owned"
 
@@ -192,11 +192,9 @@ class Stats:
     events: int
 
     def as_dict(self) -> dict:
-        def finite(x: float):
-            return x if math.isfinite(x) else None
         return {
-            "makespan_s": {"mean": finite(self.makespan_mean_s), "p50": finite(self.makespan_p50_s),
-                           "p90": finite(self.makespan_p90_s)},
+            "makespan_s": {"mean": finite_or_none(self.makespan_mean_s), "p50": finite_or_none(self.makespan_p50_s),
+                           "p90": finite_or_none(self.makespan_p90_s)},
             "cost": {"mean": self.cost_mean, "p50": self.cost_p50, "p90": self.cost_p90,
                      "stderr": self.cost_stderr},
             "p_deadline": self.p_deadline,

@@ -60,3 +60,8 @@ def format_duration(seconds: float) -> str:
     if seconds < 3 * 86400:
         return f"{seconds / 3600:.1f}h"
     return f"{seconds / 86400:.1f}d"
+
+
+def finite_or_none(value: float | None) -> float | None:
+    """A number for JSON: inf and nan (a trial that never finished) become None."""
+    return value if value is None or math.isfinite(value) else None

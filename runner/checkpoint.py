@@ -26,7 +26,6 @@ import io
 import json
 import os
 import pickle
-import re
 import shutil
 import threading
 import time
@@ -38,19 +37,17 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
+from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter, default_planner
 from torch.distributed.checkpoint import metadata as dcp_metadata
-from torch.distributed.checkpoint import default_planner
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
 from torch.distributed.checkpoint.planner import LoadItemType
 
 from costsim.io import write_atomic
-from runner import ownership
+from runner import layout, ownership
 from runner.staging import HostStager
 from runner.state import PRIVATE_PREFIX
 
 MANIFEST = "manifest.json"
-_STEP = re.compile(r"^step-(\d+)$")
 _DCP_CLASSES = {"Metadata", "TensorStorageMetadata", "BytesStorageMetadata", "ChunkStorageMetadata",
                 "TensorProperties", "MetadataIndex", "StorageMeta", "_MEM_FORMAT_ENCODING"}
 
@@ -74,7 +71,7 @@ class _MetadataUnpickler(pickle.Unpickler):
         if module == "torch.serialization" and name == "_get_layout":
             return torch.serialization._get_layout  # maps a layout's name to the layout, nothing more
         if module == "pathlib" and name in ("Path", "PosixPath", "PurePosixPath"):
-            import pathlib   # DCP records the checkpoint path; a path object runs no code
+            import pathlib  # DCP records the checkpoint path; a path object runs no code
             return getattr(pathlib, name)
         if module == "collections" and name == "OrderedDict":
             from collections import OrderedDict
@@ -318,17 +315,16 @@ class Checkpointer:
     # -- discovery ------------------------------------------------------------------------------
     def steps(self) -> list[int]:
         """Step numbers of the finished checkpoint folders, newest first."""
-        found = [int(m.group(1)) for p in self.root.glob("step-*") if (m := _STEP.match(p.name))]
-        return sorted(found, reverse=True)
+        return layout.saved_steps(self.root)
 
     def folder(self, step: int) -> Path:
-        return self.root / f"step-{step}"
+        return layout.step_folder(self.root, step)
 
     def choose(self) -> int:
         """Newest valid step (0 when none); skipped ones are reported. Rank 0 only."""
-        for partial in self.root.glob(".step-*.tmp"):
+        for partial in layout.partial_folders(self.root):
             self.warn(f"removing partial checkpoint {partial.name} (a save that did not finish)")
-            self.on_event("checkpoint_skipped", step=_step_of(partial.name), reason="partial")
+            self.on_event("checkpoint_skipped", step=layout.partial_step_of(partial.name), reason="partial")
             shutil.rmtree(partial, ignore_errors=True)
         for step in self.steps():
             problem = verify(self.folder(step))
@@ -383,7 +379,7 @@ class Checkpointer:
     def save(self, step: int, state: dict, *, blocking: bool = False, reason: str = "interval") -> None:
         """Checkpoint `state` as step `step`; blocking (sync) or behind a staging stall (async)."""
         self.wait()
-        tmp = self.root / f".step-{step}.tmp"
+        tmp = layout.partial_folder(self.root, step)
         started = time.perf_counter()
         state = self._share(state)[1]
         if self.async_mode and not blocking:
@@ -450,11 +446,6 @@ class Checkpointer:
 
     def close(self) -> None:
         self.wait()
-
-
-def _step_of(name: str) -> int | None:
-    match = re.match(r"^\.step-(\d+)\.tmp$", name)
-    return int(match.group(1)) if match else None
 
 
 def _folder_bytes(folder: Path) -> int:

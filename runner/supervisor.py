@@ -17,7 +17,7 @@ from pathlib import Path
 
 from costsim.io import write_atomic
 from costsim.runtime import parse_pairs
-from runner import faults
+from runner import faults, layout
 from runner.launch import Node, torchrun_argv
 from runner.plan import RunSpec
 from runner.telemetry import Telemetry, read_events
@@ -51,7 +51,7 @@ def default_run_id(env=os.environ) -> str:
 
 def prepare_run_dir(run_dir: Path, plan_path: str) -> None:
     """Make the run folder, prove the checkpoint folder writable, keep a copy of the plan."""
-    checkpoints = run_dir / "checkpoints"
+    checkpoints = run_dir / layout.CHECKPOINTS
     try:
         checkpoints.mkdir(parents=True, exist_ok=True)
         probe = checkpoints / f".write-probe-{os.getpid()}"
@@ -123,7 +123,8 @@ class Supervisor:
                 self._finish(started, attempts, restarts, status="failed", reason=kind)
                 print(f"runner: not restarting: {fatal['reason']}", file=sys.stderr)
                 return 1 if kind == "out_of_memory" else 2
-            fired = {e["step"] for e in events if e["event"] == "preempted" and str(e.get("kind", "")).startswith("injected")}
+            fired = {e["step"] for e in events
+                     if e["event"] == "preempted" and str(e.get("kind", "")).startswith("injected")}
             pending = [f for f in pending if f.step not in fired]
             if self.notice:
                 self._finish(started, attempts, restarts, status="preempted")
@@ -169,9 +170,7 @@ def instance_end(status: str, market: str) -> str:
 
 def newest_checkpoint(run_dir: Path) -> int:
     """The newest committed step under run_dir/checkpoints (0 when none)."""
-    steps = [int(p.name.split("-", 1)[1]) for p in (run_dir / "checkpoints").glob("step-*")
-             if p.name.split("-", 1)[1].isdigit()]
-    return max(steps, default=0)
+    return max(layout.saved_steps(run_dir / layout.CHECKPOINTS), default=0)
 
 
 def _child_env(x: Execution) -> dict:
@@ -179,7 +178,7 @@ def _child_env(x: Execution) -> dict:
     env.setdefault("NCCL_NVLS_ENABLE", "0")
     env.setdefault("OMP_NUM_THREADS", "1")
     env["PYTHONUNBUFFERED"] = "1"
-    from runner.speed import worker_env   # torch: only once a job is launched
+    from runner.speed import worker_env  # torch: only once a job is launched
     return worker_env(parse_pairs(x.runtime, base=x.spec.runtime), x.run_dir, env)
 
 

@@ -21,7 +21,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from costsim.errors import InputError
 from costsim.runtime import parse_pairs
-from runner import faults, speed
+from runner import faults, layout, speed
 from runner.checkpoint import Checkpointer, SharedStorageError
 from runner.plan import load_run_spec
 from runner.state import PRIVATE_PREFIX, apply_state, seed_rng, state_sha256, training_state
@@ -61,7 +61,7 @@ class Trainer:
             raise speed.RuntimeConfigError(str(exc)) from None
         speed.check_device(self.runtime, self.device)
         # Rank 0 starts checking the newest checkpoint's checksums now, while the model builds.
-        self.checkpointer = Checkpointer(Path(args.run_dir) / "checkpoints", keep=spec.keep,
+        self.checkpointer = Checkpointer(Path(args.run_dir) / layout.CHECKPOINTS, keep=spec.keep,
                                          async_mode=spec.async_checkpoint, rank=rank,
                                          on_event=self.telemetry.event, warn=self.warn)
         marks["checkpointer"] = time.time()

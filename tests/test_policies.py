@@ -18,7 +18,7 @@ H = 3600.0
 
 def view(**kw):
     base = dict(t=0.0, deadline_s=52 * H, work_total_s=48 * H, work_left_s=48 * H, at_risk_s=0.0,
-                finish_overhead_s=0.0, changeover_s=0.1 * H, running=None, spot_available_at=0.0)
+                finish_overhead_s=0.0, resume_s=0.1 * H, running=None, spot_available_at=0.0)
     return View(**{**base, **kw})
 
 

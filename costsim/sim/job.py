@@ -33,6 +33,11 @@ class JobParams:
     notice_s: float = 0.0          # warning before a spot reclaim
     horizon_s: float = math.inf    # give up (unfinished) after this
 
+    @property
+    def paid_checkpoint_s(self) -> float:
+        """What a periodic checkpoint costs training: the async stall, else the synchronous write."""
+        return self.checkpoint_stall_s if self.checkpoint_stall_s is not None else self.checkpoint_s
+
 
 @dataclass(slots=True)
 class Stint:
@@ -87,11 +92,11 @@ class Job:
         now = self.env.now
         self._settle(now)
         work_left_s = self.p.work_s - self.live_s
-        paid_s = self.p.checkpoint_stall_s if self.p.checkpoint_stall_s is not None else self.p.checkpoint_s
+        paid_s = self.p.paid_checkpoint_s
         overhead_s = work_left_s / self.p.checkpoint_interval_s * paid_s + self.p.checkpoint_s
         return View(t=now, deadline_s=self.p.deadline_s, work_total_s=self.p.work_s,
                     work_left_s=work_left_s, at_risk_s=self.live_s - self.durable_s,
-                    finish_overhead_s=overhead_s, changeover_s=self.p.changeover_s + self.p.restart_s,
+                    finish_overhead_s=overhead_s, resume_s=self.p.changeover_s + self.p.restart_s,
                     running=running, spot_available_at=self.spot.next_available(now))
 
     def _decide(self, running: str | None) -> Decision:

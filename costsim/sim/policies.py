@@ -12,9 +12,8 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
-SPOT = "spot"
-ON_DEMAND = "on-demand"
-OWNED = "owned"
+from costsim.spec import ON_DEMAND, OWNED, SPOT  # noqa: F401 (the market names, defined once)
+
 _EPS = 1e-6
 
 
@@ -28,7 +27,7 @@ class View:
     work_left_s: float         # compute left, counting progress not yet checkpointed as done
     at_risk_s: float           # progress that a preemption without notice would lose
     finish_overhead_s: float   # checkpoint stalls and the final save still to pay on the way
-    changeover_s: float        # start-up of a new instance until it makes progress again
+    resume_s: float            # a new instance's changeover and restart, until the job makes progress again
     running: str | None        # market now running on, None when idle
     spot_available_at: float   # t when spot can be had now; inf when never again
 
@@ -91,12 +90,12 @@ def greedy(view: View) -> Decision:
     once the switch is made it stays made.
     """
     slack_s = (view.deadline_s - view.t - view.work_left_s - view.finish_overhead_s
-               - view.changeover_s)
+               - view.resume_s)
     if view.running == ON_DEMAND or slack_s <= _EPS:
         return Decision(ON_DEMAND)
     if view.running == SPOT:
         return Decision(SPOT)
-    start_slack_s = slack_s - view.changeover_s
+    start_slack_s = slack_s - view.resume_s
     if start_slack_s <= _EPS:
         return Decision(ON_DEMAND)
     if view.spot_available_at <= view.t + _EPS:
@@ -112,7 +111,7 @@ def uniform_progress(view: View) -> Decision:
     the line two changeovers later; a safety net goes on-demand when the time left is under the work
     left (plus what a preemption would lose) and two changeovers.
     """
-    total, deadline, t, d = view.work_total_s, view.deadline_s, view.t, view.changeover_s
+    total, deadline, t, d = view.work_total_s, view.deadline_s, view.t, view.resume_s
     done = total - view.work_left_s
     safety_at = deadline - view.work_left_s - view.finish_overhead_s - view.at_risk_s - 2.0 * d
     if t >= safety_at - _EPS:

@@ -1,0 +1,47 @@
+"""The run folder's layout, named in one place (no torch: the supervisor and calibrate read it too).
+
+    RUN/plan.json            the plan the job runs (a copy)
+    RUN/telemetry.jsonl      events, appended by every process
+    RUN/summary.json         what the last `runner execute` on node 0 saw
+    RUN/checkpoints/step-N/  a complete checkpoint of optimizer step N
+    RUN/checkpoints/.step-N.tmp/   a save in progress (renamed to step-N/ once complete)
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+CHECKPOINTS = "checkpoints"
+_STEP = re.compile(r"^step-(\d+)$")
+_PARTIAL = re.compile(r"^\.step-(\d+)\.tmp$")
+
+
+def step_folder(root: Path, step: int) -> Path:
+    return Path(root) / f"step-{step}"
+
+
+def partial_folder(root: Path, step: int) -> Path:
+    return Path(root) / f".step-{step}.tmp"
+
+
+def step_of(name: str) -> int | None:
+    """N for a `step-N` folder name, else None."""
+    match = _STEP.match(name)
+    return int(match.group(1)) if match else None
+
+
+def partial_step_of(name: str) -> int | None:
+    """N for a `.step-N.tmp` folder name, else None."""
+    match = _PARTIAL.match(name)
+    return int(match.group(1)) if match else None
+
+
+def saved_steps(root: Path) -> list[int]:
+    """The steps of the complete checkpoint folders under `root`, newest first."""
+    found = [step for p in Path(root).glob("step-*") if (step := step_of(p.name)) is not None]
+    return sorted(found, reverse=True)
+
+
+def partial_folders(root: Path) -> list[Path]:
+    return sorted(Path(root).glob(".step-*.tmp"))
