@@ -8,8 +8,8 @@ from pathlib import Path
 import click
 
 from costsim import io, report
-from costsim.entry import run
 from costsim.catalog import SENSITIVITY_ENDS, find_offering, offerings_for, with_spot_models
+from costsim.entry import run
 from costsim.errors import InputError
 from costsim.planfile import plan_document
 from costsim.planner import PlanOptions, plan
@@ -275,6 +275,9 @@ def simulate_command(workload, offering, nodes, variant, work_hours, deadline, c
                       weibull_shape=weibull_shape)
         config = bare_config(job, policy, list(traces))
     if traces:
+        given = click.get_current_context().get_parameter_source("trials") != click.core.ParameterSource.DEFAULT
+        if given and trials != len(traces):
+            click.echo(f"note: {len(traces)} trace files set the trials: one each (--trials {trials} not used)", err=True)
         trials = len(traces)
     doc = summary(config, trials, seed, per_trial)
     if fmt == "json":
@@ -283,7 +286,8 @@ def simulate_command(workload, offering, nodes, variant, work_hours, deadline, c
     rows = [[k, *(_fmt(doc[k][q]) for q in ("mean", "p50", "p90"))] for k in ("makespan_h", "cost")]
     click.echo(report.table(["", "mean", "P50", "P90"], rows, fmt))
     if fmt == "table":
-        click.echo(f"deadline met in {doc['deadline_met']:.3f} of {doc['trials']} trials; "
+        click.echo(f"deadline met in {doc['deadline_met']:.3f} of {doc['trials']} trials"
+                   + (" (one per trace file)" if traces else "") + "; "
                    f"{doc['preemptions']:.2f} preemptions per trial; {doc['unfinished']} unfinished")
 
 
@@ -315,7 +319,8 @@ def compare_command(scenario, fleet, hardware, nodes, horizon, utilization, plot
     Example: costsim compare --scenario h100-team --plot compare.png
     """
     from costsim.compare import compare
-    from costsim.compare_report import as_json, plot as draw, render
+    from costsim.compare_report import as_json, render
+    from costsim.compare_report import plot as draw
     from costsim.io.scenario import load_scenario
     from costsim.whatif_fleet import scenario_for_hardware
     if bool(scenario) == bool(fleet):

@@ -85,7 +85,8 @@ def _hessian(f, x: np.ndarray, step: float = 1e-4) -> np.ndarray:
     for i in range(n):
         for j in range(i, n):
             e_i, e_j = np.eye(n)[i] * step, np.eye(n)[j] * step
-            h[i, j] = h[j, i] = (f(x + e_i + e_j) - f(x + e_i - e_j) - f(x - e_i + e_j) + f(x - e_i - e_j)) / (4 * step * step)
+            corners = f(x + e_i + e_j) - f(x + e_i - e_j) - f(x - e_i + e_j) + f(x - e_i - e_j)
+            h[i, j] = h[j, i] = corners / (4 * step * step)
     return h
 
 

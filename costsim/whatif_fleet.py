@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from costsim.errors import InputError
 from costsim.fleet.strategies import Strategy
-from costsim.io.scenario import Scenario, load_fleet, parse_strategy
 from costsim.io.files import Fields
+from costsim.io.scenario import Scenario, load_fleet, parse_strategy
 from costsim.io.specs import load_offerings, load_skus
 
 

@@ -9,10 +9,8 @@ from pathlib import Path
 import click
 
 from costsim.entry import run
-
 from costsim.errors import InputError
 from costsim.runtime import parse_pairs
-
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -48,7 +46,8 @@ def cli():
 @click.option("--option", "options", multiple=True, help="KEY=VALUE passed to the workload (repeatable)")
 @click.option("--runtime", "runtime", multiple=True, help="KEY=VALUE over the plan's runner settings, e.g. "
               "compile=blocks, channels_last=true, sdpa=cudnn (repeatable; see docs/runner-speed.md)")
-def execute_command(plan, run_dir, run_id, nnodes, node_rank, rdzv_endpoint, nproc_per_node, min_nodes, inject, seed, max_restarts,
+def execute_command(plan, run_dir, run_id, nnodes, node_rank, rdzv_endpoint, nproc_per_node, min_nodes, inject, seed,
+                    max_restarts,
                     rdzv_timeout, steps, workload_entry, options, runtime):
     """Run a plan: torchrun workers, checkpoints, restarts; telemetry and summary in the run folder.
 
@@ -115,7 +114,8 @@ def execute_command(plan, run_dir, run_id, nnodes, node_rank, rdzv_endpoint, npr
 @click.option("--steps", type=click.IntRange(min=10), default=30, show_default=True, help="steps per configuration")
 @click.option("--gpu", "gpu_type", help="GPU type name as the catalog spells it (e.g. H200); default: cpu")
 @click.option("--out", default="profile.yaml", show_default=True, type=click.Path(dir_okay=False))
-@click.option("--run-root", type=click.Path(file_okay=False), help="where the profiling runs go (default: runs/profile-<time>)")
+@click.option("--run-root", type=click.Path(file_okay=False),
+              help="where the profiling runs go (default: runs/profile-<time>)")
 @click.option("--option", "options", multiple=True, help="KEY=VALUE passed to the workload (repeatable)")
 @click.option("--runtime", "runtime", multiple=True, help="KEY=VALUE runner settings to profile under, e.g. "
               "compile=blocks (repeatable); recorded in the profile")
@@ -125,6 +125,7 @@ def profile_command(workload, gpus, batch, steps, gpu_type, out, run_root, optio
     Example: runner profile --workload tiny --gpus 1,2 --batch 8,32 --out tiny-measured.yaml
     """
     import datetime
+
     from runner.profile import measure
     counts, batches = _integers(gpus, "--gpus"), _integers(batch, "--batch")
     parse_pairs(runtime)   # a bad setting fails here, before any run

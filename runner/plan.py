@@ -60,7 +60,7 @@ class RunSpec:
 def load_run_spec(path: str | Path) -> RunSpec:
     """RunSpec from plan.json; bad content is an InputError naming the file and field."""
     doc = read_plan(path)
-    w, r, c, p = doc["workload"], doc["resources"], doc["checkpoint"], doc["prediction"]
+    w, r, c = doc["workload"], doc["resources"], doc["checkpoint"]
     interval_steps = c.get("interval_steps")
     if interval_steps is not None and (not isinstance(interval_steps, int) or interval_steps < 1):
         raise InputError(str(path), "checkpoint.interval_steps", f"got {interval_steps!r}; expected an integer >= 1")
@@ -98,7 +98,7 @@ def _per_gpu_batch(path, doc: dict) -> int:
 
 
 def _profile_max_batch(path, doc: dict) -> int:
-    from costsim import io   # yaml: only for plans that predate per_gpu_batch
+    from costsim import io  # yaml: only for plans that predate per_gpu_batch
     gpu = doc["resources"].get("gpu", "cpu")
     ref = (doc.get("profile") or {}).get("path") or doc["workload"]["model"]
     try:

@@ -84,10 +84,12 @@ def main() -> None:
         p90, cost_p90 = quantile(s.makespan_s, 0.9), quantile(s.cost, 0.9)
         p90s.append((p90, cost_p90))
         print(f"seed {100 + seed}: P90 makespan {p90 / 3600:6.2f} h (95% CI {low / 3600:.2f}-{high / 3600:.2f}, "
-              f"+-{50 * (high - low) / p90:.1f}%)   P90 cost {cost_p90:7.2f} (95% CI +-{50 * (chigh - clow) / cost_p90:.1f}%)")
+              f"+-{50 * (high - low) / p90:.1f}%)   P90 cost {cost_p90:7.2f} "
+              f"(95% CI +-{50 * (chigh - clow) / cost_p90:.1f}%)")
     makespans = np.array([m for m, _ in p90s])
     costs = np.array([c for _, c in p90s])
-    print(f"P90 makespan over seeds: mean {makespans.mean() / 3600:.2f} h, relative sd {makespans.std(ddof=1) / makespans.mean():.1%}")
+    print(f"P90 makespan over seeds: mean {makespans.mean() / 3600:.2f} h, "
+          f"relative sd {makespans.std(ddof=1) / makespans.mean():.1%}")
     print(f"P90 cost over seeds:     mean {costs.mean():.2f}, relative sd {costs.std(ddof=1) / costs.mean():.1%}")
 
 

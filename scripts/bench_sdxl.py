@@ -106,7 +106,8 @@ def bare(args) -> dict:
         with torch.autocast(device.type, dtype=dtype):
             out = model(a.sqrt() * latents + (1 - a).sqrt() * noise, t,
                         encoder_hidden_states=torch.randn(b, 77, text_dim, device=device),
-                        added_cond_kwargs={"text_embeds": torch.randn(b, pooled, device=device), "time_ids": time_ids}).sample
+                        added_cond_kwargs={"text_embeds": torch.randn(b, pooled, device=device),
+                                           "time_ids": time_ids}).sample
             loss = torch.nn.functional.mse_loss(out.float(), noise)
         loss.backward()
         optimizer.step()

@@ -15,8 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from costsim.calibrate import (async_save_costs, classified_steps, steady_step_times,  # noqa: E402
-                               steady_steps_by_split)
+from costsim.calibrate import async_save_costs, classified_steps, steady_step_times, steady_steps_by_split  # noqa: E402
 from runner.telemetry import read_events  # noqa: E402
 
 

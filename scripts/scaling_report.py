@@ -41,7 +41,8 @@ def report(run_root: Path, fit_max_gpus: int, prior_path: str | None = None, pre
                      "measured_samples_per_s_per_gpu": p.micro_batch * p.accumulation / p.step_s,
                      "predicted_from_small_s": predict_step_s(before.profile, p),
                      "error_from_small": predict_step_s(before.profile, p) / p.step_s - 1,
-                     "refit_s": predict_step_s(after.profile, p), "error_refit": predict_step_s(after.profile, p) / p.step_s - 1,
+                     "refit_s": predict_step_s(after.profile, p),
+                     "error_refit": predict_step_s(after.profile, p) / p.step_s - 1,
                      "scaling_efficiency": _efficiency(runs, run)})
     measured = {(r["gpus"], r["micro_batch"]) for r in rows}
     batches = sorted({r["micro_batch"] for r in rows})
@@ -80,7 +81,8 @@ def main() -> None:
           f"{'refit':>9} {'err':>7} {'efficiency':>10}")
     for r in result["rows"]:
         eff = "" if r["scaling_efficiency"] is None else f"{r['scaling_efficiency']:.3f}"
-        print(f"{r['gpus']:>4} {r['micro_batch']:>5} {r['measured_step_s']:>11.4f} {r['measured_samples_per_s_per_gpu']:>14.2f} "
+        print(f"{r['gpus']:>4} {r['micro_batch']:>5} {r['measured_step_s']:>11.4f} "
+              f"{r['measured_samples_per_s_per_gpu']:>14.2f} "
               f"{r['predicted_from_small_s']:>11.4f} {100 * r['error_from_small']:>+6.1f}% {r['refit_s']:>9.4f} "
               f"{100 * r['error_refit']:>+6.1f}% {eff:>10}")
     for r in result["forecast"]:

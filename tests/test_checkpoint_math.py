@@ -4,8 +4,7 @@ import math
 
 import pytest
 
-from costsim.checkpoint import (daly_expected_wall_s, daly_interval_s, expected_wall_no_failures_s,
-                                young_interval_s)
+from costsim.checkpoint import daly_expected_wall_s, daly_interval_s, expected_wall_no_failures_s, young_interval_s
 
 
 @pytest.mark.parametrize("mtbf_h, expected_min", [(24, 117), (6, 57), (0.25, 9.1)])

@@ -64,6 +64,7 @@ def test_owned_plans_do_not_export_to_skypilot(run_cli, tmp_path):
     assert run_cli("export", str(out), "--to", "slurm").stdout.startswith("#!/bin/bash")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(os.environ.get("COSTSIM_ENGINE_TESTS") == "0", reason="engine tests turned off")
 def test_skypilots_own_parser_accepts_the_task(sdxl_plan, tmp_path):
     venv = tmp_path / "sky-venv"
@@ -90,6 +91,7 @@ def test_skypilots_own_parser_accepts_the_task(sdxl_plan, tmp_path):
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("apt-get") is None or os.environ.get("COSTSIM_ENGINE_TESTS") == "0"
                     or not (os.environ.get("CI") or os.environ.get("COSTSIM_ENGINE_TESTS") == "1"),
                     reason="starts a Slurm cluster on this machine: only in CI or with COSTSIM_ENGINE_TESTS=1, as root")
+@pytest.mark.slow
 def test_exported_slurm_script_runs_on_a_one_host_slurm(tmp_path):
     try:
         result = subprocess.run(["bash", str(ROOT / "scripts" / "slurm_localhost_check.sh"), str(tmp_path)],

@@ -13,8 +13,7 @@ import yaml
 
 from costsim import io
 from costsim.io.market import read_market
-from costsim.market_fit import (Span, fit_exponential, fit_market, fit_weibull, kaplan_meier_mean, naive_mean_s,
-                                trace_spans)
+from costsim.market_fit import Span, fit_exponential, fit_market, fit_weibull, kaplan_meier_mean, naive_mean_s, trace_spans
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACES = ROOT / "data" / "traces" / "aws-2023-02-15"

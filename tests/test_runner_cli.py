@@ -64,6 +64,7 @@ def test_bad_drill_schedule(plan, tmp_path):
     one_line_error(execute(plan, tmp_path / "run", "--inject-preemptions", "boom@3"), "--inject-preemptions", "bad fault")
 
 
+@pytest.mark.slow
 def test_own_workload_through_a_named_entry_point(plan, tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT / "docs" / "examples")}
     result = subprocess.run([sys.executable, "-m", "runner", "execute", str(plan), "--run-dir", str(tmp_path),
@@ -80,6 +81,7 @@ def test_runner_help_has_an_example():
         assert result.returncode == 0 and "Example:" in result.stdout
 
 
+@pytest.mark.slow
 def test_a_failure_that_recurs_without_progress_is_not_restarted_forever(plan, tmp_path):
     (tmp_path / "broken.py").write_text("def build(ctx):\n    raise RuntimeError('out of memory (simulated)')\n")
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}

@@ -87,6 +87,7 @@ def test_an_unknown_option_is_refused_before_anything_starts(plan, tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow
 def test_a_workload_with_the_old_batch_interface_is_refused_with_the_new_one_named(plan, tmp_path):
     (tmp_path / "old.py").write_text(
         "import torch\nfrom runner.workloads import Built, workload\n"
@@ -101,6 +102,7 @@ def test_a_workload_with_the_old_batch_interface_is_refused_with_the_new_one_nam
     assert summary(tmp_path / "run")["restarts"] == 0
 
 
+@pytest.mark.slow
 def test_running_out_of_memory_stops_at_once_with_what_to_try(plan, tmp_path):
     (tmp_path / "hungry.py").write_text(
         "import torch\nfrom runner.workloads import workload\nfrom runner.workloads.tiny import build as tiny\n"
@@ -114,7 +116,7 @@ def test_running_out_of_memory_stops_at_once_with_what_to_try(plan, tmp_path):
                              "--workload-entry", "hungry:build", "--steps", "50"], capture_output=True, text=True,
                             timeout=120, env={**os.environ, "PYTHONPATH": str(tmp_path)})
     assert result.returncode == 1
-    line = next(l for l in result.stderr.splitlines() if l.startswith("runner: not restarting"))
+    line = next(x for x in result.stderr.splitlines() if x.startswith("runner: not restarting"))
     assert "out of memory on rank" in line and "32 samples per micro-batch" in line
     assert "activation_checkpointing" in line and "more GPUs" in line
     s = summary(tmp_path / "run")
@@ -122,6 +124,7 @@ def test_running_out_of_memory_stops_at_once_with_what_to_try(plan, tmp_path):
     assert len(s["attempts"]) == 1
 
 
+@pytest.mark.slow
 def test_a_job_resumed_on_another_world_size_ends_where_the_uninterrupted_job_ends(plan, tmp_path):
     args = ("--seed", "7")
     whole = execute(plan, tmp_path / "whole", "--steps", "300", *args)

@@ -7,6 +7,7 @@ import pytest
 from tests.runner_helpers import events, execute, summary, tiny_plan
 
 pytest.importorskip("torch")
+pytestmark = pytest.mark.slow   # real DDP runs (see pyproject's markers)
 STEPS, INTERVAL = "400", 50
 
 

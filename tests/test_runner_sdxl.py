@@ -9,6 +9,7 @@ import pytest
 from tests.runner_helpers import events, execute, summary, tiny_plan
 
 pytest.importorskip("diffusers")
+pytestmark = pytest.mark.slow   # real DDP runs (see pyproject's markers)
 TINY_UNET = Path(__file__).resolve().parent / "data" / "tiny_unet_config.json"
 
 

@@ -60,6 +60,7 @@ class Chain(torch.nn.Module):
         return x
 
 
+@pytest.mark.slow
 def test_ddp_graph_splits_a_compiled_model_at_the_buckets_or_keeps_it_whole(tmp_path):
     import torch._dynamo
     import torch.distributed as dist
@@ -106,6 +107,7 @@ def sdxl_plan(tmp_path):
     return plan
 
 
+@pytest.mark.slow
 def test_compiled_run_resumes_exactly_and_restarts_from_its_compile_cache(tmp_path, monkeypatch):
     # Inductor sets TORCHINDUCTOR_CACHE_DIR in its own process once it has compiled anything, and a
     # user's value wins over the run folder's: the workers must not inherit this process's.

@@ -200,7 +200,8 @@ def test_threaded_reader_loads_what_dcp_reader_loads(tmp_path, monkeypatch):
     dcp.save(state, storage_writer=FileSystemWriter(str(tmp_path), thread_count=3), no_dist=True)
     ours = {"model": {k: torch.zeros_like(v) for k, v in state["model"].items()}, "ints": torch.zeros(10, dtype=torch.int64),
             "progress": {"step": 0, "lr": []}}
-    theirs = {"model": {k: torch.zeros_like(v) for k, v in state["model"].items()}, "ints": torch.zeros(10, dtype=torch.int64),
+    theirs = {"model": {k: torch.zeros_like(v) for k, v in state["model"].items()},
+              "ints": torch.zeros(10, dtype=torch.int64),
               "progress": {"step": 0, "lr": []}}
     dcp.load(ours, storage_reader=SafeFileSystemReader(str(tmp_path)), planner=checkpoint.SafeLoadPlanner(), no_dist=True)
     dcp.load(theirs, storage_reader=FileSystemReader(str(tmp_path)), no_dist=True)
