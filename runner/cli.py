@@ -98,8 +98,8 @@ def execute_command(plan, run_dir, run_id, nnodes, node_rank, rdzv_endpoint, npr
             raise
         raise InputError("--inject-preemptions", "inject-preemptions", str(exc)) from None
     click.echo(f"runner: {spec.workload} ({spec.model}) on {node.nnodes} node(s) x {nproc} process(es) "
-               f"[{node.source}], {total} steps of {spec.global_batch} samples ({split.micro_batch} per micro-batch "
-               f"x {split.accumulation} per GPU), {settings.describe()}; run folder {folder}", err=True)
+               f"[{node.source}], {total} steps of {spec.global_batch} samples (per GPU: micro-batch {split.micro_batch} "
+               f"x accumulation {split.accumulation}), {settings.describe()}; run folder {folder}", err=True)
     execution = Execution(spec=spec, node=node, run_dir=folder, run_id=run_id, nproc_per_node=nproc, seed=seed,
                           schedule=schedule, max_restarts=max_restarts, workload_entry=workload_entry,
                           options=list(options), runtime=list(runtime), steps=steps,

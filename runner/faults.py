@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 PREEMPTED_EXIT = 75   # EX_TEMPFAIL: stopped by a preemption notice after an emergency checkpoint
+FATAL_EXIT = 78       # EX_CONFIG: a worker stopped for a reason restarting cannot mend (its `fatal` event says)
 KINDS = ("kill", "term")
 
 

@@ -13,6 +13,8 @@ import time
 from dataclasses import dataclass
 from typing import Mapping
 
+from runner.faults import FATAL_EXIT, PREEMPTED_EXIT
+
 DEFAULT_PORT = 29500
 
 
@@ -121,3 +123,56 @@ def torchrun_argv(node: Node, *, nproc_per_node: int, run_id: str, worker_args: 
                  "--rdzv-endpoint", node.endpoint, "--rdzv-id", run_id,
                  "--rdzv-conf", f"join_timeout={join_timeout_s}"]
     return argv + ["-m", "runner.train"] + worker_args
+
+
+class TorchrunReportFilter:
+    """Passes the job's stderr through, less torchrun's own failure report: a traceback through
+    torch/distributed/run.py ending in a ChildFailedError table between two '=====' lines. The
+    supervisor says in one line why the job stopped (out of memory, a setting, a restart); the
+    workers' own output, their tracebacks included, is kept."""
+
+    _LOOKAHEAD = 8   # lines of a traceback read before deciding whose it is
+    # torchrun's log line for a worker that stopped on purpose (a notice, or a reason restarting cannot mend)
+    QUIET = tuple(f"failed (exitcode: {code})".encode() for code in (PREEMPTED_EXIT, FATAL_EXIT))
+
+    def __init__(self, out) -> None:
+        self.out = out
+        self.pending: list[bytes] = []
+        self.borders = -1   # >= 0 while dropping torchrun's report: the '=====' lines seen
+
+    def feed(self, line: bytes) -> None:
+        if any(marker in line for marker in self.QUIET):
+            return
+        if self.borders >= 0:
+            if line.startswith(b"====="):
+                self.borders += 1
+                if self.borders == 2:
+                    self.borders = -1
+            return
+        if self.pending:
+            if line.startswith(b"Traceback (most recent call last):"):   # another one: the last was not torchrun's
+                self.flush()
+            else:
+                self.pending.append(line)
+                if b"torch/distributed/run.py" in line:
+                    self.pending, self.borders = [], 0
+                elif (line.startswith(b'  File "') and b"<frozen" not in line) or len(self.pending) >= self._LOOKAHEAD:
+                    self.flush()   # its first frame of code is not torchrun's: a worker's, kept
+                return
+        if line.startswith(b"Traceback (most recent call last):"):
+            self.pending = [line]
+            return
+        self.out.write(line)
+        self.out.flush()
+
+    def flush(self) -> None:
+        for line in self.pending:
+            self.out.write(line)
+        self.pending = []
+        self.out.flush()
+
+    def pump(self, stream) -> None:
+        """Feed every line of `stream` until it ends (run in a thread)."""
+        for line in iter(stream.readline, b""):
+            self.feed(line)
+        self.flush()

@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +19,7 @@ from pathlib import Path
 from costsim.io import write_atomic
 from costsim.runtime import parse_pairs
 from runner import faults, layout
-from runner.launch import Node, torchrun_argv
+from runner.launch import Node, TorchrunReportFilter, torchrun_argv
 from runner.plan import RunSpec
 from runner.telemetry import Telemetry, read_events
 
@@ -110,8 +111,12 @@ class Supervisor:
             argv = torchrun_argv(x.node, nproc_per_node=x.nproc_per_node, run_id=x.run_id,
                                  worker_args=self._worker_args(fault), min_nodes=x.min_nodes)
             self.telemetry.event("launch", attempt=len(attempts), fault=fault.encode() if fault else None)
-            self.child = subprocess.Popen(argv, env=_child_env(x))
+            self.child = subprocess.Popen(argv, env=_child_env(x), stderr=subprocess.PIPE)
+            stderr = threading.Thread(target=TorchrunReportFilter(sys.stderr.buffer).pump, args=(self.child.stderr,),
+                                      name="stderr", daemon=True)
+            stderr.start()
             code = self.child.wait()
+            stderr.join(timeout=5.0)   # a worker torchrun left behind may hold the pipe open
             self.child = None
             events = [e for e in read_events(x.run_dir) if e["t"] >= attempt_start]
             attempts.append({"exit_code": code, "started": attempt_start, "ended": time.time()})

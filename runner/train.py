@@ -31,7 +31,6 @@ from runner.workloads import BuildContext, WorkloadOptionError, build_workload, 
 IMPORTED_T = time.time()
 
 SYNC_TARGET_S = 0.5
-FATAL_EXIT = 78   # EX_CONFIG: restarting cannot help
 PROGRESS_EVERY_S = 5.0
 
 
@@ -280,14 +279,13 @@ def main(argv: list[str] | None = None) -> None:
         trainer = Trainer(args, spec, rank, world_size, int(os.environ.get("LOCAL_RANK", 0)), marks)
         code = trainer.train()
     except (SharedStorageError, speed.RuntimeConfigError, WorkloadOptionError) as exc:
-        fatal(str(exc))
-        print(f"runner: error: {exc}", file=sys.stderr, flush=True)
-        code = FATAL_EXIT
+        fatal(str(exc))   # the supervisor prints it, once for all ranks
+        code = faults.FATAL_EXIT
     except torch.OutOfMemoryError:
         # Not a preemption: the same start would run out again. The supervisor prints the one line.
         split = spec.split(world_size)
         fatal(out_of_memory_message(split.micro_batch, rank, spec), kind="out_of_memory", **split.as_dict())
-        code = FATAL_EXIT
+        code = faults.FATAL_EXIT
     finally:
         if trainer is not None:
             trainer.close()

@@ -116,7 +116,10 @@ def test_running_out_of_memory_stops_at_once_with_what_to_try(plan, tmp_path):
                              "--workload-entry", "hungry:build", "--steps", "50"], capture_output=True, text=True,
                             timeout=120, env={**os.environ, "PYTHONPATH": str(tmp_path)})
     assert result.returncode == 1
-    line = next(x for x in result.stderr.splitlines() if x.startswith("runner: not restarting"))
+    lines = [x for x in result.stderr.splitlines() if x.strip()]
+    assert "Traceback" not in result.stderr and len(lines) == 2, result.stderr   # the start, and why it stopped
+    line = lines[1]
+    assert line.startswith("runner: not restarting")
     assert "out of memory on rank" in line and "32 samples per micro-batch" in line
     assert "activation_checkpointing" in line and "more GPUs" in line
     s = summary(tmp_path / "run")

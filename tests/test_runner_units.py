@@ -221,3 +221,21 @@ def test_a_file_slice_reads_and_seeks_only_inside_its_bytes(tmp_path):
         assert part.seek(-3, io.SEEK_END) == 7 and part.read(2) == b"78" and part.tell() == 9
         assert part.seek(100) == 10 and part.read() == b""     # past the end: clamped, nothing read
         assert part.seek(-50, io.SEEK_CUR) == 0 and part.read(4) == b"0123"
+
+
+def test_torchruns_failure_report_is_left_out_and_a_workers_traceback_kept():
+    import io
+
+    from runner.launch import TorchrunReportFilter
+    worker = [b"Traceback (most recent call last):\n", b'  File "<frozen runpy>", line 198, in _run_module_as_main\n',
+              b'  File "/x/runner/train.py", line 310, in <module>\n', b"    main()\n",
+              b"ZeroDivisionError: division by zero\n"]
+    torchrun = [b"Traceback (most recent call last):\n", b'  File "<frozen runpy>", line 198, in _run_module_as_main\n',
+                b'  File "/x/torch/distributed/run.py", line 1032, in <module>\n', b"    main()\n",
+                b"torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n", b"=" * 60 + b"\n",
+                b"runner.train FAILED\n", b"-" * 60 + b"\n", b"  exitcode  : 1 (pid: 7)\n", b"=" * 60 + b"\n"]
+    noisy = b"E1130 api.py:1002] failed (exitcode: 78) local_rank: 0 (pid: 1) of binary: python3\n"
+    out = io.BytesIO()
+    stream = io.BytesIO(b"runner: step 5/10\n" + b"".join(worker) + b"".join(torchrun) + noisy + b"runner: restart 1\n")
+    TorchrunReportFilter(out).pump(stream)
+    assert out.getvalue() == b"runner: step 5/10\n" + b"".join(worker) + b"runner: restart 1\n"
