@@ -10,9 +10,9 @@
   next save waits for the previous one.
 - Each rank stages, writes and reads only its share of the replicated state (runner.ownership); after
   a load each large tensor is broadcast from the rank that read it. The files are read by a pool of
-  threads.
+  threads (runner.checkpoint_reader).
 - Load: rank 0 picks the newest step whose files match their manifest, skipping (and reporting)
-  corrupt or partial ones; every rank loads its share of it. Checksums are per 64 MiB chunk,
+  corrupt or partial ones (runner.checkpoint_manifest); every rank loads its share of it. Checksums are per 64 MiB chunk,
   computed by a pool of threads (zlib releases the GIL), and rank 0 starts checking as soon as the worker starts, so
   that the check overlaps building the model instead of adding to the restart. The DCP metadata
   pickle is read with an unpickler that admits only DCP's own metadata classes; tensors and every
@@ -22,243 +22,32 @@
 
 from __future__ import annotations
 
-import io
 import json
 import os
-import pickle
 import shutil
 import threading
 import time
-import zlib
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
 
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter, default_planner
-from torch.distributed.checkpoint import metadata as dcp_metadata
-from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
-from torch.distributed.checkpoint.planner import LoadItemType
+from torch.distributed.checkpoint import FileSystemWriter
 
 from costsim.io import write_atomic
 from runner import layout, ownership
+from runner.checkpoint_manifest import CHUNK_BYTES, MANIFEST, file_checksums, fsync_dir, verify
+from runner.checkpoint_reader import SafeFileSystemReader, SafeLoadPlanner
 from runner.staging import HostStager
 from runner.state import PRIVATE_PREFIX
-
-MANIFEST = "manifest.json"
-_DCP_CLASSES = {"Metadata", "TensorStorageMetadata", "BytesStorageMetadata", "ChunkStorageMetadata",
-                "TensorProperties", "MetadataIndex", "StorageMeta", "_MEM_FORMAT_ENCODING"}
 
 
 class SharedStorageError(RuntimeError):
     """A node cannot see the checkpoint folder that rank 0 writes to."""
 
 
-class _MetadataUnpickler(pickle.Unpickler):
-    """Admits DCP's metadata classes and torch's dtypes/layouts/Size, nothing else."""
-
-    def find_class(self, module: str, name: str):
-        if module == "torch.distributed.checkpoint.metadata" and name in _DCP_CLASSES:
-            return getattr(dcp_metadata, name)
-        if module == "torch.distributed.checkpoint.filesystem" and name == "_StorageInfo":
-            from torch.distributed.checkpoint.filesystem import _StorageInfo
-            return _StorageInfo
-        if module == "torch" and (name == "Size" or isinstance(getattr(torch, name, None),
-                                                               (torch.dtype, torch.layout, torch.memory_format))):
-            return getattr(torch, name)
-        if module == "torch.serialization" and name == "_get_layout":
-            return torch.serialization._get_layout  # maps a layout's name to the layout, nothing more
-        if module == "pathlib" and name in ("Path", "PosixPath", "PurePosixPath"):
-            import pathlib  # DCP records the checkpoint path; a path object runs no code
-            return getattr(pathlib, name)
-        if module == "collections" and name == "OrderedDict":
-            from collections import OrderedDict
-            return OrderedDict
-        raise pickle.UnpicklingError(f"checkpoint metadata refers to {module}.{name}, which is not allowed")
-
-
-class SafeFileSystemReader(FileSystemReader):
-    """FileSystemReader whose metadata load cannot run arbitrary code."""
-
-    def read_metadata(self, *args, **kwargs):
-        path = self._get_metadata_path(kwargs.get("rank"))
-        with self.fs.create_stream(path, "rb") as stream:
-            metadata = _MetadataUnpickler(stream).load()
-        if getattr(metadata, "storage_meta", None) is None:
-            metadata.storage_meta = dcp_metadata.StorageMeta()
-        metadata.storage_meta.load_id = self.load_id
-        return metadata
-
-    def read_data(self, plan, planner):
-        """The requested entries, read by a pool of threads, each tensor straight from its file slice.
-
-        DCP's reader reads one file after another in one thread. `scripts/bench_load.py`, 8 GB into one
-        H200 from the page cache (2026-11-30): 1.28 s with 8 threads against DCP's 5.48 s, 0.99x with
-        one thread; on a 2-core CPU machine 2.3x with 2 threads. (A first version that copied each
-        entry into a bytes buffer first was no faster than DCP's on the H200 host.)"""
-        jobs: dict[str, list] = {}
-        for item in plan.items:
-            info = self.storage_data[item.storage_index]
-            if getattr(info, "transform_descriptors", None):   # written through an extension: DCP's own path
-                return super().read_data(plan, planner)
-            jobs.setdefault(info.relative_path, []).append(item)
-        batches = []   # each file's entries in offset order, cut into runs of about READ_BATCH_BYTES
-        for relative_path, items in jobs.items():
-            items.sort(key=lambda i: self.storage_data[i.storage_index].offset)
-            batch, size = [], 0
-            for item in items:
-                batch.append(item)
-                size += self.storage_data[item.storage_index].length
-                if size >= READ_BATCH_BYTES:
-                    batches.append((relative_path, batch))
-                    batch, size = [], 0
-            if batch:
-                batches.append((relative_path, batch))
-        with ThreadPoolExecutor(max_workers=max(1, min(read_threads(), len(batches)))) as pool:
-            for done in [pool.submit(self._read_batch, path, items, planner) for path, items in batches]:
-                done.result()
-        future = torch.futures.Future()
-        future.set_result(None)
-        return future
-
-    def _read_batch(self, relative_path: str, items: list, planner) -> None:
-        with open(Path(self.path) / relative_path, "rb", buffering=0) as handle:
-            for item in items:
-                info = self.storage_data[item.storage_index]
-                data = _Slice(handle, info.offset, info.length)   # read straight into the tensor's memory
-                if item.type == LoadItemType.BYTE_IO:
-                    planner.load_bytes(item, io.BytesIO(data.read()))
-                    continue
-                tensor = torch.load(data, map_location="cpu", weights_only=True)
-                tensor = _narrow(tensor, item.storage_offsets, item.lengths)
-                target = planner.resolve_tensor(item).detach()
-                if target.size() != tensor.size():
-                    raise RuntimeError(f"checkpoint entry {item.storage_index.fqn} has shape {tuple(tensor.size())}, "
-                                       f"the training state {tuple(target.size())}")
-                target.copy_(tensor)
-                planner.commit_tensor(item, target)
-
-
-class _Slice(io.RawIOBase):
-    """Bytes [offset, offset + length) of an open file, as a seekable file of their own."""
-
-    def __init__(self, handle, offset: int, length: int):
-        super().__init__()
-        self._handle, self._offset, self._length = handle, offset, length
-        self._handle.seek(offset)
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._handle.tell() - self._offset
-
-    def seek(self, position: int, whence: int = os.SEEK_SET) -> int:
-        base = {os.SEEK_SET: self._offset, os.SEEK_CUR: self._handle.tell(),
-                os.SEEK_END: self._offset + self._length}[whence]
-        target = min(max(base + position, self._offset), self._offset + self._length)
-        return self._handle.seek(target) - self._offset
-
-    def readinto(self, buffer) -> int:
-        left = self._length - self.tell()
-        view = memoryview(buffer)
-        return self._handle.readinto(view[:left] if len(view) > left else view) if left > 0 else 0
-
-
-def read_threads() -> int:
-    """READ_THREADS, but no more than this process's share of the host's cores (torchrun's local ranks)."""
-    share = (os.cpu_count() or 1) // max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
-    return max(1, min(READ_THREADS, share))
-
-
-def _narrow(tensor: torch.Tensor, offsets, lengths) -> torch.Tensor:
-    """The part of a stored tensor that a read asks for (all of it, unless the state is sharded)."""
-    for dim, (start, length) in enumerate(zip(offsets, lengths)):
-        if start != 0 or length != tensor.size(dim):
-            tensor = tensor.narrow(dim, start, length)
-    return tensor
-
-
-class SafeLoadPlanner(DefaultLoadPlanner):
-    """DCP's load planner, but non-tensor entries (step counts, learning rates, the scheduler's state)
-    are unpickled with `weights_only=True`: a checkpoint file cannot name code to run."""
-
-    def load_bytes(self, read_item, value: io.BytesIO) -> None:
-        obj = torch.load(value, weights_only=True)
-        if self.flatten_state_dict:
-            # the helper DefaultLoadPlanner.load_bytes uses
-            default_planner.set_element(self.original_state_dict, self.mappings[read_item.dest_index.fqn], obj)
-        else:
-            self.state_dict[read_item.dest_index.fqn] = obj
-
-
-CHUNK_BYTES = 64 << 20
-CHECK_THREADS = 8
 WRITE_THREADS = 4      # files written in parallel per rank
-READ_THREADS = 8       # reads in parallel per rank (at most its share of the cores)
-READ_BATCH_BYTES = 256 << 20
-
-
-def _crc32_range(path: Path, start: int, length: int) -> int:
-    value = 0
-    with open(path, "rb") as handle:
-        handle.seek(start)
-        while length > 0 and (block := handle.read(min(8 << 20, length))):
-            value = zlib.crc32(block, value)
-            length -= len(block)
-    return value
-
-
-def file_checksums(paths: list[Path], chunk: int = CHUNK_BYTES) -> dict[Path, list[int]]:
-    """CRC-32 of every `chunk` bytes of every file, computed in parallel."""
-    jobs = [(p, start) for p in paths for start in range(0, max(p.stat().st_size, 1), chunk)]
-    with ThreadPoolExecutor(max_workers=min(CHECK_THREADS, os.cpu_count() or 1)) as pool:
-        values = list(pool.map(lambda job: _crc32_range(job[0], job[1], chunk), jobs))
-    result: dict[Path, list[int]] = {p: [] for p in paths}
-    for (path, _), value in zip(jobs, values):
-        result[path].append(value)
-    return result
-
-
-def verify(folder: Path) -> str | None:
-    """None if the checkpoint is complete and intact, else why not."""
-    try:
-        manifest = json.loads((folder / MANIFEST).read_text())
-        files = manifest["files"]
-        chunk = int(manifest.get("chunk_bytes", CHUNK_BYTES))
-    except (OSError, ValueError, KeyError, TypeError):
-        return "no readable manifest (partial or damaged)"
-    if ".metadata" not in files:
-        return "manifest lists no DCP metadata"
-    for name, expected in files.items():
-        path = folder / name
-        if not path.is_file():
-            return f"{name} is missing"
-        if path.stat().st_size != expected.get("size"):
-            return f"{name} has {path.stat().st_size} bytes, expected {expected.get('size')}"
-    chunked = [name for name, expected in files.items() if "crc32_chunks" in expected]
-    sums = file_checksums([folder / name for name in chunked], chunk)
-    for name, expected in files.items():
-        if name in chunked:
-            intact = sums[folder / name] == expected["crc32_chunks"]
-        else:   # a manifest of an earlier runner version: one CRC-32 over the whole file
-            intact = _crc32_range(folder / name, 0, expected.get("size", 0)) == expected.get("crc32")
-        if not intact:
-            return f"{name} fails its CRC-32 check"
-    return None
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class Checkpointer:
@@ -424,12 +213,12 @@ class Checkpointer:
         files = {p.name: {"size": p.stat().st_size, "crc32_chunks": sums[p]} for p in paths}
         write_atomic(tmp / MANIFEST, json.dumps({"step": step, "chunk_bytes": CHUNK_BYTES, "files": files,
                                                  "created": time.time()}, indent=1))
-        _fsync_dir(tmp)
+        fsync_dir(tmp)
         final = self.folder(step)
         if final.exists():   # a damaged earlier save of the same step: replace it
             shutil.rmtree(final)
         os.rename(tmp, final)
-        _fsync_dir(self.root)
+        fsync_dir(self.root)
 
     def _prune(self) -> None:
         for step in self.steps()[self.keep:]:

@@ -1,5 +1,5 @@
 """Checkpoint load paths side by side: DCP's own reader (one thread) against the runner's
-(runner.checkpoint.SafeFileSystemReader: file slices read straight into tensors, a pool of threads),
+(runner.checkpoint_reader.SafeFileSystemReader: file slices read straight into tensors, a pool of threads),
 on one synthetic state saved once with DCP, loaded into tensors on --device. Rounds alternate the
 readers, so drift on the machine falls on all of them; the ratio is to DCP's reader in the same round.
 
@@ -22,7 +22,7 @@ import torch  # noqa: E402
 import torch.distributed.checkpoint as dcp  # noqa: E402
 from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter  # noqa: E402
 
-from runner import checkpoint  # noqa: E402
+from runner import checkpoint_reader as checkpoint  # noqa: E402
 
 
 def main() -> None:

@@ -13,7 +13,8 @@ pytest.importorskip("torch")
 import torch  # noqa: E402
 
 from runner import faults, ownership  # noqa: E402
-from runner.checkpoint import MANIFEST, SafeFileSystemReader, verify  # noqa: E402
+from runner.checkpoint_manifest import MANIFEST, verify  # noqa: E402
+from runner.checkpoint_reader import SafeFileSystemReader  # noqa: E402
 from runner.launch import LaunchError, Node, discover, expand_slurm_nodelist, torchrun_argv  # noqa: E402
 from runner.workloads import UnknownWorkload, resolve  # noqa: E402
 
@@ -176,7 +177,7 @@ def test_checkpoint_entries_are_unpickled_as_data_only(tmp_path):
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.api import CheckpointException
 
-    from runner.checkpoint import SafeLoadPlanner
+    from runner.checkpoint_reader import SafeLoadPlanner
     dcp.save({"progress": {"step": 5, "boom": Boom()}}, checkpoint_id=str(tmp_path / "bad"), no_dist=True)
     dcp.save({"progress": {"step": 5, "lr": 0.25}}, checkpoint_id=str(tmp_path / "ok"), no_dist=True)
     target = {"progress": {"step": 0, "lr": 0.0}}
@@ -192,7 +193,7 @@ def test_threaded_reader_loads_what_dcp_reader_loads(tmp_path, monkeypatch):
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
 
-    from runner import checkpoint
+    from runner import checkpoint_reader as checkpoint
     monkeypatch.setattr(checkpoint, "READ_BATCH_BYTES", 1000)   # many batches per file, several threads
     generator = torch.Generator().manual_seed(0)
     state = {"model": {f"w{i}": torch.randn(17 * (i + 1), 3, generator=generator) for i in range(12)},
@@ -213,7 +214,7 @@ def test_threaded_reader_loads_what_dcp_reader_loads(tmp_path, monkeypatch):
 def test_a_file_slice_reads_and_seeks_only_inside_its_bytes(tmp_path):
     import io
 
-    from runner.checkpoint import _Slice
+    from runner.checkpoint_reader import _Slice
     (tmp_path / "f").write_bytes(b"HEAD" + b"0123456789" + b"TAIL")
     with open(tmp_path / "f", "rb", buffering=0) as handle:
         part = _Slice(handle, 4, 10)
