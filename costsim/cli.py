@@ -21,22 +21,25 @@ FORMATS = ["table", "json", "csv"]
 
 
 class Duration(click.ParamType):
-    """A click parameter for durations: 90s, 5m, 2h, 3d, 1y."""
+    """A click parameter for durations: 90s, 5m, 2h, 3d, 1y; `allow_zero` for a cost that may be none."""
 
     name = "duration"
+
+    def __init__(self, allow_zero: bool = False) -> None:
+        self.allow_zero = allow_zero
 
     def convert(self, value, param, ctx):
         if isinstance(value, float):
             return value
         try:
             return parse_duration_s(value, source=f"--{param.name.replace('_', '-')}", field=param.name,
-                                    allow_zero=param.name in ZERO_OK)
+                                    allow_zero=self.allow_zero)
         except InputError:
-            self.fail(f"{value!r}: expected {DURATION_HELP}", param, ctx)
+            self.fail(f"{value!r}: expected {'zero or ' if self.allow_zero else ''}{DURATION_HELP}", param, ctx)
 
 
-ZERO_OK = {"checkpoint_cost", "restart_cost", "changeover", "notice", "capacity_wait"}
 DURATION = Duration()
+DURATION_OR_ZERO = Duration(allow_zero=True)
 POSITIVE = click.FloatRange(min=0, min_open=True)
 
 
@@ -207,13 +210,13 @@ def _price_dates(result) -> str:
 @click.option("--work-hours", type=POSITIVE, help="compute time of the whole job, in hours")
 @click.option("--deadline", type=DURATION)
 @click.option("--checkpoint-interval", type=DURATION, help="compute between checkpoints")
-@click.option("--checkpoint-cost", type=DURATION, default="0s", help="time to write a checkpoint")
+@click.option("--checkpoint-cost", type=DURATION_OR_ZERO, default="0s", help="time to write a checkpoint")
 @click.option("--checkpoint-stall", type=DURATION, help="async checkpoints: the training stall")
-@click.option("--restart-cost", type=DURATION, default="0s", help="restore time after a preemption")
-@click.option("--changeover", type=DURATION, default="0s", help="billed time from start to progress")
-@click.option("--notice", type=DURATION, default="0s", help="warning before a spot reclaim")
+@click.option("--restart-cost", type=DURATION_OR_ZERO, default="0s", help="restore time after a preemption")
+@click.option("--changeover", type=DURATION_OR_ZERO, default="0s", help="billed time from start to progress")
+@click.option("--notice", type=DURATION_OR_ZERO, default="0s", help="warning before a spot reclaim")
 @click.option("--preemption-mtbf", type=DURATION, help="mean time between spot preemptions")
-@click.option("--capacity-wait", type=DURATION, default="0s", help="mean wait for spot capacity after one")
+@click.option("--capacity-wait", type=DURATION_OR_ZERO, default="0s", help="mean wait for spot capacity after one")
 @click.option("--weibull-shape", type=POSITIVE, default=1.0, show_default=True, help="1 = exponential")
 @click.option("--trace", "traces", multiple=True, type=click.Path(),
               help="capacity trace JSON (or a folder of them), one trial each; more files may follow it")

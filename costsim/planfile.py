@@ -74,6 +74,7 @@ def read_plan(path) -> dict:
     workload.text("name"), workload.text("model")
     workload.number("samples", integer=True), workload.number("global_batch", integer=True)
     resources = f.mapping_of("resources")
+    resources.text("gpu")   # required: a plan without it is not a CPU run
     resources.number("gpus_per_node", integer=True), resources.number("nodes", integer=True)
     policy = f.mapping_of("policy")
     if policy.text("name") not in POLICIES:

@@ -68,7 +68,7 @@ def load_run_spec(path: str | Path) -> RunSpec:
     if precision not in ("bf16", "fp16", "fp32"):
         raise InputError(str(path), "workload.precision", f"got {precision!r}; allowed: bf16, fp16, fp32")
     return RunSpec(plan_path=str(path), workload=w["name"], model=w["model"], samples=int(w["samples"]),
-                   global_batch=int(w["global_batch"]), precision=precision, gpu=str(r.get("gpu", "cpu")),
+                   global_batch=int(w["global_batch"]), precision=precision, gpu=str(r["gpu"]),
                    gpus_per_node=int(r["gpus_per_node"]), nodes=int(r["nodes"]), market=str(r.get("market", "")),
                    offering=str(r.get("offering", "")),
                    interval_s=None if interval_steps else float(c["interval_s"]), interval_steps=interval_steps,

@@ -90,3 +90,12 @@ def test_a_failure_that_recurs_without_progress_is_not_restarted_forever(plan, t
     assert result.returncode == 1
     assert "failed 3 times in a row without a new checkpoint" in result.stderr
     assert summary(tmp_path / "run")["restarts"] == 2 and summary(tmp_path / "run")["status"] == "failed"
+
+
+def test_a_plan_without_a_gpu_type_is_refused_not_run_on_the_cpu(plan, tmp_path):
+    doc = json.loads(plan.read_text())
+    del doc["resources"]["gpu"]
+    bare = tmp_path / "plan.json"
+    bare.write_text(json.dumps(doc))
+    one_line_error(execute(bare, tmp_path / "run"), "resources.gpu", "missing")
+    assert not (tmp_path / "run").exists()
