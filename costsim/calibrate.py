@@ -49,13 +49,7 @@ class Run:
 
 
 def _events(path: Path) -> list[dict]:
-    events = []
-    for line in path.read_text().splitlines():
-        try:
-            events.append(json.loads(line))
-        except ValueError:
-            continue   # a torn last line of a killed run
-    return events
+    return io.read_jsonl(path)
 
 
 def load_run(ref: str) -> Run:

@@ -53,20 +53,21 @@ def execute_command(plan, run_dir, run_id, nnodes, node_rank, rdzv_endpoint, npr
 
     Example: runner execute plan.json --inject-preemptions 3 --seed 1
     """
+    from costsim.planfile import read_plan
     from runner import faults
     from runner.launch import LaunchError, discover, wait_for_rendezvous
-    from runner.plan import load_run_spec
+    from runner.plan import effective_plan, load_run_spec
     from runner.supervisor import Execution, Supervisor, default_run_id, prepare_run_dir
     from runner.workloads import UnknownWorkload, WorkloadOptionError, check_options, resolve
 
     try:
-        spec = load_run_spec(plan)
+        spec = load_run_spec(plan, with_run=False)   # a plan's own `run` section is never taken
         for option in options:
             if "=" not in option:
                 raise click.BadParameter(f"{option!r}: expected KEY=VALUE", param_hint="--option")
+        chosen = dict(o.split("=", 1) for o in options)
         try:
-            check_options(resolve(spec.model, workload_entry), workload_entry or spec.model,
-                          dict(o.split("=", 1) for o in options))
+            check_options(resolve(spec.model, workload_entry), workload_entry or spec.model, chosen)
         except WorkloadOptionError as exc:
             raise InputError("--option", "option", str(exc)) from None
         node = discover(nnodes=nnodes, node_rank=node_rank, endpoint=rdzv_endpoint, env=os.environ)
@@ -86,7 +87,10 @@ def execute_command(plan, run_dir, run_id, nnodes, node_rank, rdzv_endpoint, npr
             raise click.BadParameter(f"{min_nodes} > --nnodes {node.nnodes}", param_hint="--min-nodes")
         # Every node count the job may run on (elastic: min..max) must split the global batch.
         split = spec.check_split(nproc, range(smallest, node.nnodes + 1))[node.nnodes]
-        prepare_run_dir(folder, plan)
+        doc = {k: v for k, v in read_plan(plan).items() if k != "run"}
+        written = prepare_run_dir(folder, effective_plan(doc, runtime=settings, steps=steps, options=chosen,
+                                                         workload_entry=workload_entry, seed=seed))
+        spec = load_run_spec(written)   # what the workers will read
     except UnknownWorkload as exc:
         raise InputError(plan, "workload.model", str(exc)) from None
     except LaunchError as exc:
@@ -100,10 +104,8 @@ def execute_command(plan, run_dir, run_id, nnodes, node_rank, rdzv_endpoint, npr
     click.echo(f"runner: {spec.workload} ({spec.model}) on {node.nnodes} node(s) x {nproc} process(es) "
                f"[{node.source}], {total} steps of {spec.global_batch} samples (per GPU: micro-batch {split.micro_batch} "
                f"x accumulation {split.accumulation}), {settings.describe()}; run folder {folder}", err=True)
-    execution = Execution(spec=spec, node=node, run_dir=folder, run_id=run_id, nproc_per_node=nproc, seed=seed,
-                          schedule=schedule, max_restarts=max_restarts, workload_entry=workload_entry,
-                          options=list(options), runtime=list(runtime), steps=steps,
-                          min_nodes=min_nodes or spec.min_nodes)
+    execution = Execution(spec=spec, node=node, run_dir=folder, run_id=run_id, nproc_per_node=nproc,
+                          schedule=schedule, max_restarts=max_restarts, min_nodes=min_nodes or spec.min_nodes)
     sys.exit(Supervisor(execution).run())
 
 

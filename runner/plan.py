@@ -1,8 +1,14 @@
-"""What the runner needs from plan.json, validated once (the contract is costsim.planfile's)."""
+"""What the runner needs from plan.json, validated once (the contract is costsim.planfile's).
+
+`runner execute` writes the effective plan into the run folder once: the plan with the runner
+settings in force (its own, with `--runtime` over them) and a `run` section holding the command
+line's choices (`steps`, `options`, `workload_entry`, `seed`, `final_save`). The workers read only
+that file; nothing is parsed twice or passed on as argv.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from costsim.errors import InputError
@@ -30,11 +36,17 @@ class RunSpec:
     async_checkpoint: bool
     per_gpu_batch: int               # the micro-batch the plan was priced at: never exceeded
     min_nodes: int | None = None     # elastic range min_nodes..nodes, global batch kept
-    runtime: Runtime = Runtime()     # speed settings the plan was priced with
+    runtime: Runtime = Runtime()     # speed settings in force (the plan's, with --runtime over them)
+    # the `run` section of an effective plan (runner execute's command line)
+    steps: int | None = None         # stop after this many steps (drills, profiling); None: the whole job
+    options: dict = field(default_factory=dict)   # --option KEY=VALUE for the workload
+    workload_entry: str | None = None
+    seed: int = 0
+    final_save: bool = True          # off only for profiling runs, whose state is thrown away
 
     @property
     def total_steps(self) -> int:
-        return job_steps(self.samples, self.global_batch)
+        return self.steps or job_steps(self.samples, self.global_batch)
 
     @property
     def cpu(self) -> bool:
@@ -57,9 +69,13 @@ class RunSpec:
         return splits
 
 
-def load_run_spec(path: str | Path) -> RunSpec:
-    """RunSpec from plan.json; bad content is an InputError naming the file and field."""
+def load_run_spec(path: str | Path, *, with_run: bool = True) -> RunSpec:
+    """RunSpec from plan.json; bad content is an InputError naming the file and field. `with_run`
+    False leaves out a `run` section: `runner execute` takes those choices from its own command line
+    only, never from a plan it is given."""
     doc = read_plan(path)
+    if not with_run:
+        doc = {k: v for k, v in doc.items() if k != "run"}
     w, r, c = doc["workload"], doc["resources"], doc["checkpoint"]
     interval_steps = c.get("interval_steps")
     if interval_steps is not None and (not isinstance(interval_steps, int) or interval_steps < 1):
@@ -74,7 +90,37 @@ def load_run_spec(path: str | Path) -> RunSpec:
                    interval_s=None if interval_steps else float(c["interval_s"]), interval_steps=interval_steps,
                    keep=int(c["keep"]), async_checkpoint=bool(c["async"]),
                    per_gpu_batch=_per_gpu_batch(path, doc),
-                   min_nodes=_min_nodes(path, r), runtime=parse_runtime(doc.get("runtime"), str(path)))
+                   min_nodes=_min_nodes(path, r), runtime=parse_runtime(doc.get("runtime"), str(path)),
+                   **_run_section(path, doc.get("run")))
+
+
+RUN_FIELDS = ("steps", "options", "workload_entry", "seed", "final_save")
+
+
+def effective_plan(doc: dict, *, runtime: Runtime, steps: int | None = None, options: dict | None = None,
+                   workload_entry: str | None = None, seed: int = 0, final_save: bool = True) -> dict:
+    """The plan as a run carries it out: the settings in force and the command line's choices."""
+    return {**doc, "runtime": runtime.as_dict(),
+            "run": {"steps": steps, "options": dict(options or {}), "workload_entry": workload_entry, "seed": seed,
+                    "final_save": final_save}}
+
+
+def _run_section(path, run) -> dict:
+    if run is None:
+        return {}
+    if not isinstance(run, dict) or set(run) - set(RUN_FIELDS):
+        raise InputError(str(path), "run", f"expected a mapping of {', '.join(RUN_FIELDS)}")
+    steps, options, entry, seed = run.get("steps"), run.get("options") or {}, run.get("workload_entry"), run.get("seed", 0)
+    if steps is not None and (not isinstance(steps, int) or isinstance(steps, bool) or steps < 1):
+        raise InputError(str(path), "run.steps", f"got {steps!r}; expected an integer >= 1 or null")
+    if not isinstance(options, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in options.items()):
+        raise InputError(str(path), "run.options", "expected a mapping of option names to text")
+    if entry is not None and not isinstance(entry, str):
+        raise InputError(str(path), "run.workload_entry", f"got {entry!r}; expected module:function or null")
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise InputError(str(path), "run.seed", f"got {seed!r}; expected an integer")
+    return {"steps": steps, "options": dict(options), "workload_entry": entry, "seed": seed,
+            "final_save": bool(run.get("final_save", True))}
 
 
 def _min_nodes(path, resources: dict) -> int | None:

@@ -8,7 +8,6 @@ calibrated exactly as `costsim calibrate` would calibrate them, so the profile h
 from __future__ import annotations
 
 import datetime
-import json
 import sys
 from pathlib import Path
 
@@ -17,8 +16,10 @@ import yaml
 from costsim import io as cio
 from costsim.calibrate import calibrate, load_run, updated_profile_document
 from costsim.planfile import SCHEMA
+from costsim.runtime import parse_pairs, parse_runtime
 from costsim.throughput import Infeasible, step_model
 from runner.launch import Node
+from runner.plan import effective_plan, load_run_spec
 from runner.supervisor import Execution, Supervisor, prepare_run_dir
 
 
@@ -56,23 +57,17 @@ def measure(workload_ref: str, *, gpus: list[int], batches: list[int], steps: in
     for count in gpus:
         for batch in batches:
             folder = run_root / f"gpus{count}-batch{batch}"
-            plan_path = run_root / f"plan-gpus{count}-batch{batch}.json"
-            cio.write_atomic(plan_path, json.dumps(synthetic_plan(workload, profile, gpu, count, batch), indent=1))
-            prepare_run_dir(folder, str(plan_path))
+            doc = synthetic_plan(workload, profile, gpu, count, batch)
+            written = prepare_run_dir(folder, effective_plan(
+                doc, runtime=parse_pairs(runtime, base=parse_runtime(doc.get("runtime"), "profile")), steps=steps,
+                options=dict(o.split("=", 1) for o in options), workload_entry=workload_entry, final_save=False))
             print(f"runner profile: {count} x {gpu}, batch {batch} per GPU, {steps} steps", file=sys.stderr, flush=True)
-            execution = Execution(spec=_spec(plan_path), node=Node(nnodes=1, node_rank=0, endpoint=None, run_id=None,
-                                                                   source="profile"),
-                                  run_dir=folder, run_id=folder.name, nproc_per_node=count, steps=steps,
-                                  options=options, runtime=list(runtime), workload_entry=workload_entry, max_restarts=0,
-                                  final_save=False)
+            execution = Execution(spec=load_run_spec(written), node=Node(nnodes=1, node_rank=0, endpoint=None,
+                                                                          run_id=None, source="profile"),
+                                  run_dir=folder, run_id=folder.name, nproc_per_node=count, max_restarts=0)
             if Supervisor(execution).run() != 0:
                 raise RuntimeError(f"profiling run {folder} failed: see its output above")
             run_dirs.append(folder)
     result = calibrate([load_run(str(d)) for d in run_dirs], profile)
     cio.write_atomic(out, yaml.safe_dump(updated_profile_document(profile.path, result), sort_keys=False))
     return Path(out)
-
-
-def _spec(plan_path: Path):
-    from runner.plan import load_run_spec
-    return load_run_spec(plan_path)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import datetime
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -17,7 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from costsim.io import write_atomic
-from costsim.runtime import parse_pairs
 from runner import faults, layout
 from runner.launch import Node, TorchrunReportFilter, torchrun_argv
 from runner.plan import RunSpec
@@ -34,14 +32,8 @@ class Execution:
     run_dir: Path
     run_id: str
     nproc_per_node: int
-    seed: int = 0
     schedule: list[faults.Fault] = field(default_factory=list)
     max_restarts: int = 10
-    workload_entry: str | None = None
-    options: list[str] = field(default_factory=list)
-    runtime: list[str] = field(default_factory=list)   # KEY=VALUE over the plan's runtime settings
-    steps: int | None = None
-    final_save: bool = True          # off only for profiling runs, whose state is thrown away
     min_nodes: int | None = None     # elastic: go on with as few as this many nodes
 
 
@@ -50,8 +42,9 @@ def default_run_id(env=os.environ) -> str:
             or datetime.datetime.now().strftime("%Y%m%d-%H%M%S-") + str(os.getpid()))
 
 
-def prepare_run_dir(run_dir: Path, plan_path: str) -> None:
-    """Make the run folder, prove the checkpoint folder writable, keep a copy of the plan."""
+def prepare_run_dir(run_dir: Path, effective: dict) -> Path:
+    """Make the run folder, prove the checkpoint folder writable, write the effective plan
+    (runner.plan.effective_plan) that the workers read; returns its path."""
     checkpoints = run_dir / layout.CHECKPOINTS
     try:
         checkpoints.mkdir(parents=True, exist_ok=True)
@@ -60,8 +53,8 @@ def prepare_run_dir(run_dir: Path, plan_path: str) -> None:
         probe.unlink()
     except OSError as exc:
         raise PermissionError(f"{checkpoints}: checkpoint folder is not writable ({exc.strerror or exc})") from None
-    shutil.copyfile(plan_path, run_dir / ".plan.json.tmp")
-    os.replace(run_dir / ".plan.json.tmp", run_dir / "plan.json")
+    write_atomic(run_dir / "plan.json", json.dumps(effective, indent=1) + "\n")
+    return run_dir / "plan.json"
 
 
 class Supervisor:
@@ -80,22 +73,10 @@ class Supervisor:
             faults.notify_workers(self.child.pid)
 
     def _worker_args(self, fault: faults.Fault | None) -> list[str]:
+        """Where the effective plan is, and this attempt's drill fault: the workers read the rest there."""
         x = self.x
-        args = ["--plan", str(x.run_dir / "plan.json"), "--run-dir", str(x.run_dir), "--run-id", x.run_id,
-                "--seed", str(x.seed)]
-        if fault:
-            args += ["--fault", fault.encode()]
-        if x.steps:
-            args += ["--steps", str(x.steps)]
-        if not x.final_save:
-            args.append("--no-final-save")
-        if x.workload_entry:
-            args += ["--workload-entry", x.workload_entry]
-        for option in x.options:
-            args += ["--option", option]
-        for setting in x.runtime:
-            args += ["--runtime", setting]
-        return args
+        args = ["--plan", str(x.run_dir / "plan.json"), "--run-dir", str(x.run_dir), "--run-id", x.run_id]
+        return args + (["--fault", fault.encode()] if fault else [])
 
     def run(self) -> int:
         """Attempts until the job ends; returns the exit status for `runner execute`."""
@@ -184,7 +165,7 @@ def _child_env(x: Execution) -> dict:
     env.setdefault("OMP_NUM_THREADS", "1")
     env["PYTHONUNBUFFERED"] = "1"
     from runner.speed import worker_env  # torch: only once a job is launched
-    return worker_env(parse_pairs(x.runtime, base=x.spec.runtime), x.run_dir, env)
+    return worker_env(x.spec.runtime, x.run_dir, env)
 
 
 SPLIT_FIELDS = ("world_size", "micro_batch", "accumulation")

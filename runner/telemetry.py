@@ -13,6 +13,8 @@ import threading
 import time
 from pathlib import Path
 
+from costsim.io.files import read_jsonl
+
 TELEMETRY = "telemetry.jsonl"
 
 
@@ -53,13 +55,4 @@ class Telemetry:
 
 def read_events(run_dir: Path) -> list[dict]:
     """All telemetry records of a run, in file order; a torn last line is ignored."""
-    path = Path(run_dir) / TELEMETRY
-    if not path.exists():
-        return []
-    events = []
-    for line in path.read_text().splitlines():
-        try:
-            events.append(json.loads(line))
-        except ValueError:
-            continue
-    return events
+    return read_jsonl(Path(run_dir) / TELEMETRY)

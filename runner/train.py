@@ -19,8 +19,6 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from costsim.errors import InputError
-from costsim.runtime import parse_pairs
 from runner import faults, layout, speed
 from runner.checkpoint import Checkpointer, SharedStorageError
 from runner.plan import load_run_spec
@@ -50,14 +48,11 @@ class Trainer:
         marks = {} if marks is None else marks   # when each part of the start ended (telemetry)
         self.spec, self.rank, self.world_size = spec, rank, world_size
         self.device = torch.device("cpu") if spec.cpu else torch.device("cuda", local_rank)
-        self.total_steps = args.steps or spec.total_steps
+        self.total_steps = spec.total_steps
         self.telemetry = Telemetry(Path(args.run_dir), args.run_id, rank, world_size)
         self.fault = faults.decode(args.fault)
-        self.final_save = not args.no_final_save
-        try:
-            self.runtime = parse_pairs(args.runtime, base=spec.runtime)
-        except InputError as exc:
-            raise speed.RuntimeConfigError(str(exc)) from None
+        self.final_save = spec.final_save
+        self.runtime = spec.runtime
         speed.check_device(self.runtime, self.device)
         # Rank 0 starts checking the newest checkpoint's checksums now, while the model builds.
         self.checkpointer = Checkpointer(Path(args.run_dir) / layout.CHECKPOINTS, keep=spec.keep,
@@ -69,10 +64,10 @@ class Trainer:
         self.split = spec.split(world_size)
         self.accumulation = self.split.accumulation
         ctx = BuildContext(rank=rank, world_size=world_size, device=self.device, micro_batch=self.split.micro_batch,
-                           accumulation=self.accumulation, seed=args.seed, precision=spec.precision,
-                           options=dict(kv.split("=", 1) for kv in args.option))
-        builder = resolve(spec.model, args.workload_entry)
-        check_options(builder, args.workload_entry or spec.model, ctx.options)
+                           accumulation=self.accumulation, seed=spec.seed, precision=spec.precision,
+                           options=dict(spec.options))
+        builder = resolve(spec.model, spec.workload_entry)
+        check_options(builder, spec.workload_entry or spec.model, ctx.options)
         built = build_workload(builder, ctx)
         self.built = built
         marks["build"] = time.time()
@@ -94,7 +89,6 @@ class Trainer:
         self.notice = faults.NoticeFlag()
         self.garbage = speed.GarbageCollection(self.runtime.gc_every)
         self.step = 0
-        self.args_seed = args.seed
         self.last_loss: torch.Tensor | None = None   # the last step's loss on this rank, kept on the device
 
     def warn(self, message: str) -> None:
@@ -116,7 +110,7 @@ class Trainer:
             self.checkpointer.load(step, state)
             self.step = apply_state(state, self.model, self.built.optimizer, self.built.scheduler, self.rank)
             if own_rng not in state:
-                seed_rng(self.args_seed, self.rank, self.step)
+                seed_rng(self.spec.seed, self.rank, self.step)
 
     def train_step(self) -> None:
         built, model = self.built, self.model
@@ -246,16 +240,10 @@ def start_phases(marks: dict[str, float]) -> dict:
 
 def parse(argv: list[str] | None):
     parser = argparse.ArgumentParser(description="runner worker (started by torchrun; use `runner execute`)")
-    parser.add_argument("--plan", required=True)
+    parser.add_argument("--plan", required=True, help="the run folder's effective plan (runner.plan.effective_plan)")
     parser.add_argument("--run-dir", required=True)
     parser.add_argument("--run-id", required=True)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--fault")
-    parser.add_argument("--steps", type=int)
-    parser.add_argument("--workload-entry")
-    parser.add_argument("--option", action="append", default=[])
-    parser.add_argument("--runtime", action="append", default=[])
-    parser.add_argument("--no-final-save", action="store_true", help="profiling: the trained state is thrown away")
+    parser.add_argument("--fault", help="this attempt's drill fault, e.g. kill@30")
     return parser.parse_args(argv)
 
 

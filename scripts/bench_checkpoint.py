@@ -43,8 +43,9 @@ def main() -> None:
     import torch.distributed as dist
 
     from costsim import io as cio
+    from costsim.runtime import Runtime
     from runner import train
-    from runner.plan import load_run_spec
+    from runner.plan import effective_plan, load_run_spec
     from runner.profile import synthetic_plan
     from runner.telemetry import read_events
 
@@ -55,13 +56,13 @@ def main() -> None:
     doc = synthetic_plan(workload, cio.load_profile(workload.profile), "H200" if cuda else "cpu", 1, args.batch)
     doc["checkpoint"].update({"async": True, "keep": 3})
     plan = folder / "plan.json"
-    plan.write_text(json.dumps(doc))
+    options = dict(o.split("=", 1) for o in args.option)
+    plan.write_text(json.dumps(effective_plan(doc, runtime=Runtime(), steps=2, options=options, final_save=False)))
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29533", RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
     if cuda:
         torch.cuda.set_device(0)
     dist.init_process_group(backend="cpu:gloo,cuda:nccl" if cuda else "gloo")
-    worker = train.parse(["--plan", str(plan), "--run-dir", str(folder / "run"), "--run-id", "ckpt-bench", "--steps", "2",
-                          "--no-final-save"] + [a for o in args.option for a in ("--option", o)])
+    worker = train.parse(["--plan", str(plan), "--run-dir", str(folder / "run"), "--run-id", "ckpt-bench"])
     trainer = train.Trainer(worker, load_run_spec(plan), 0, 1, 0)
     prepared = time.perf_counter()
     trainer.train()                               # two steps; staging buffers start allocating after the first

@@ -146,17 +146,15 @@ def runner(args) -> dict:
     device = _device()
     work = Path(tempfile.mkdtemp(prefix="bench-sdxl-"))
     speed.worker_env(parse_pairs(args.runtime), work / "run", os.environ)   # as the runner's workers get it
-    plan = _plan(work, args.batch, "H200" if device.type == "cuda" else "cpu")
+    options = ([f"config={args.config}"] if args.config else []) + list(args.option)
+    plan = _plan(work, args.batch, "H200" if device.type == "cuda" else "cpu", runtime=parse_pairs(args.runtime),
+                 steps=args.warmup, options=dict(o.split("=", 1) for o in options))
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
     spec = load_run_spec(plan)
     if device.type == "cuda":
         torch.cuda.set_device(device)
     dist.init_process_group(backend="cpu:gloo,cuda:nccl" if device.type == "cuda" else "gloo")
-    options = ([f"config={args.config}"] if args.config else []) + list(args.option)
-    worker_args = train.parse(["--plan", str(plan), "--run-dir", str(work / "run"), "--run-id", "bench",
-                               "--steps", str(args.warmup), "--no-final-save"]
-                              + [a for o in options for a in ("--option", o)]
-                              + [a for r in args.runtime for a in ("--runtime", r)])
+    worker_args = train.parse(["--plan", str(plan), "--run-dir", str(work / "run"), "--run-id", "bench"])
     started = time.perf_counter()
     trainer = train.Trainer(worker_args, spec, 0, 1, 0)
     built_s = time.perf_counter() - started
@@ -193,13 +191,15 @@ def _cache_state(runtime, work: Path) -> str | None:
     return "warm" if event.get("compile_cache_bytes") else "cold"
 
 
-def _plan(folder: Path, batch: int, gpu: str) -> Path:
+def _plan(folder: Path, batch: int, gpu: str, **run) -> Path:
+    """A one-GPU plan at this batch, as `runner execute` would write it (runner.plan.effective_plan)."""
     from costsim import io as cio
+    from runner.plan import effective_plan
     from runner.profile import synthetic_plan
     workload = cio.load_workload("sdxl")
     doc = synthetic_plan(workload, cio.load_profile(workload.profile), gpu, 1, batch)
     path = folder / "plan.json"
-    path.write_text(json.dumps(doc))
+    path.write_text(json.dumps(effective_plan(doc, final_save=False, **run)))
     return path
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.runner_helpers import execute, summary, tiny_plan
+from tests.runner_helpers import events, execute, summary, tiny_plan
 
 pytest.importorskip("torch")
 ROOT = Path(__file__).resolve().parent.parent
@@ -99,3 +99,20 @@ def test_a_plan_without_a_gpu_type_is_refused_not_run_on_the_cpu(plan, tmp_path)
     bare.write_text(json.dumps(doc))
     one_line_error(execute(bare, tmp_path / "run"), "resources.gpu", "missing")
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow
+def test_the_run_folder_holds_the_effective_plan_the_workers_read_and_a_plans_own_run_section_is_ignored(plan,
+                                                                                                         tmp_path):
+    doc = json.loads(plan.read_text())
+    doc["run"] = {"workload_entry": "os:system", "steps": 1, "options": {"evil": "1"}}   # never taken from a plan
+    given = tmp_path / "given.json"
+    given.write_text(json.dumps(doc))
+    result = execute(given, tmp_path / "run", "--steps", "20", "--seed", "4", "--runtime", "gc_every=5")
+    assert result.returncode == 0, result.stderr[-2000:]
+    written = json.loads((tmp_path / "run" / "plan.json").read_text())
+    assert written["run"] == {"steps": 20, "options": {}, "workload_entry": None, "seed": 4, "final_save": True}
+    assert written["runtime"]["gc_every"] == 5
+    settings = [e["settings"] for e in events(tmp_path / "run", "runtime", rank=None)]
+    assert len(settings) == 2 and all(s["gc_every"] == 5 for s in settings)   # both workers read it there
+    assert summary(tmp_path / "run")["steps"] == 20

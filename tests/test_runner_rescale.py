@@ -65,6 +65,13 @@ def one_line_error(result, *words):
         assert word in lines[0], lines[0]
 
 
+def execute_entry(plan, folder, entry, *args):
+    """`runner execute` of a workload module written into `folder`, into folder/run."""
+    return subprocess.run([sys.executable, "-m", "runner", "execute", str(plan), "--run-dir", str(folder / "run"),
+                           "--workload-entry", entry, *args], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(folder)})
+
+
 def test_processes_that_cannot_split_the_global_batch_are_refused_before_anything_starts(plan, tmp_path):
     result = execute(plan, tmp_path / "run", "--nproc-per-node", "3")
     one_line_error(result, "global batch 64 does not split over 3 processes", "workload.global_batch")
@@ -94,9 +101,7 @@ def test_a_workload_with_the_old_batch_interface_is_refused_with_the_new_one_nam
         "@workload()\ndef build(ctx):\n    model = torch.nn.Linear(2, 1)\n"
         "    return Built(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1),\n"
         "                 batch=lambda step, micro: torch.zeros(1, 2), loss=lambda m, b: m(b).sum())\n")
-    result = subprocess.run([sys.executable, "-m", "runner", "execute", str(plan), "--run-dir", str(tmp_path / "run"),
-                             "--workload-entry", "old:build"], capture_output=True, text=True, timeout=120,
-                            env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    result = execute_entry(plan, tmp_path, "old:build")
     assert result.returncode == 2
     assert "not restarting: the workload's batch takes 2 arguments; the interface is batch(indices)" in result.stderr
     assert summary(tmp_path / "run")["restarts"] == 0
@@ -112,9 +117,7 @@ def test_running_out_of_memory_stops_at_once_with_what_to_try(plan, tmp_path):
         "            raise torch.OutOfMemoryError('CUDA out of memory. Tried to allocate 20.00 GiB')\n"
         "        return inner(model, data)\n"
         "    built.loss = loss\n    return built\n")
-    result = subprocess.run([sys.executable, "-m", "runner", "execute", str(plan), "--run-dir", str(tmp_path / "run"),
-                             "--workload-entry", "hungry:build", "--steps", "50"], capture_output=True, text=True,
-                            timeout=120, env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    result = execute_entry(plan, tmp_path, "hungry:build", "--steps", "50")
     assert result.returncode == 1
     lines = [x for x in result.stderr.splitlines() if x.strip()]
     assert "Traceback" not in result.stderr and len(lines) == 2, result.stderr   # the start, and why it stopped

@@ -69,6 +69,21 @@ def read_json(path: Path) -> dict:
     return doc
 
 
+def read_jsonl(path: Path) -> list[dict]:
+    """The records of a JSON-lines file (telemetry), in file order; a torn line (a killed writer's
+    last) is skipped; a missing file has none."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    records = []
+    for line in path.read_text().splitlines():
+        try:
+            records.append(json.loads(line))
+        except ValueError:
+            continue
+    return records
+
+
 def write_atomic(path: Path, text: str) -> None:
     """Write text to path via a temporary file in the same folder and a rename."""
     path = Path(path)

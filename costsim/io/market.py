@@ -16,11 +16,10 @@ controller's journal. Each becomes instance lives and capacity outages per offer
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from costsim.errors import InputError
-from costsim.io.files import read_json
+from costsim.io.files import read_json, read_jsonl
 from costsim.io.specs import load_trace
 from costsim.market_fit import Span, trace_spans
 
@@ -66,12 +65,7 @@ def _run_lives(folder: Path) -> dict[str, list[Span]]:
     telemetry = folder / "telemetry.jsonl"
     if not telemetry.exists():
         raise InputError(str(folder), "telemetry.jsonl", "not found: give a run folder written by `runner execute`")
-    events = []
-    for line in telemetry.read_text().splitlines():
-        try:
-            events.append(json.loads(line))
-        except ValueError:
-            continue   # a torn last line of a killed run
+    events = read_jsonl(telemetry)
     lives: dict[str, list[Span]] = {}
     open_lives: dict[int, tuple[dict, float]] = {}   # node -> (its instance event, the job's last event)
 
