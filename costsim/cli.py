@@ -401,7 +401,9 @@ def _calibrate_market(refs, offering, out, fmt):
 
     from costsim.io.market import read_market
     from costsim.market_fit import MIN_EVENTS, fit_market, fit_record, model_document
-    observed = read_market(_trace_files(list(refs)), offering)
+    # a folder of traces stands for its files; a run folder (it holds telemetry.jsonl) for itself
+    sources = [s for ref in refs for s in ([ref] if (Path(ref) / "telemetry.jsonl").exists() else _trace_files([ref]))]
+    observed = read_market(sources, offering)
     if not observed:
         raise InputError(", ".join(refs), "offering", f"no spot lives of {offering!r} in these sources" if offering
                          else "no spot lives in these sources")

@@ -189,3 +189,8 @@ def test_a_runs_instance_lives_are_recorded_a_notice_as_a_preemption_a_finish_as
     lives, outages = read_market([str(run)])["test/spot-cpu"]
     assert [(s.ended, s.event) for s in lives] == [("preempted-notice", True), ("finished", False)]
     assert all(s.duration_s > 1 for s in lives) and outages == []
+    fitted = costsim("calibrate", "--market", str(run), "--format", "json")   # a run folder, through the CLI
+    assert fitted.returncode == 0, fitted.stderr
+    [record] = json.loads(fitted.stdout)["offerings"]
+    assert (record["offering"], record["preemptions"], record["censored"]) == ("test/spot-cpu", 1, 1)
+    assert set(record["thin"]) >= {"weibull_shape", "mean_up_s"}
