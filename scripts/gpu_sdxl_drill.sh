@@ -45,7 +45,7 @@ import json, sys
 plan = json.load(open("/tmp/plan.json"))
 plan["resources"].update(gpus_per_node=2, nodes=1)
 plan["workload"]["global_batch"] = 2 * int(sys.argv[1])
-plan["prediction"]["accumulation"] = 1
+plan["prediction"].update(per_gpu_batch=int(sys.argv[1]), accumulation=1)   # BATCH per GPU, no accumulation
 plan["checkpoint"].update(interval_steps=int(sys.argv[2]), keep=2, **{"async": True})
 json.dump(plan, open("/tmp/plan.json", "w"), indent=1)
 PY
