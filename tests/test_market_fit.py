@@ -164,6 +164,9 @@ def test_the_controllers_journal_is_read_with_censoring(tmp_path):
                                                   "ended": "exploded"}]}))
     result = costsim("calibrate", "--market", str(journal))
     assert result.returncode == 2 and "instances[0].ended" in result.stderr and "preempted-notice" in result.stderr
+    journal.write_text(json.dumps({"instances": [], "outages": [3]}))
+    result = costsim("calibrate", "--market", str(journal))
+    assert result.returncode == 2 and result.stderr.count("\n") == 1 and "outages[0]: expected a mapping" in result.stderr
 
 
 @pytest.mark.slow

@@ -111,8 +111,13 @@ def _journal(path: Path, doc: dict) -> Observations:
         if item.get("market") == "spot":
             out.setdefault(str(item.get("offering", "")), ([], []))[0].append(
                 Span(end - start, event=ended in PREEMPTED, ended=ended, source=str(path)))
-    for index, item in enumerate(doc.get("outages") or []):
+    outages = doc.get("outages") or []
+    if not isinstance(outages, list):
+        raise InputError(str(path), "outages", "expected a list of {offering, start_s, end_s}")
+    for index, item in enumerate(outages):
         where = f"outages[{index}]"
+        if not isinstance(item, dict):
+            raise InputError(str(path), where, "expected a mapping")
         start = _seconds(path, f"{where}.start_s", item.get("start_s"))
         end = item.get("end_s")
         span = Span((_seconds(path, f"{where}.end_s", end) if end is not None else float(doc.get("end_s", start)))
