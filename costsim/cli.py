@@ -436,7 +436,8 @@ def _market_row(r: dict) -> list:
     naive = r["naive_mean_up_s"]
     bias = f" ({naive / r['mean_up_s'] - 1:+.1%})" if naive and r["mean_up_s"] else ""
     return [r["offering"], r["preemptions"] + r["censored"], r["preemptions"], r["censored"],
-            figure(r["weibull_shape"], "weibull_shape", unit_s=False), figure(r["mean_up_s"], "mean_up_s")
+            "1 (pinned) !" if r["weibull_shape_pinned"] else figure(r["weibull_shape"], "weibull_shape", unit_s=False),
+            figure(r["mean_up_s"], "mean_up_s")
             + (f" {r['mean_up_method']}" if r["mean_up_method"] == "weibull" else ""),
             f"{naive / 3600:.3g}h{bias}" if naive else "-", r["outages"] + r["outages_censored"],
             figure(r["mean_outage_s"], "mean_outage_s")]

@@ -24,6 +24,7 @@ import numpy as np
 from scipy import optimize, special, stats
 
 MIN_EVENTS = 10
+SHAPE_BOUNDS = (0.05, 50.0)   # Weibull shapes searched; an optimum at either end is no estimate
 Z95 = stats.norm.ppf(0.975)
 
 
@@ -51,6 +52,7 @@ class WeibullFit:
     events: int
     censored: int
     ci: dict[str, Interval] = field(default_factory=dict)   # shape, scale_s, mean_s
+    shape_pinned: bool = False   # the data cannot fix the shape: pinned at 1 (exponential), no interval for it
 
     @property
     def thin(self) -> bool:
@@ -72,10 +74,11 @@ class ExponentialFit:
 def _weibull_nll(params: np.ndarray, t: np.ndarray, d: np.ndarray) -> float:
     """Negative log-likelihood in (log shape, log scale): events add log f, censored log S."""
     k, lam = math.exp(params[0]), math.exp(params[1])
-    z = t / lam
-    log_z = np.log(z)
-    log_f = math.log(k) - math.log(lam) + (k - 1.0) * log_z - z ** k
-    return float(-(np.sum(log_f[d]) - np.sum(z[~d] ** k)))
+    log_z = np.log(t / lam)
+    with np.errstate(over="ignore"):
+        z_k = np.exp(k * log_z)
+        value = -(np.sum(math.log(k) - math.log(lam) + (k - 1.0) * log_z[d] - z_k[d]) - np.sum(z_k[~d]))
+    return float(value) if np.isfinite(value) else math.inf
 
 
 def _hessian(f, x: np.ndarray, step: float = 1e-4) -> np.ndarray:
@@ -99,9 +102,17 @@ def fit_weibull(spans: list[Span]) -> WeibullFit | None:
         return None
     scale0 = float(np.sum(t) / events)   # the exponential MLE: a start the optimiser cannot miss
     objective = lambda p: _weibull_nll(p, t, d)   # noqa: E731
-    best = optimize.minimize(objective, np.array([0.0, math.log(scale0)]), method="Nelder-Mead",
+    bounds = [(math.log(SHAPE_BOUNDS[0]), math.log(SHAPE_BOUNDS[1])),
+              (math.log(t.min()) - 10.0, math.log(t.max()) + 10.0)]
+    best = optimize.minimize(objective, np.array([0.0, math.log(scale0)]), method="Nelder-Mead", bounds=bounds,
                              options={"xatol": 1e-8, "fatol": 1e-10, "maxiter": 4000})
     log_k, log_lam = best.x
+    if events < 2 or min(abs(log_k - b) for b in bounds[0]) < 1e-3:
+        # One event, or a likelihood that grows without end (the longest life a preemption, say): no
+        # shape is found. A reliability engineer pins it (Weibayes); 1 is the exponential.
+        interval = _exponential_interval(float(np.sum(t)), events)
+        return WeibullFit(shape=1.0, scale_s=scale0, mean_s=scale0, events=events, censored=len(spans) - events,
+                          ci={"scale_s": interval, "mean_s": interval}, shape_pinned=True)
     k, lam = math.exp(log_k), math.exp(log_lam)
     mean = lam * math.gamma(1.0 + 1.0 / k)
     ci: dict[str, Interval] = {}
@@ -126,9 +137,14 @@ def fit_exponential(spans: list[Span]) -> ExponentialFit | None:
     if events == 0:
         return None
     total = sum(s.duration_s for s in spans)
-    low = 2.0 * total / stats.chi2.ppf(0.975, 2 * events + 2)
-    high = 2.0 * total / stats.chi2.ppf(0.025, 2 * events)
-    return ExponentialFit(mean_s=total / events, events=events, censored=len(spans) - events, ci=Interval(low, high))
+    return ExponentialFit(mean_s=total / events, events=events, censored=len(spans) - events,
+                          ci=_exponential_interval(total, events))
+
+
+def _exponential_interval(total_s: float, events: int) -> Interval:
+    """95% interval of an exponential mean from time-censored data (chi-square, 2r+2 and 2r degrees)."""
+    return Interval(2.0 * total_s / stats.chi2.ppf(0.975, 2 * events + 2),
+                    2.0 * total_s / stats.chi2.ppf(0.025, 2 * events))
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,6 +261,7 @@ def fit_record(fit: MarketFit) -> dict:
     return {
         "offering": fit.offering,
         "weibull_shape": w.shape if w else None, "weibull_scale_s": w.scale_s if w else None,
+        "weibull_shape_pinned": w.shape_pinned if w else None,
         "mean_up_s": up.mean_s if up else None, "mean_up_method": up.method if up else None,
         "mean_outage_s": out.mean_s if out else None,
         "preemptions": w.events if w else 0,
@@ -266,7 +283,9 @@ def model_document(records: list[dict], read_date: str, command: str) -> dict:
     for r in records:
         if r["mean_up_s"] is None:
             continue
-        entry = {"mtbf": f"{r['mean_up_s']:.6g}s", "weibull_shape": round(r["weibull_shape"], 4)}
+        entry = {"mtbf": f"{r['mean_up_s']:.6g}s"}
+        if not r["weibull_shape_pinned"]:   # a pinned shape is no finding: the catalog's stays
+            entry["weibull_shape"] = round(r["weibull_shape"], 4)
         if r["mean_outage_s"] is not None:
             entry["wait_mean"] = f"{r['mean_outage_s']:.6g}s"
         entry["fitted"] = {"preemptions": r["preemptions"], "censored": r["censored"], "outages": r["outages"],

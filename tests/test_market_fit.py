@@ -67,6 +67,14 @@ def test_counting_censored_lives_as_preemptions_biases_the_mean_low_and_the_cens
     assert not wrong.ci["mean_s"].low <= true_mean <= wrong.ci["mean_s"].high
 
 
+@pytest.mark.parametrize("event, censored", [(20.0, 10.0), (10.0, 20.0), (9.1, 5.3)])
+def test_one_preemption_pins_the_shape_instead_of_chasing_an_unbounded_likelihood(event, censored):
+    # with the only event the longest life, the likelihood grows without end as the shape grows
+    fit = fit_weibull([Span(event, True), Span(censored, False)])
+    assert fit.shape_pinned and fit.shape == 1.0 and fit.scale_s == event + censored   # exponential: total / events
+    assert "shape" not in fit.ci and fit.ci["mean_s"].low < fit.mean_s < fit.ci["mean_s"].high
+
+
 def test_kaplan_meier_mean_without_censoring_is_the_sample_mean_with_its_normal_interval():
     values = np.random.default_rng(1).exponential(100.0, 500)
     km = kaplan_meier_mean([Span(v, True) for v in values])
@@ -196,4 +204,5 @@ def test_a_runs_instance_lives_are_recorded_a_notice_as_a_preemption_a_finish_as
     assert fitted.returncode == 0, fitted.stderr
     [record] = json.loads(fitted.stdout)["offerings"]
     assert (record["offering"], record["preemptions"], record["censored"]) == ("test/spot-cpu", 1, 1)
+    assert record["weibull_shape_pinned"] and record["ci"]["weibull_shape"] is None   # one event fixes no shape
     assert set(record["thin"]) >= {"weibull_shape", "mean_up_s"}

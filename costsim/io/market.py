@@ -94,37 +94,40 @@ def _run_lives(folder: Path) -> dict[str, list[Span]]:
 
 def _journal(path: Path, doc: dict) -> Observations:
     out: Observations = {}
-    instances = doc["instances"]
-    if not isinstance(instances, list):
-        raise InputError(str(path), "instances", "expected a list of {offering, market, start_s, end_s, ended}")
-    for index, item in enumerate(instances):
-        where = f"instances[{index}]"
-        if not isinstance(item, dict):
-            raise InputError(str(path), where, "expected a mapping")
+    for where, item in _mappings(path, doc, "instances", "{offering, market, start_s, end_s, ended}"):
         ended = item.get("ended")
         if ended not in ENDINGS:
             raise InputError(str(path), f"{where}.ended", f"got {ended!r}; allowed: {', '.join(ENDINGS)}")
-        start, end = _seconds(path, f"{where}.start_s", item.get("start_s")), item.get("end_s")
-        end = _seconds(path, f"{where}.end_s", end)
-        if end < start:
-            raise InputError(str(path), f"{where}.end_s", f"{end} is before start_s {start}")
+        start, end = _interval(path, where, item.get("start_s"), f"{where}.end_s", item.get("end_s"))
         if item.get("market") == "spot":
             out.setdefault(str(item.get("offering", "")), ([], []))[0].append(
                 Span(end - start, event=ended in PREEMPTED, ended=ended, source=str(path)))
-    outages = doc.get("outages") or []
-    if not isinstance(outages, list):
-        raise InputError(str(path), "outages", "expected a list of {offering, start_s, end_s}")
-    for index, item in enumerate(outages):
-        where = f"outages[{index}]"
-        if not isinstance(item, dict):
-            raise InputError(str(path), where, "expected a mapping")
-        start = _seconds(path, f"{where}.start_s", item.get("start_s"))
-        end = item.get("end_s")
-        span = Span((_seconds(path, f"{where}.end_s", end) if end is not None else float(doc.get("end_s", start)))
-                    - start, event=end is not None, ended="capacity-back" if end is not None else "journal-end",
-                    source=str(path))
-        out.setdefault(str(item.get("offering", "")), ([], []))[1].append(span)
+    for where, item in _mappings(path, doc, "outages", "{offering, start_s, end_s}", required=False):
+        back = item.get("end_s") is not None   # null: capacity not back when the journal ended (censored)
+        start, end = (_interval(path, where, item.get("start_s"), f"{where}.end_s", item["end_s"]) if back
+                      else _interval(path, where, item.get("start_s"), "end_s", doc.get("end_s")))
+        out.setdefault(str(item.get("offering", "")), ([], []))[1].append(
+            Span(end - start, event=back, ended="capacity-back" if back else "journal-end", source=str(path)))
     return out
+
+
+def _mappings(path: Path, doc: dict, key: str, shape: str, required: bool = True):
+    """(where, entry) for each entry of the list doc[key], each checked to be a mapping."""
+    entries = doc[key] if required else doc.get(key) or []
+    if not isinstance(entries, list):
+        raise InputError(str(path), key, f"expected a list of {shape}")
+    for index, item in enumerate(entries):
+        if not isinstance(item, dict):
+            raise InputError(str(path), f"{key}[{index}]", "expected a mapping")
+        yield f"{key}[{index}]", item
+
+
+def _interval(path: Path, where: str, start, end_field: str, end) -> tuple[float, float]:
+    """(start, end) in seconds, each checked; `end_field` names where the end came from."""
+    start_s, end_s = _seconds(path, f"{where}.start_s", start), _seconds(path, end_field, end)
+    if end_s < start_s:
+        raise InputError(str(path), end_field, f"{end_s:g} is before {where}.start_s {start_s:g}")
+    return start_s, end_s
 
 
 def _seconds(path: Path, field: str, value) -> float:
