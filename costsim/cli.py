@@ -11,7 +11,7 @@ from costsim import io, report
 from costsim.catalog import SENSITIVITY_ENDS, find_offering, offerings_for, with_spot_models
 from costsim.entry import run
 from costsim.errors import InputError
-from costsim.planfile import plan_document
+from costsim.planfile import plan_document, spot_model_name
 from costsim.planner import PlanOptions, plan
 from costsim.sim.policies import POLICIES
 from costsim.units import DURATION_HELP, format_duration, parse_duration_s
@@ -101,26 +101,25 @@ def plan_command(workload, deadline, budget, risk, trials, seed, profile_ref, gp
     profile = io.load_profile(profile_ref or spec.profile)
     options = PlanOptions(trials=trials, seed=seed, risk=risk, deadline_s=deadline, budget=budget,
                           shortlist=shortlist, jobs=jobs)
-    offerings = offerings_for(spec, tuple(gpus) or None)
+    catalog = offerings_for(spec, tuple(gpus) or None)
     fitted = io.load_fitted_spot_models(spot_model) if spot_model else None
-    if fitted:
-        offerings = with_spot_models(offerings, fitted)
+    offerings = with_spot_models(catalog, fitted) if fitted else catalog
     result = plan(spec, profile, offerings, options, progress=progress_line("plan"))
     chosen = plan_document(result, result.chosen) if result.chosen else None
     sensitivity = None
     if fitted:
-        sensitivity = {end: plan(spec, profile, with_spot_models(offerings_for(spec, tuple(gpus) or None), fitted, end),
-                                 options, progress=progress_line(f"plan at the {end} end"))
-                       for end in SENSITIVITY_ENDS}
+        sensitivity = sensitivity_record(result, {
+            end: plan(spec, profile, with_spot_models(catalog, fitted, end), options,
+                      progress=progress_line(f"plan at the {end} end")) for end in SENSITIVITY_ENDS})
         if chosen:
-            chosen["sensitivity"] = sensitivity_record(result, sensitivity)
+            chosen["sensitivity"] = sensitivity
     if chosen:
         io.write_atomic(out, report.to_json(chosen) + "\n")
     if plot:
         report.plot_plan(result, plot)
     _print_plan(result, chosen, fmt, out, plot)
     if sensitivity and fmt == "table":
-        _print_sensitivity(result, sensitivity)
+        _print_sensitivity(_choice(result), sensitivity)
     if chosen is None:
         raise click.ClickException(
             f"no candidate reaches P(deadline) >= {result.target:.2f}"
@@ -161,7 +160,7 @@ def _choice(result) -> dict | None:
         return None
     c = result.chosen.configured.candidate
     return {"offering": c.offering.id, "nodes": c.nodes, "policy": c.policy, "variant": c.variant or None,
-            "checkpoint_interval_s": c.checkpoint_interval_s, "spot_model": report.spot_model_name(c.offering, c.policy),
+            "checkpoint_interval_s": c.checkpoint_interval_s, "spot_model": spot_model_name(c.offering, c.policy),
             "cost_mean": result.chosen.stats.cost_mean, "p_deadline": result.chosen.stats.p_deadline}
 
 
@@ -174,12 +173,11 @@ def sensitivity_record(result, sensitivity: dict) -> dict:
     return {**ends, "choice_changes": changes}
 
 
-def _print_sensitivity(result, sensitivity: dict) -> None:
-    base = _choice(result)
+def _print_sensitivity(base: dict | None, sensitivity: dict) -> None:
     if base is not None:
         click.echo(f"spot model of the chosen plan: {base['spot_model'] or 'none (no spot market)'}")
-    for end, other in sensitivity.items():
-        c = _choice(other)
+    for end in SENSITIVITY_ENDS:
+        c = sensitivity[end]
         if c is None:
             click.echo(f"spot model at its {end} end: no candidate meets the target")
             continue
@@ -189,7 +187,7 @@ def _print_sensitivity(result, sensitivity: dict) -> None:
         click.echo(f"spot model at its {end} end ({c['spot_model'] or 'no spot'}): "
                    f"{'the same choice' if same else chose}, mean cost {c['cost_mean']:,.2f}, "
                    f"P(deadline) {c['p_deadline']:.3f}")
-    if sensitivity_record(result, sensitivity)["choice_changes"]:
+    if sensitivity["choice_changes"]:
         click.echo("note: the choice changes within the fitted spot model's 95% intervals: the data do not settle "
                    "it (more lives narrow the intervals)")
     else:

@@ -24,6 +24,12 @@ def job_steps(samples: int, global_batch: int) -> int:
     return max(1, math.ceil(samples / global_batch))
 
 
+def spot_model_name(offering, policy: str) -> str | None:
+    """The spot capacity model a candidate was simulated with (None when its policy never uses spot)."""
+    uses_spot = SPOT in POLICY_MARKETS[policy]
+    return offering.spot_model.name if uses_spot and offering.spot_model is not None else None
+
+
 def plan_document(result, ranked) -> dict:
     """The plan.json content for one ranked candidate of a plan result."""
     c, stats, step = ranked.configured.candidate, ranked.stats, ranked.configured.step
@@ -41,7 +47,7 @@ def plan_document(result, ranked) -> dict:
                       "fallback": ON_DEMAND if SPOT in markets and ON_DEMAND in markets else None,
                       "price_per_node_h": {m: c.offering.price_per_h(m) for m in c.offering.markets},
                       "currency": c.offering.currency, "price_read_date": c.offering.read_date,
-                      "spot_model": c.offering.spot_model.name if SPOT in markets and c.offering.spot_model else None},
+                      "spot_model": spot_model_name(c.offering, c.policy)},
         "policy": {"name": c.policy, "deadline_s": result.deadline_s, "changeover_s": params.changeover_s,
                    "p_deadline_target": result.target},
         "checkpoint": {"interval_s": c.checkpoint_interval_s, "keep": w.checkpoint_keep,

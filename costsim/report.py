@@ -9,6 +9,7 @@ import math
 
 from tabulate import tabulate
 
+from costsim.planfile import spot_model_name
 from costsim.units import format_duration
 
 PLAN_HEADERS = ["", "offering", "GPU x per node x nodes", "policy", "ckpt", "P50 finish", "P90 finish",
@@ -39,12 +40,6 @@ def candidate_record(r) -> dict:
             "profile_source": r.configured.gpu.source, "variant": c.variant or None,
             "spot_model": spot_model_name(c.offering, c.policy), **r.stats.as_dict()}
 
-
-def spot_model_name(offering, policy: str) -> str | None:
-    """The spot capacity model a candidate was simulated with (None when its policy never uses spot)."""
-    from costsim.sim.policies import POLICY_MARKETS
-    uses_spot = "spot" in POLICY_MARKETS[policy]
-    return offering.spot_model.name if uses_spot and offering.spot_model is not None else None
 
 
 def table(headers: list[str], rows: list[list], fmt: str) -> str:

@@ -60,10 +60,22 @@ def measure(run_dir: Path, skip: int = 5) -> dict:
         "by_split": [{"world_size": w, "nodes": n, "micro_batch": m, "accumulation": a, "steps_measured": len(times),
                       "step_time_s": statistics.fmean(times), "samples_per_s": batch / statistics.fmean(times)}
                      for (w, n, m, a), times in steady_steps_by_split(events, (world, 1, batch // world, 1), skip).items()],
+        # (step, peak GB reserved, allocator retries) at each progress line where the peak grew: a
+        # memory margin that holds shows one early entry and no later ones
+        "peak_reserved_growth": peak_growth(events),
         "end_of_run": {k: end[k] for k in ("gc_collections", "gc_s", "alloc_retries", "peak_allocated_gb",
                                            "peak_reserved_gb", "final_loss") if k in end},
         "summary": summary,
     }
+
+
+def peak_growth(events: list[dict]) -> list[tuple]:
+    growth, peak = [], 0.0
+    for e in events:
+        if e["event"] == "progress" and e.get("peak_reserved_gb", 0.0) > peak:
+            peak = e["peak_reserved_gb"]
+            growth.append((e["step"], round(peak, 2), e.get("alloc_retries")))
+    return growth
 
 
 def writing_slowdown(events: list[dict], skip: int = 5) -> float | None:
