@@ -13,7 +13,7 @@ from costsim.entry import run
 from costsim.errors import InputError
 from costsim.planfile import plan_document, spot_model_name
 from costsim.planner import PlanOptions, plan
-from costsim.sim.policies import POLICIES
+from costsim.policies import POLICIES
 from costsim.units import DURATION_HELP, format_duration, parse_duration_s
 from costsim.whatif import BareJob, bare_config, summary, workload_config
 

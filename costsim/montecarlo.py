@@ -15,7 +15,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from costsim.sim import policies
+from costsim import policies
 from costsim.sim.job import JobParams
 from costsim.sim.market import HazardModel, HazardTimeline, Timeline, TraceTimeline
 from costsim.sim.trial import MarketPrice, TrialOutcome, run_trial

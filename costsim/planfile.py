@@ -11,8 +11,8 @@ import math
 import costsim
 from costsim.errors import InputError
 from costsim.io.files import Fields, read_json
+from costsim.policies import POLICIES, POLICY_MARKETS
 from costsim.runtime import parse_runtime
-from costsim.sim.policies import POLICIES, POLICY_MARKETS
 from costsim.spec import ON_DEMAND, SPOT
 from costsim.units import finite_or_none
 

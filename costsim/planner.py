@@ -18,9 +18,9 @@ from typing import Callable
 from costsim import checkpoint as ckpt
 from costsim.errors import InputError, ModelError
 from costsim.montecarlo import SimConfig, run_many, summarise
+from costsim.policies import POLICY_MARKETS
 from costsim.sim.job import JobParams
 from costsim.sim.market import HazardModel
-from costsim.sim.policies import POLICY_MARKETS
 from costsim.sim.trial import MarketPrice
 from costsim.spec import ON_DEMAND, SPOT, Candidate, GpuProfile, Offering, Profile, Stats, Workload
 from costsim.throughput import Infeasible, StepModel, step_model

@@ -11,9 +11,9 @@ from costsim import io
 from costsim.errors import InputError
 from costsim.montecarlo import SimConfig, quantile, run_trials
 from costsim.planner import job_params, sim_config
+from costsim.policies import POLICY_MARKETS
 from costsim.sim.job import JobParams
 from costsim.sim.market import HazardModel
-from costsim.sim.policies import POLICY_MARKETS
 from costsim.sim.trial import MarketPrice
 from costsim.spec import ON_DEMAND, SPOT, Offering, Workload
 from costsim.throughput import Infeasible, step_model

@@ -6,11 +6,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from costsim import io
+from costsim import io, policies
 from costsim.montecarlo import SimConfig, run_trials
-from costsim.sim import policies
+from costsim.policies import ON_DEMAND, SPOT, Decision, View
 from costsim.sim.job import JobParams
-from costsim.sim.policies import ON_DEMAND, SPOT, Decision, View
 from costsim.sim.trial import MarketPrice
 
 H = 3600.0

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from costsim.sim import policies
+from costsim import policies
 from costsim.sim.job import JobParams
 from costsim.sim.market import AlwaysAvailable, Timeline, TraceTimeline
 from costsim.sim.trial import MarketPrice, run_trial

@@ -1,1 +1,1 @@
-"""SimPy dynamics of a training job: spot market, recovery policies, the job process."""
+"""SimPy dynamics of a training job: the spot market and the job process (the policies they ask are costsim.policies)."""

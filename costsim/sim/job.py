@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 
 import simpy
 
+from costsim.policies import SPOT, Decision, Policy, View
 from costsim.sim.market import Timeline
-from costsim.sim.policies import SPOT, Decision, Policy, View
 
 _EPS = 1e-6
 

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 import simpy
 
 from costsim.cost import instance_cost
+from costsim.policies import Policy
 from costsim.sim.job import Job, JobParams, JobRecord
 from costsim.sim.market import Timeline
-from costsim.sim.policies import Policy
 
 
 def events_scheduled(env: simpy.Environment) -> int:
