@@ -486,6 +486,90 @@ def export_command(plan, target, out, bucket, shared_dir):
         click.echo(text, nl=False)
 
 
+@cli.command("control")
+@click.argument("plan", type=click.Path(dir_okay=False))
+@click.option("--backend", type=click.Choice(["local", "slurm"]), default="local", show_default=True,
+              help="local: this machine stands for both markets, spot follows --trace; slurm: partitions spot and "
+              "on-demand of a real Slurm (docs/control.md)")
+@click.option("--run-dir", type=click.Path(file_okay=False), help="the job's run folder and the controller's journal "
+              "(control.json); given again, the controller picks up where it was (default: runs/control-<time>)")
+@click.option("--policy", type=click.Choice(sorted(POLICIES)), help="default: the plan's policy.name")
+@click.option("--trace", type=click.Path(dir_okay=False), help="local: the spot capacity trace to replay (the "
+              "simulator's format, 0 = capacity)")
+@click.option("--reclaim-trace", type=click.Path(dir_okay=False), help="slurm drills: while this trace says capacity "
+              "is gone, high-priority jobs take the spot partition's node and Slurm preempts the job")
+@click.option("--time-scale", type=POSITIVE, default=1.0, show_default=True,
+              help="trace seconds per wall second (a drill replays a day in minutes)")
+@click.option("--notice", type=DURATION_OR_ZERO, help="local: spot notice before a reclaim, in trace time "
+              "(default: the plan's spot_notice_s)")
+@click.option("--deadline", type=DURATION, help="in trace time (default: the plan's policy.deadline_s)")
+@click.option("--poll", type=POSITIVE, default=0.5, show_default=True, help="wall seconds between looks at the job "
+              "and the market")
+@click.option("--steps", type=click.IntRange(min=1), help="runner: stop after this many steps (the job's length)")
+@click.option("--seed", type=int, help="runner: its --seed")
+@click.option("--nproc-per-node", type=click.IntRange(min=1), help="runner: its --nproc-per-node")
+@click.option("--option", "options", multiple=True, help="runner: KEY=VALUE for the workload (repeatable)")
+@click.option("--runtime", "runtime", multiple=True, help="runner: KEY=VALUE runner settings (repeatable)")
+@click.option("--plot", type=click.Path(dir_okay=False), help="progress against time with market bands, PNG")
+@output_options
+def control_command(plan, backend, run_dir, policy, trace, reclaim_trace, time_scale, notice, deadline, poll, steps,
+                    seed, nproc_per_node, options, runtime, plot, fmt):
+    """Carry out a plan's market policy while the job runs, and bill what happened against the prediction.
+
+    Example: costsim control drill.json --policy uniform-progress --trace data/traces/cbl-us-west-2a-v100/0.json
+    --time-scale 600 --deadline 16h --notice 10m --steps 24000 --run-dir runs/drill --plot drill.png
+    """
+    from costsim.control import session
+    if trace and backend != "local":
+        raise click.UsageError("--trace is the local backend's capacity; on slurm give --reclaim-trace")
+    if reclaim_trace and backend != "slurm":
+        raise click.UsageError("--reclaim-trace is for --backend slurm; on local give --trace")
+    for option in options:
+        if "=" not in option:
+            raise click.BadParameter(f"{option!r}: expected KEY=VALUE", param_hint="--option")
+    runner_args = [*(["--steps", str(steps)] if steps else []), *(["--seed", str(seed)] if seed is not None else []),
+                   *(["--nproc-per-node", str(nproc_per_node)] if nproc_per_node else []),
+                   *(a for o in options for a in ("--option", o)), *(a for r in runtime for a in ("--runtime", r))]
+    request = session.Request(plan=plan, backend=backend, run_dir=run_dir, policy=policy, trace=trace,
+                              reclaim_trace=reclaim_trace, time_scale=time_scale, notice_s=notice, deadline_s=deadline,
+                              poll_s=poll, runner_args=runner_args, steps=steps)
+    say = lambda line: click.echo(line, err=True)  # noqa: E731
+    controller, journal, lock, context = session.open_session(request, say)
+    try:
+        if journal.status == "running":
+            controller.run()
+        doc = session.finish(controller, journal, context)
+    finally:
+        controller.backend.close()
+        lock.release()
+    if plot:
+        from costsim.control.plot import plot_run
+        plot_run(journal, context["run_dir"], controller.plan.total_steps, plot)
+        click.echo(f"wrote {plot}", err=True)
+    if fmt == "json":
+        click.echo(report.to_json(journal.to_dict()))
+    else:
+        click.echo(report.table(["", "actual", "predicted", "error"], _control_rows(doc), fmt))
+        if fmt == "table":
+            click.echo(f"{journal.status}; {doc['restarts']} restarts, {doc['preemptions']} preemptions; "
+                       f"journal {Path(context['run_dir']) / 'control.json'}")
+    if journal.status != "done":
+        raise SystemExit(1)
+
+
+def _control_rows(doc: dict) -> list[list[str]]:
+    predicted, error = doc.get("predicted") or {}, doc["error"]
+    hours = lambda s: "never" if s is None else f"{s / 3600:.2f} h"  # noqa: E731
+    rows = [["cost", f"{doc['cost']:.2f} {doc['bill']['currency']}",
+             "-" if not predicted else f"{predicted['cost']:.2f}", _pct(error["cost_rel"])],
+            ["finish", hours(doc["finish_s"]), hours(predicted.get("finish_s")), _pct(error["finish_rel"])],
+            ["deadline", hours(doc["deadline_s"]), "", "met" if doc["deadline_met"] else "missed"]]
+    for market, entry in sorted(doc["bill"]["markets"].items()):
+        predicted_h = sum(s["end_s"] - s["start_s"] for s in predicted.get("markets", []) if s["market"] == market)
+        rows.append([f"{market} hours", f"{entry['hours']:.2f}", f"{predicted_h / 3600:.2f}" if predicted else "-", ""])
+    return rows
+
+
 @cli.command("catalog")
 @click.option("--gpu", help="only this GPU type, e.g. H100")
 @output_options

@@ -9,7 +9,7 @@ a real job.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 from costsim.spec import ON_DEMAND, OWNED, SPOT  # noqa: F401 (the market names, defined once)
@@ -36,6 +36,7 @@ class View:
 class Decision:
     market: str | None
     reconsider_at: float = math.inf
+    reason: str = field(default="", compare=False)   # for people (the controller's timeline), not the model
 
 
 Policy = Callable[[View], Decision]
@@ -63,21 +64,21 @@ def get(name: str) -> Policy:
 @register("on-demand", (ON_DEMAND,))
 def on_demand(view: View) -> Decision:
     """Always on-demand."""
-    return Decision(ON_DEMAND)
+    return Decision(ON_DEMAND, reason="on-demand only")
 
 
 @register("owned", (OWNED,))
 def owned(view: View) -> Decision:
     """Always the team's own hardware."""
-    return Decision(OWNED)
+    return Decision(OWNED, reason="owned only")
 
 
 @register("spot-only", (SPOT,))
 def spot_only(view: View) -> Decision:
     """Spot whenever it can be had, otherwise wait for it, whatever the deadline."""
     if view.running == SPOT or view.spot_available_at <= view.t + _EPS:
-        return Decision(SPOT)
-    return Decision(None, view.spot_available_at)
+        return Decision(SPOT, reason="spot")
+    return Decision(None, view.spot_available_at, reason="waiting for spot")
 
 
 @register("greedy", (SPOT, ON_DEMAND))
@@ -91,16 +92,18 @@ def greedy(view: View) -> Decision:
     """
     slack_s = (view.deadline_s - view.t - view.work_left_s - view.finish_overhead_s
                - view.resume_s)
-    if view.running == ON_DEMAND or slack_s <= _EPS:
-        return Decision(ON_DEMAND)
+    if view.running == ON_DEMAND:
+        return Decision(ON_DEMAND, reason="on-demand for good")
+    if slack_s <= _EPS:
+        return Decision(ON_DEMAND, reason="slack ran out")
     if view.running == SPOT:
-        return Decision(SPOT)
+        return Decision(SPOT, reason="spot while there is slack")
     start_slack_s = slack_s - view.resume_s
     if start_slack_s <= _EPS:
-        return Decision(ON_DEMAND)
+        return Decision(ON_DEMAND, reason="no slack for another spot start")
     if view.spot_available_at <= view.t + _EPS:
-        return Decision(SPOT)
-    return Decision(None, min(view.spot_available_at, view.t + start_slack_s))
+        return Decision(SPOT, reason="spot available, slack left")
+    return Decision(None, min(view.spot_available_at, view.t + start_slack_s), reason="waiting for spot while slack lasts")
 
 
 @register("uniform-progress", (SPOT, ON_DEMAND))
@@ -115,20 +118,20 @@ def uniform_progress(view: View) -> Decision:
     done = total - view.work_left_s
     safety_at = deadline - view.work_left_s - view.finish_overhead_s - view.at_risk_s - 2.0 * d
     if t >= safety_at - _EPS:
-        return Decision(ON_DEMAND)
+        return Decision(ON_DEMAND, reason="safety net: time left is the work left")
     spot_now = view.spot_available_at <= t + _EPS
     if view.running == SPOT:
-        return Decision(SPOT, safety_at)
+        return Decision(SPOT, safety_at, reason="spot")
     if view.running == ON_DEMAND:
         if spot_now and done >= total * (t + 2.0 * d) / deadline - _EPS:
-            return Decision(SPOT)
+            return Decision(SPOT, reason="ahead of the line: back to spot")
         if total >= deadline:
-            return Decision(ON_DEMAND)
+            return Decision(ON_DEMAND, reason="no room for spot")
         ahead_at = (t - done + 2.0 * d * total / deadline) / (1.0 - total / deadline)
-        return Decision(ON_DEMAND, max(ahead_at, view.spot_available_at))
+        return Decision(ON_DEMAND, max(ahead_at, view.spot_available_at), reason="catching up with the line")
     if spot_now:
-        return Decision(SPOT, safety_at)
+        return Decision(SPOT, safety_at, reason="spot available")
     if done <= total * t / deadline + _EPS:   # on or behind the line: falling behind from now
-        return Decision(ON_DEMAND)
+        return Decision(ON_DEMAND, reason="behind the progress line")
     behind_at = done * deadline / total
-    return Decision(None, min(view.spot_available_at, behind_at, safety_at))
+    return Decision(None, min(view.spot_available_at, behind_at, safety_at), reason="ahead of the line: waiting for spot")

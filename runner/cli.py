@@ -46,9 +46,10 @@ def cli():
 @click.option("--option", "options", multiple=True, help="KEY=VALUE passed to the workload (repeatable)")
 @click.option("--runtime", "runtime", multiple=True, help="KEY=VALUE over the plan's runner settings, e.g. "
               "compile=blocks, channels_last=true, sdpa=cudnn (repeatable; see docs/runner-speed.md)")
+@click.option("--market", help="the market this node was bought on, when not the plan's resources.market (a fallback; "
+              "`costsim control` sets it): one the plan prices")
 def execute_command(plan, run_dir, run_id, nnodes, node_rank, rdzv_endpoint, nproc_per_node, min_nodes, inject, seed,
-                    max_restarts,
-                    rdzv_timeout, steps, workload_entry, options, runtime):
+                    max_restarts, rdzv_timeout, steps, workload_entry, options, runtime, market):
     """Run a plan: torchrun workers, checkpoints, restarts; telemetry and summary in the run folder.
 
     Example: runner execute plan.json --inject-preemptions 3 --seed 1
@@ -88,6 +89,8 @@ def execute_command(plan, run_dir, run_id, nnodes, node_rank, rdzv_endpoint, npr
         # Every node count the job may run on (elastic: min..max) must split the global batch.
         split = spec.check_split(nproc, range(smallest, node.nnodes + 1))[node.nnodes]
         doc = {k: v for k, v in read_plan(plan).items() if k != "run"}
+        if market is not None:
+            doc["resources"] = {**doc["resources"], "market": _market(plan, doc, market)}
         written = prepare_run_dir(folder, effective_plan(doc, runtime=settings, steps=steps, options=chosen,
                                                          workload_entry=workload_entry, seed=seed))
         spec = load_run_spec(written)   # what the workers will read
@@ -140,6 +143,15 @@ def profile_command(workload, gpus, batch, steps, gpu_type, out, run_root, optio
     written = measure(workload, gpus=counts, batches=batches, steps=steps, gpu=gpu_type, out=out, run_root=root,
                       options=list(options), runtime=list(runtime))
     click.echo(f"wrote {written} (runs in {root})")
+
+
+def _market(plan: str, doc: dict, market: str) -> str:
+    """--market checked against the markets the plan prices."""
+    priced = sorted((doc["resources"].get("price_per_node_h") or {}).keys())
+    if market not in priced:
+        raise InputError(plan, "resources.price_per_node_h", f"--market {market!r} is not priced by this plan; "
+                         f"allowed: {', '.join(priced) or 'none'}")
+    return market
 
 
 def _integers(text: str, flag: str) -> list[int]:

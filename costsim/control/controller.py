@@ -1,0 +1,248 @@
+"""The controller: carry out a plan's market policy while the job runs.
+
+It asks the policy the simulator asks (costsim.policies, a pure function of a `View`) at the same
+moments the simulated job does: when idle, once a newly started instance makes progress, and at the
+time the policy asked to be woken; and, where the backend cannot say in advance when spot capacity
+comes back (a real scheduler), whenever capacity comes or goes. The `View` is built from
+the run folder (steps done, the last complete checkpoint) and the figures this run measured (step
+time, launch to first step, checkpoint saves), in trace time. The backend starts and stops
+instances and says what capacity there is; the runner alone trains.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from costsim.control.journal import Instance, Journal
+from costsim.control.progress import Progress, RunFolder
+from costsim.policies import SPOT, Decision, Policy, View
+
+_EPS = 1e-6
+
+
+class Clock:
+    """Trace time: seconds since `t0` (epoch) times `scale`."""
+
+    def __init__(self, t0: float, scale: float):
+        self.t0, self.scale = t0, scale
+
+    def now(self) -> float:
+        return (time.time() - self.t0) * self.scale
+
+    def wall(self, t: float) -> float:
+        """The epoch time of trace time t."""
+        return self.t0 + t / self.scale
+
+    def trace(self, epoch: float) -> float:
+        """The trace time of an epoch time."""
+        return (epoch - self.t0) * self.scale
+
+    def sleep_until(self, t: float) -> None:
+        delay = (t - self.now()) / self.scale
+        if delay > 0:
+            time.sleep(delay)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Figures:
+    """The job's figures before this run measured its own (the plan's), in wall seconds."""
+
+    total_steps: int
+    step_s: float
+    start_s: float            # launch to the first step
+    checkpoint_s: float
+    checkpoint_stall_s: float | None   # async checkpoints: the stall
+    interval_s: float         # between periodic checkpoints (the runner's clock)
+
+
+@dataclass(frozen=True)
+class Measured:
+    """The figures in force now (measured where the run has them), in trace seconds."""
+
+    step_s: float
+    resume_s: float
+    checkpoint_s: float
+    checkpoint_stall_s: float | None
+    interval_s: float
+
+    @property
+    def paid_checkpoint_s(self) -> float:
+        return self.checkpoint_stall_s if self.checkpoint_stall_s is not None else self.checkpoint_s
+
+
+def measured(progress: Progress, plan: Figures, scale: float) -> Measured:
+    step = progress.mean_step_s() or plan.step_s
+    start = progress.median_first_step_s() or plan.start_s
+    save = progress.median_save_s() or plan.checkpoint_s
+    stall = None if plan.checkpoint_stall_s is None else (progress.median_stall_s() or plan.checkpoint_stall_s)
+    return Measured(step_s=step * scale, resume_s=start * scale, checkpoint_s=save * scale,
+                    checkpoint_stall_s=None if stall is None else stall * scale, interval_s=plan.interval_s * scale)
+
+
+class Controller:
+    def __init__(self, journal: Journal, backend, folder: RunFolder, clock, policy: Policy, plan: Figures,
+                 *, run_dir: Path, poll_s: float, horizon_s: float, say: Callable[[str], None] | None = None):
+        self.j, self.backend, self.folder, self.clock = journal, backend, folder, clock
+        self.policy, self.plan, self.run_dir = policy, plan, run_dir
+        self.poll_s, self.horizon_s = poll_s, horizon_s
+        self.say = say or (lambda line: print(line, file=sys.stderr, flush=True))
+        self.decision: Decision | None = None
+        self.decisions = 0            # policy calls (the benchmark's count)
+        self._spot: bool | None = None
+        self._last_save = -math.inf
+
+    # -- the View ---------------------------------------------------------------------------
+    def live_step(self, t: float, progress: Progress, instance: Instance | None) -> float:
+        """Steps done: the last reported, plus what the running job has done since at its step time
+        (the runner reports steps about once a second)."""
+        step = float(progress.step)
+        if instance is not None and instance.handle.get("progressing") and progress.step_t is not None:
+            since_s = max(0.0, t - self.clock.trace(progress.step_t)) / self.j.time_scale
+            step += since_s / (progress.mean_step_s() or self.plan.step_s)
+        return min(step, float(self.plan.total_steps))
+
+    def view(self, t: float, progress: Progress, running: str | None) -> View:
+        m = measured(progress, self.plan, self.j.time_scale)
+        live = self.live_step(t, progress, self.j.current)
+        left_s = (self.plan.total_steps - live) * m.step_s
+        return View(t=t, deadline_s=self.j.deadline_s, work_total_s=self.plan.total_steps * m.step_s,
+                    work_left_s=left_s, at_risk_s=max(0.0, live - progress.checkpoint_step) * m.step_s,
+                    finish_overhead_s=left_s / m.interval_s * m.paid_checkpoint_s + m.checkpoint_s,
+                    resume_s=m.resume_s, running=running, spot_available_at=self.backend.spot_available_at(t))
+
+    # -- the loop ---------------------------------------------------------------------------
+    def run(self) -> Journal:
+        """Until the job is done, fails, or can no longer go on; returns the journal (saved)."""
+        j = self.j
+        ask = True
+        while j.status == "running":
+            t = self.clock.now()
+            current = j.current
+            self.backend.duties(t, current.handle if current else None)
+            progress = self.folder.observe()
+            changed = self._capacity(t)
+            ask = ask or (changed and not self.backend.foresight)   # else the View already said when
+            if current is not None:
+                status = self.backend.poll(current.handle, t)
+                if status.ended:
+                    self._release(current, t, status, progress)
+                    ask = changed = True
+                elif not current.handle.get("progressing") and self._progressing(current, progress):
+                    current.handle["progressing"] = True
+                    ask = changed = True
+            current = j.current
+            if j.status != "running":
+                break
+            if progress.done and current is None:
+                j.status, j.end_s = "done", t
+                break
+            if t > self.horizon_s:
+                self.say(f"costsim control: giving up at t={t / 3600:.2f} h (past 4x the deadline) without finishing")
+                self._give_up(t)
+                break
+            # As in the simulator, no decisions during a start-up, a move, or a notice (the job is leaving).
+            can_ask = current is None or (current.handle.get("progressing") and "stopping" not in current.handle
+                                          and "noticed" not in current.handle)
+            due = self.decision is None or t >= self.decision.reconsider_at - _EPS
+            acted = False
+            if can_ask and (ask or due):
+                acted = self._decide(t, progress)
+                ask, changed = False, True
+                if self._stranded(t):
+                    self.say("costsim control: the policy waits for spot capacity that will not come back "
+                             "(the trace has ended)")
+                    self._give_up(t)
+                    break
+            if changed or t - self._last_save >= 30.0 * j.time_scale:
+                j.updated_s = round(t, 3)
+                j.save(self.run_dir)
+                self._last_save = t
+            if acted:   # look again at once: a job asked to leave may already have left
+                continue
+            wake = min(t + self.poll_s, self.backend.next_due(t, current.handle if current else None))
+            if self.decision is not None and can_ask:
+                wake = min(wake, max(self.decision.reconsider_at, t))
+            self.clock.sleep_until(wake)
+        j.updated_s = round(self.clock.now(), 3)
+        j.save(self.run_dir)
+        return j
+
+    def _stranded(self, t: float) -> bool:
+        d = self.decision
+        return (self.j.current is None and d is not None and d.market is None and not math.isfinite(d.reconsider_at)
+                and not self.backend.spot_available(t) and not math.isfinite(self.backend.next_due(t, None)))
+
+    def _capacity(self, t: float) -> bool:
+        spot = self.backend.spot_available(t)
+        if spot == self._spot:
+            return False
+        if self._spot is not None or not spot:
+            (self.j.close_outage if spot else self.j.open_outage)(t)
+        self._spot = spot
+        return True
+
+    def _progressing(self, instance: Instance, progress: Progress) -> bool:
+        """The instance's job has made a step since it started (what ends the simulator's start-up)."""
+        return progress.step_t is not None and progress.step_t >= self.clock.wall(instance.start_s) - 1e-3
+
+    def _decide(self, t: float, progress: Progress) -> bool:
+        """Ask the policy and carry out its answer; True when an instance was asked to leave."""
+        current = self.j.current
+        running = current.market if current is not None else None
+        spot_now = self.backend.spot_available(t)
+        decision = self.policy(self.view(t, progress, running))
+        self.decisions += 1
+        self.decision = decision
+        reason = decision.reason or ("waiting" if decision.market is None else f"on {decision.market}")
+        if decision.market == running:
+            self.j.decide(t, running, reason)
+            return False
+        if current is not None:       # move: the job checkpoints and leaves; the next start comes when it has
+            current.handle["stopping"] = round(t, 3)
+            self.backend.stop(current.handle)
+            self.j.decide(t, decision.market, reason)
+            self.say(f"costsim control: t={t / 3600:.2f} h: leaving {running} for {decision.market or 'idle'} ({reason})")
+            return True
+        if decision.market == SPOT and not spot_now:
+            raise RuntimeError(f"policy chose spot at t={t} with no spot capacity")
+        if decision.market not in self.backend.markets:
+            raise RuntimeError(f"the {self.backend.name} backend has no {decision.market} market")
+        handle = self.backend.start(decision.market, t)
+        self.j.instances.append(Instance(offering=self.j.offering, market=decision.market, start_s=round(t, 3),
+                                         handle=handle))
+        self.j.decide(t, decision.market, reason)
+        self.say(f"costsim control: t={t / 3600:.2f} h: started on {decision.market} ({reason}); "
+                 f"step {progress.step}/{self.plan.total_steps}")
+        return False
+
+    def _release(self, instance: Instance, t: float, status, progress: Progress) -> None:
+        end = status.end_s if status.end_s is not None else t
+        instance.end_s = round(max(end, instance.start_s), 3)
+        if progress.done:
+            instance.ended = "finished"
+        elif status.preempted:
+            instance.ended = "preempted"
+        elif instance.handle.get("stopping") is not None:
+            instance.ended = "stopped"
+        else:
+            instance.ended = "failed"
+            self.j.status, self.j.end_s = "failed", t
+            self.say(f"costsim control: the job failed on {instance.market} (runner exit {status.exit_code}); "
+                     f"see {self.run_dir / 'runner.log'}")
+        if instance.ended == "preempted":
+            self.say(f"costsim control: t={t / 3600:.2f} h: {instance.market} instance preempted at step "
+                     f"{progress.step} (checkpoint {progress.checkpoint_step})")
+        self.decision = None
+
+    def _give_up(self, t: float) -> None:
+        """Stop where things are: the job checkpoints and leaves, its instance is released now."""
+        current = self.j.current
+        if current is not None:
+            self.backend.stop(current.handle)
+            current.end_s, current.ended = round(t, 3), "stopped"
+        self.j.status, self.j.end_s = "stranded", round(t, 3)

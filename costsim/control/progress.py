@@ -1,0 +1,112 @@
+"""Where a job is, read from its run folder's telemetry as the runner writes it (no torch).
+
+The controller builds the policies' `View` from this: the step reached, the last complete
+checkpoint, and the figures measured so far (step time, the time from a launch to the first step,
+checkpoint saves), all in wall seconds; the controller turns them into trace time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+
+TELEMETRY = "telemetry.jsonl"   # runner.telemetry.TELEMETRY (the runner is not imported here: it may need torch)
+WARMUP_STEPS = 5                # steps after each start left out of the step time (as calibrate does)
+
+
+@dataclass
+class Progress:
+    """What the run folder says so far (wall-clock seconds, epoch times)."""
+
+    step: int = 0                    # the last step rank 0 reported
+    step_t: float | None = None      # when it reported it
+    checkpoint_step: int = 0         # the newest complete checkpoint
+    done: bool = False               # the job's `end` event was written
+    launches: list[float] = field(default_factory=list)       # supervisor `launch` times
+    first_steps: list[float] = field(default_factory=list)    # launch -> first step, per launch that got one
+    step_times: list[float] = field(default_factory=list)     # steady steps
+    save_s: list[float] = field(default_factory=list)         # checkpoint saves: their full duration
+    stall_s: list[float] = field(default_factory=list)        # async saves: the training stall
+    exits: list[tuple[float, str]] = field(default_factory=list)   # supervisor `exit`: (t, status)
+    _since_start: int = 0
+    _awaiting_first: float | None = None
+
+    def mean_step_s(self) -> float | None:
+        return statistics.fmean(self.step_times) if self.step_times else None
+
+    def median_first_step_s(self) -> float | None:
+        return statistics.median(self.first_steps) if self.first_steps else None
+
+    def median_save_s(self) -> float | None:
+        return statistics.median(self.save_s) if self.save_s else None
+
+    def median_stall_s(self) -> float | None:
+        return statistics.median(self.stall_s) if self.stall_s else None
+
+
+class RunFolder:
+    """Follows a run folder's telemetry.jsonl, reading only what was appended since the last call."""
+
+    def __init__(self, run_dir: Path):
+        self.path = Path(run_dir) / TELEMETRY
+        self.progress = Progress()
+        self._offset = 0
+
+    def observe(self) -> Progress:
+        """Progress after the lines written so far (a line still being written waits for the next call)."""
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self._offset)
+                chunk = f.read()
+        except FileNotFoundError:
+            return self.progress
+        end = chunk.rfind(b"\n")
+        if end < 0:
+            return self.progress
+        self._offset += end + 1
+        for line in chunk[:end].split(b"\n"):
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue   # a torn line left by a killed writer
+            if isinstance(event, dict) and "event" in event and "t" in event:
+                self._apply(event)
+        return self.progress
+
+    def _apply(self, e: dict) -> None:
+        p, kind = self.progress, e["event"]
+        if kind == "launch":
+            p.launches.append(e["t"])
+            p._awaiting_first = e["t"]
+        elif kind == "start" and e.get("rank") == 0:
+            p.step, p.step_t, p._since_start = int(e["step"]), e["t"], 0
+        elif kind == "step":
+            p.step, p.step_t = int(e["step"]), e["t"]
+            p._since_start += 1
+            if p._awaiting_first is not None:
+                p.first_steps.append(e["t"] - p._awaiting_first)
+                p._awaiting_first = None
+            if p._since_start > WARMUP_STEPS and "step_time_s" in e:
+                p.step_times.append(float(e["step_time_s"]))
+        elif kind == "checkpoint_save" and e.get("rank") == 0:
+            p.checkpoint_step = max(p.checkpoint_step, int(e["step"]))
+            if e.get("reason") in (None, "interval"):   # not the final save nor the one on a notice
+                p.save_s.append(float(e["duration_s"]))
+                if e.get("mode") == "async" and e.get("stall_s") is not None:
+                    p.stall_s.append(float(e["stall_s"]))
+        elif kind == "end":
+            p.done = True
+            p.step = int(e.get("step", p.step))
+        elif kind == "exit" and e.get("rank") is None:
+            p.exits.append((e["t"], str(e.get("status"))))
+
+
+def size(run_dir: Path) -> int:
+    """Bytes of telemetry so far (the benchmark's measure of what one observe reads)."""
+    try:
+        return os.path.getsize(Path(run_dir) / TELEMETRY)
+    except FileNotFoundError:
+        return 0

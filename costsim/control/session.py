@@ -1,0 +1,178 @@
+"""`costsim control`: set a controlled run up from the command line (or pick one up again), run the
+controller, and write what it cost against what the simulator predicted."""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from costsim import policies
+from costsim.control.controller import Clock, Controller, Figures, measured
+from costsim.control.journal import Journal, Lock
+from costsim.control.local import LocalBackend, Processes, TraceCapacity
+from costsim.control.progress import RunFolder
+from costsim.control.report import ObservedTimeline, Prices, predict, summary
+from costsim.errors import InputError
+from costsim.io.specs import load_trace
+from costsim.planfile import job_steps, read_plan
+from costsim.sim.market import TraceTimeline
+from costsim.spec import SPOT
+
+BACKENDS = ("local", "slurm")
+
+
+@dataclass(kw_only=True)
+class Request:
+    """What the command line asked for (a resumed run takes its settings from the journal instead)."""
+
+    plan: str
+    backend: str = "local"
+    run_dir: str | None = None
+    policy: str | None = None
+    trace: str | None = None
+    reclaim_trace: str | None = None
+    time_scale: float = 1.0
+    notice_s: float | None = None
+    deadline_s: float | None = None
+    poll_s: float = 0.5               # wall seconds between looks at the job and the market
+    runner_args: list[str] = field(default_factory=list)
+    steps: int | None = None
+
+
+def plan_figures(doc: dict, steps: int | None) -> Figures:
+    p, c = doc["prediction"], doc["checkpoint"]
+    return Figures(total_steps=steps or job_steps(doc["workload"]["samples"], doc["workload"]["global_batch"]),
+                   step_s=float(p["step_time_s"]), start_s=float(p.get("startup_s") or p.get("restart_s") or 0.0),
+                   checkpoint_s=float(p.get("checkpoint_save_s") or 0.0),
+                   checkpoint_stall_s=float(p["checkpoint_stall_s"]) if c["async"] and p.get("checkpoint_stall_s")
+                   else None, interval_s=float(c["interval_s"]))
+
+
+def plan_prices(path: str, doc: dict) -> Prices:
+    r = doc["resources"]
+    per = r.get("price_per_node_h")
+    if not isinstance(per, dict) or not per:
+        raise InputError(path, "resources.price_per_node_h", "missing: the bill needs the plan's prices")
+    billing = r.get("billing") or {}
+    return Prices(per_node_h={k: float(v) for k, v in per.items()}, nodes=int(r["nodes"]),
+                  increment_s=float(billing.get("increment_s", 1.0)), minimum_s=float(billing.get("minimum_s", 0.0)),
+                  currency=str(r.get("currency", "USD")))
+
+
+def check_policy(path: str, doc: dict, policy: str, backend_markets: tuple[str, ...], backend: str) -> None:
+    if policy not in policies.POLICIES:
+        raise InputError("--policy", "policy", f"unknown {policy!r}; allowed: {', '.join(sorted(policies.POLICIES))}")
+    needed = policies.POLICY_MARKETS[policy]
+    priced = set(doc["resources"].get("price_per_node_h") or {})
+    missing = [m for m in needed if m not in priced]
+    if missing:
+        raise InputError(path, "resources.price_per_node_h", f"policy {policy} needs {', '.join(needed)}; offering "
+                         f"{doc['resources'].get('offering')} sells {', '.join(sorted(priced)) or 'nothing'}")
+    unsupported = [m for m in needed if m not in backend_markets]
+    if unsupported:
+        raise InputError("--backend", "backend", f"{backend} has no {', '.join(unsupported)} market "
+                         f"(it has {', '.join(backend_markets)}); policy {policy} needs it")
+
+
+def open_session(req: Request, say) -> tuple[Controller, Journal, Lock, dict]:
+    """Check everything, take the run folder's lock, and build the controller; nothing is started
+    before every check has passed. A folder with a journal is picked up where it was."""
+    run_dir = Path(req.run_dir or Path("runs") / f"control-{time.strftime('%Y%m%d-%H%M%S')}")
+    existing = Journal.load(run_dir) if (run_dir / "control.json").exists() else None
+    plan_path = existing.plan if existing else str(Path(req.plan).resolve())
+    doc = read_plan(plan_path)
+    backend_name = existing.backend if existing else req.backend
+    if backend_name not in BACKENDS:
+        raise InputError("--backend", "backend", f"unknown {backend_name!r}; allowed: {', '.join(BACKENDS)}")
+    policy = existing.policy if existing else (req.policy or doc["policy"]["name"])
+    trace_path = existing.trace if existing else (req.trace if backend_name == "local" else req.reclaim_trace)
+    capacity = TraceCapacity(*load_trace(trace_path)) if trace_path else None
+    if backend_name == "slurm":
+        from costsim.control.slurm import SlurmBackend, check_slurm
+        check_slurm()
+    uses_spot = SPOT in policies.POLICY_MARKETS.get(policy, ())
+    if backend_name == "local" and uses_spot and capacity is None:
+        raise InputError("--trace", "trace", f"policy {policy} uses spot: the local backend needs a capacity trace "
+                         "(the simulator's format) for spot to come and go")
+    markets = (LocalBackend.markets_for(capacity) if backend_name == "local" else SlurmBackend.markets)
+    check_policy(plan_path, doc, policy, markets, backend_name)
+    prices = plan_prices(plan_path, doc)
+    if existing is None and req.time_scale <= 0:
+        raise InputError("--time-scale", "time-scale", f"got {req.time_scale}; expected > 0")
+    lock = Lock(run_dir)
+    lock.acquire()
+    if existing is None:
+        notice = req.notice_s if req.notice_s is not None else float(doc["resources"].get("spot_notice_s") or 0.0)
+        journal = Journal(plan=plan_path, policy=policy, backend=backend_name, offering=doc["resources"]["offering"],
+                          deadline_s=req.deadline_s or float(doc["policy"]["deadline_s"]), time_scale=req.time_scale,
+                          notice_s=notice, t0=time.time(), trace=str(Path(trace_path).resolve()) if trace_path else None,
+                          run_id=f"control-{os.getpid()}-{int(time.time())}", runner_args=list(req.runner_args))
+        journal.report = {"steps": req.steps, "poll_s": req.poll_s}
+        journal.save(run_dir)
+    else:
+        journal = existing
+        say(f"costsim control: picking up {run_dir} (policy {journal.policy}, {journal.backend}, "
+            f"{len(journal.instances)} instance(s) so far)")
+    steps = journal.report.get("steps")
+    poll_wall_s = float(journal.report.get("poll_s") or req.poll_s)
+    clock = Clock(journal.t0, journal.time_scale)
+    if backend_name == "local":
+        jobs = Processes(plan=Path(plan_path), run_dir=run_dir, run_id=journal.run_id, runner_args=journal.runner_args)
+        backend = LocalBackend(capacity, jobs, notice_s=journal.notice_s)
+    else:
+        backend = SlurmBackend(capacity, plan=Path(plan_path), run_dir=run_dir, run_id=journal.run_id,
+                               runner_args=journal.runner_args, clock=clock)
+    folder = RunFolder(run_dir)
+    figures = plan_figures(doc, steps)
+    controller = Controller(journal, backend, folder, clock, policies.get(policy), figures, run_dir=run_dir,
+                            poll_s=poll_wall_s * journal.time_scale,
+                            horizon_s=4.0 * max(journal.deadline_s, figures.total_steps * figures.step_s
+                                                * journal.time_scale), say=say)
+    if existing is not None:
+        adopt(controller, clock.now(), say)
+    return controller, journal, lock, {"prices": prices, "doc": doc, "run_dir": run_dir}
+
+
+def adopt(controller: Controller, t: float, say) -> None:
+    """After a restart: an instance the journal left open is either still held (its job running, or
+    a spot instance waiting for its reclaim: kept, never a second copy) or gone (closed once: at the
+    reclaim, else when its job's runner exited, else the last time the journal vouched for it)."""
+    j = controller.j
+    current = j.current
+    if current is None or j.status != "running":
+        return
+    status = controller.backend.poll(current.handle, t)
+    if not status.ended:
+        say(f"costsim control: the {current.market} instance started at t={current.start_s / 3600:.2f} h is still "
+            "held: keeping it")
+        return
+    progress = controller.folder.observe()
+    exits = [controller.clock.trace(te) for te, _ in progress.exits if controller.clock.trace(te) >= current.start_s]
+    end = status.end_s if status.end_s is not None else (min(exits) if exits else j.updated_s)
+    current.end_s = round(max(current.start_s, end), 3)
+    current.ended = "finished" if progress.done else ("preempted" if status.preempted else "lost")
+    say(f"costsim control: the {current.market} instance started at t={current.start_s / 3600:.2f} h ended while "
+        f"no controller watched it: billed to t={current.end_s / 3600:.2f} h")
+    j.save(controller.run_dir)
+
+
+def finish(controller: Controller, journal: Journal, context: dict) -> dict:
+    """The bill, the simulator's prediction for the same capacity and measured figures, the errors."""
+    prices, run_dir = context["prices"], context["run_dir"]
+    progress = controller.folder.observe()
+    m = measured(progress, controller.plan, journal.time_scale)
+    if journal.trace:
+        timeline = TraceTimeline(*load_trace(journal.trace))
+    else:
+        timeline = ObservedTimeline(journal.outages, journal.end_s or journal.updated_s)
+    prediction = predict(journal, controller.policy, timeline, m, total_steps=controller.plan.total_steps,
+                         prices=prices)
+    keep = {k: journal.report[k] for k in ("steps", "poll_s") if k in journal.report}
+    journal.report = {**keep, **summary(journal, prices, prediction),
+                      "measured": {"step_s": m.step_s, "resume_s": m.resume_s, "checkpoint_s": m.checkpoint_s,
+                                   "checkpoint_stall_s": m.checkpoint_stall_s, "interval_s": m.interval_s,
+                                   "decisions": controller.decisions}}
+    journal.save(run_dir)
+    return journal.report

@@ -1,0 +1,293 @@
+"""costsim control: the controller decides what the simulator decides; bad input; the real local drill."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from costsim import policies
+from costsim.control.controller import Controller, Figures
+from costsim.control.journal import Journal, Lock
+from costsim.control.local import LocalBackend, TraceCapacity
+from costsim.control.progress import Progress
+from costsim.io.specs import load_trace
+from costsim.sim.job import JobParams
+from costsim.sim.market import TraceTimeline
+from costsim.sim.trial import MarketPrice, run_trial
+
+ROOT = Path(__file__).resolve().parents[1]
+WINDOWS = ROOT / "data" / "traces" / "cbl-us-west-2a-v100"
+H = 3600.0
+
+
+class VirtualClock:
+    """Trace time that moves only when the controller sleeps (scale 1, epoch = trace time)."""
+
+    def __init__(self):
+        self.t = 0.0
+
+    def now(self) -> float:
+        return self.t
+
+    def sleep_until(self, t: float) -> None:
+        self.t = max(self.t, t)
+
+    def wall(self, t: float) -> float:
+        return t
+
+    def trace(self, epoch: float) -> float:
+        return epoch
+
+
+class VirtualJobs:
+    """The runner's behaviour in virtual time, for the local backend in place of processes: start-up,
+    then a step every `step_s`, a checkpoint every `interval_s` of training, an emergency checkpoint
+    and exit on the notice, the last checkpoint's state after a kill, exit when all steps are done."""
+
+    def __init__(self, clock: VirtualClock, *, total_steps: int, step_s: float, startup_s: float, interval_s: float):
+        self.clock, self.total, self.step_s, self.startup_s = clock, total_steps, step_s, startup_s
+        self.per_checkpoint = round(interval_s / step_s)
+        self.durable = 0
+        self.job: dict | None = None
+        self.progress = Progress(step_times=[step_s], first_steps=[startup_s])
+
+    # what the job has done by time t
+    def _steps(self, job: dict, t: float) -> int:
+        return job["from"] + max(0, min(self.total - job["from"], math.floor((t - job["begin"]) / self.step_s + 1e-9)))
+
+    def _end(self, job: dict) -> float:
+        return job["begin"] + (self.total - job["from"]) * self.step_s
+
+    def start(self, market: str) -> dict:
+        t = self.clock.now()
+        self.job = {"from": self.durable, "begin": t + self.startup_s, "exit": None}
+        return {"pid": id(self.job)}
+
+    def _settle(self) -> None:
+        job = self.job
+        if job is not None and job["exit"] is None and self.clock.now() >= self._end(job) - 1e-9:
+            self.durable, job["exit"] = self.total, (self._end(job), 0)
+
+    def exit_code(self, handle: dict) -> tuple[bool, int | None]:
+        self._settle()
+        job, t = self.job, self.clock.now()
+        if job["exit"] is None:
+            return False, None
+        return job["exit"][0] <= t + 1e-9, job["exit"][1]
+
+    def alive(self, handle: dict) -> bool:
+        return self.job is not None and self.job["exit"] is None
+
+    def notify(self, handle: dict) -> None:
+        job, t = self.job, self.clock.now()
+        if job["exit"] is None:
+            self.durable = self._steps(job, t) if t >= job["begin"] else self.durable   # the emergency save
+            job["exit"] = (t, 75)
+
+    def kill(self, handle: dict) -> None:
+        job, t = self.job, self.clock.now()
+        if job["exit"] is None:
+            done = self._steps(job, t) - job["from"]
+            self.durable = job["from"] + done // self.per_checkpoint * self.per_checkpoint
+            job["exit"] = (t, -9)
+
+    def close(self) -> None:
+        pass
+
+    def observe(self) -> Progress:
+        """What the run folder would say now."""
+        self._settle()
+        job, t, p = self.job, self.clock.now(), self.progress
+        if job is None:
+            return p
+        live = job["exit"] is None and t >= job["begin"]
+        p.step = self._steps(job, t) if live else self.durable
+        p.step_t = (job["begin"] + (p.step - job["from"]) * self.step_s) if live else None
+        p.checkpoint_step = self.durable if not live else max(
+            self.durable, job["from"] + (p.step - job["from"]) // self.per_checkpoint * self.per_checkpoint)
+        p.done = self.durable >= self.total
+        return p
+
+
+def controlled(ticks, gap_s, policy, *, total_steps, step_s, startup_s, interval_s, deadline_s, notice_s, poll_s):
+    clock = VirtualClock()
+    jobs = VirtualJobs(clock, total_steps=total_steps, step_s=step_s, startup_s=startup_s, interval_s=interval_s)
+    backend = LocalBackend(TraceCapacity(ticks, gap_s), jobs, notice_s=notice_s)
+    journal = Journal(plan="-", policy=policy, backend="local", offering="virtual", deadline_s=deadline_s,
+                      time_scale=1.0, notice_s=notice_s, t0=0.0)
+    figures = Figures(total_steps=total_steps, step_s=step_s, start_s=startup_s, checkpoint_s=0.0,
+                      checkpoint_stall_s=None, interval_s=interval_s)
+
+    class Folder:
+        observe = staticmethod(jobs.observe)
+
+    controller = Controller(journal, backend, Folder(), clock, policies.get(policy), figures, run_dir=Path("virtual"),
+                            poll_s=poll_s, horizon_s=4 * deadline_s, say=lambda line: None)
+    controller.j.save = lambda run_dir: None   # the journal's file is tested elsewhere
+    return controller.run()
+
+
+def simulated(ticks, gap_s, policy, *, total_steps, step_s, startup_s, interval_s, deadline_s, notice_s):
+    params = JobParams(work_s=total_steps * step_s, deadline_s=deadline_s, checkpoint_interval_s=interval_s,
+                       checkpoint_s=0.0, changeover_s=startup_s, notice_s=notice_s, horizon_s=4 * deadline_s)
+    prices = {m: MarketPrice(per_hour=1.0) for m in ("spot", "on-demand")}
+    return run_trial(params, policies.get(policy), TraceTimeline(ticks, gap_s), prices, record_log=True)
+
+
+@pytest.mark.parametrize("policy", ["greedy", "uniform-progress"])
+def test_controller_makes_the_simulators_decisions_on_real_windows(policy):
+    """Can't Be Late's setting (48 h job, 52 h deadline, 0.1 h start-up) on the 100 shipped real windows:
+    the controller, driving the local backend in virtual time, starts the same markets in the same
+    order as the simulator, each start within one poll interval of the simulator's."""
+    poll_s = 60.0
+    setting = dict(total_steps=48 * 3600, step_s=1.0, startup_s=0.1 * H, interval_s=H, deadline_s=52 * H,
+                   notice_s=120.0)
+    switches = 0
+    for window in range(100):
+        ticks, gap_s = load_trace(WINDOWS / f"{window}.json")
+        journal = controlled(ticks, gap_s, policy, poll_s=poll_s, **setting)
+        outcome = simulated(ticks, gap_s, policy, **setting)
+        ours = [(i.market, i.start_s) for i in journal.instances]
+        theirs = [(s.market, s.start_s) for s in outcome.record.stints]
+        assert [m for m, _ in ours] == [m for m, _ in theirs], (window, ours, theirs)
+        for (_, a), (_, b) in zip(ours, theirs):
+            assert abs(a - b) <= poll_s + 1e-6, (window, ours, theirs)
+        assert journal.status == "done" and outcome.finished
+        assert abs(journal.end_s - outcome.makespan_s) <= poll_s * len(ours) + 1e-6
+        switches += sum(1 for x, y in zip(ours, ours[1:]) if x[0] != y[0])
+    assert switches >= 3   # the windows do make the policy move between markets
+
+
+def test_journal_round_trips_and_lock_is_exclusive(tmp_path):
+    journal = Journal(plan="p.json", policy="greedy", backend="local", offering="o", deadline_s=10.0, time_scale=2.0,
+                      notice_s=1.0, t0=5.0)
+    journal.decide(0.0, "spot", "spot available")
+    journal.report = {"cost": 1.5}
+    journal.save(tmp_path)
+    again = Journal.load(tmp_path)
+    assert again.to_dict() == journal.to_dict() and again.report == {"cost": 1.5}
+    first = Lock(tmp_path)
+    first.acquire()
+    from costsim.errors import InputError
+    with pytest.raises(InputError, match="held by another live controller"):
+        Lock(tmp_path).acquire()
+    first.release()
+    Lock(tmp_path).acquire()
+
+
+# -- the command line ------------------------------------------------------------------------------
+def _plan(run_cli, tmp_path, workload="tiny-drill") -> Path:
+    out = tmp_path / f"{workload}.json"
+    assert run_cli("plan", "--workload", workload, "--trials", "20", "--out", str(out)).exit_code == 0
+    return out
+
+
+def test_bad_input_is_one_line_and_starts_nothing(run_cli, tmp_path):
+    plan = _plan(run_cli, tmp_path)
+    bad_trace = tmp_path / "bad.json"
+    bad_trace.write_text("{not json")
+    cases = [
+        (["--trace", str(bad_trace), "--run-dir", str(tmp_path / "a")], "bad.json"),
+        (["--run-dir", str(tmp_path / "b"), "--policy", "greedy"], "--trace"),
+        (["--trace", str(WINDOWS / "0.json"), "--policy", "owned", "--run-dir", str(tmp_path / "c")],
+         "resources.price_per_node_h"),
+        (["--trace", str(WINDOWS / "0.json"), "--time-scale", "0", "--run-dir", str(tmp_path / "d")], "time-scale"),
+    ]
+    for args, names in cases:
+        result = run_cli("control", str(plan), *args)
+        assert result.exit_code == 2, (args, result.stderr)
+        assert names in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert not any((tmp_path / x / "telemetry.jsonl").exists() for x in "abcd")
+    owned = _plan(run_cli, tmp_path, "tiny")
+    result = run_cli("control", str(owned), "--policy", "greedy", "--trace", str(WINDOWS / "0.json"),
+                     "--run-dir", str(tmp_path / "e"))
+    assert result.exit_code == 2 and "policy greedy needs spot, on-demand" in result.stderr
+
+
+def test_slurm_backend_without_slurm_is_one_line(run_cli, tmp_path, monkeypatch):
+    plan = _plan(run_cli, tmp_path)
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    result = run_cli("control", str(plan), "--backend", "slurm", "--policy", "on-demand", "--run-dir",
+                     str(tmp_path / "s"))
+    assert result.exit_code == 2 and "sbatch" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_run_folder_held_by_a_live_controller_is_refused(run_cli, tmp_path):
+    plan = _plan(run_cli, tmp_path)
+    folder = tmp_path / "held"
+    holder = Lock(folder)
+    holder.acquire()
+    try:
+        result = run_cli("control", str(plan), "--policy", "on-demand", "--run-dir", str(folder))
+    finally:
+        holder.release()
+    assert result.exit_code == 2 and "held by another live controller" in result.stderr
+    assert not (folder / "telemetry.jsonl").exists()
+
+
+# -- the real drill: runner processes, checkpoints, restarts ----------------------------------------
+DRILL = ["--trace", str(WINDOWS / "0.json"), "--time-scale", "600", "--deadline", "16h", "--notice", "10m",
+         "--steps", "24000", "--poll", "0.1"]
+
+
+def _control(plan: Path, run_dir: Path, *args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "costsim", "control", str(plan), "--run-dir", str(run_dir), *DRILL,
+                             "--format", "json", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("policy", ["greedy", "uniform-progress"])
+def test_local_drill_bills_within_ten_percent_of_the_prediction(run_cli, tmp_path, policy):
+    """The tiny job on Can't Be Late window 0 at 600x (about a minute of training): the bill from the
+    controller's journal is within 10% of the simulator's prediction for the same window with the
+    overheads the run measured."""
+    plan = _plan(run_cli, tmp_path)
+    proc = _control(plan, tmp_path / "run", "--policy", policy)
+    out, err = proc.communicate(timeout=400)
+    assert proc.returncode == 0, err[-3000:]
+    doc = json.loads(out)
+    assert doc["status"] == "done" and doc["deadline_met"]
+    assert doc["preemptions"] >= 1 and {i["market"] for i in doc["instances"]} == {"spot", "on-demand"}
+    assert abs(doc["error"]["cost_rel"]) <= 0.10, (doc["cost"], doc["predicted"]["cost"], doc["measured"])
+    billed = sum(e["cost"] for e in doc["bill"]["markets"].values())
+    assert doc["cost"] == pytest.approx(billed)
+
+
+@pytest.mark.slow
+def test_a_killed_controller_picks_up_without_a_second_job_or_a_second_bill(run_cli, tmp_path):
+    plan = _plan(run_cli, tmp_path)
+    run_dir = tmp_path / "run"
+    first = _control(plan, run_dir, "--policy", "greedy")
+    deadline = time.time() + 120
+    while time.time() < deadline:   # kill it while its first instance's job is training
+        time.sleep(0.5)
+        journal = json.loads((run_dir / "control.json").read_text()) if (run_dir / "control.json").exists() else {}
+        if journal.get("instances") and journal["instances"][-1]["handle"].get("progressing"):
+            break
+    os.kill(first.pid, signal.SIGKILL)
+    first.communicate()
+    held = json.loads((run_dir / "control.json").read_text())["instances"][-1]
+    assert held["end_s"] is None
+    time.sleep(1.0)
+    second = _control(plan, run_dir)
+    out, err = second.communicate(timeout=400)
+    assert second.returncode == 0, err[-3000:]
+    assert "still held: keeping it" in err
+    doc = json.loads(out)
+    assert doc["status"] == "done"
+    starts = [i["start_s"] for i in doc["instances"]]
+    assert starts.count(held["start_s"]) == 1 and starts == sorted(starts)
+    for a, b in zip(doc["instances"], doc["instances"][1:]):   # never two instances at once
+        assert a["end_s"] <= b["start_s"] + 1e-3
+    events = [json.loads(line) for line in (run_dir / "telemetry.jsonl").read_text().splitlines()]
+    # One runner per instance at most (a second copy would add one), and the job ended once.
+    assert sum(1 for e in events if e["event"] == "instance") <= len(doc["instances"])
+    assert sum(1 for e in events if e["event"] == "end") == 1
