@@ -524,6 +524,8 @@ def control_command(plan, backend, run_dir, policy, trace, reclaim_trace, time_s
         raise click.UsageError("--trace is the local backend's capacity; on slurm give --reclaim-trace")
     if reclaim_trace and backend != "slurm":
         raise click.UsageError("--reclaim-trace is for --backend slurm; on local give --trace")
+    if notice is not None and backend == "slurm":
+        raise click.UsageError("on slurm the notice is the spot partition's GraceTime, not --notice")
     for option in options:
         if "=" not in option:
             raise click.BadParameter(f"{option!r}: expected KEY=VALUE", param_hint="--option")

@@ -102,6 +102,8 @@ class VirtualJobs:
     def close(self) -> None:
         pass
 
+    log = Path("virtual.log")
+
     def observe(self) -> Progress:
         """What the run folder would say now."""
         self._settle()

@@ -233,7 +233,7 @@ class Controller:
             instance.ended = "failed"
             self.j.status, self.j.end_s = "failed", t
             self.say(f"costsim control: the job failed on {instance.market} (runner exit {status.exit_code}); "
-                     f"see {self.run_dir / 'runner.log'}")
+                     f"see {self.backend.log_of(instance.handle)}")
         if instance.ended == "preempted":
             self.say(f"costsim control: t={t / 3600:.2f} h: {instance.market} instance preempted at step "
                      f"{progress.step} (checkpoint {progress.checkpoint_step})")

@@ -81,10 +81,11 @@ class Processes:
 
     def __init__(self, *, plan: Path, run_dir: Path, run_id: str, runner_args: list[str]):
         self.plan, self.run_dir, self.run_id, self.runner_args = plan, run_dir, run_id, runner_args
+        self.log = run_dir / "runner.log"
         self._children: dict[int, subprocess.Popen] = {}
 
     def start(self, market: str) -> dict:
-        with open(self.run_dir / "runner.log", "ab") as log:
+        with open(self.log, "ab") as log:
             child = subprocess.Popen(runner_argv(self.plan, self.run_dir, self.run_id, market, self.runner_args),
                                      stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
         self._children[child.pid] = child
@@ -193,6 +194,9 @@ class LocalBackend:
                 return Status(ended=False)
             return Status(ended=True, exit_code=handle["exit_code"], end_s=reclaim, preempted=True)
         return Status(ended=True, exit_code=handle["exit_code"])
+
+    def log_of(self, handle: dict) -> Path:
+        return self.jobs.log
 
     def alive(self, handle: dict) -> bool:
         """Whether the instance's job still runs (a restarted controller keeps it)."""

@@ -79,7 +79,7 @@ def check_policy(path: str, doc: dict, policy: str, backend_markets: tuple[str, 
 def open_session(req: Request, say) -> tuple[Controller, Journal, Lock, dict]:
     """Check everything, take the run folder's lock, and build the controller; nothing is started
     before every check has passed. A folder with a journal is picked up where it was."""
-    run_dir = Path(req.run_dir or Path("runs") / f"control-{time.strftime('%Y%m%d-%H%M%S')}")
+    run_dir = Path(req.run_dir or Path("runs") / f"control-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
     existing = Journal.load(run_dir) if (run_dir / "control.json").exists() else None
     plan_path = existing.plan if existing else str(Path(req.plan).resolve())
     doc = read_plan(plan_path)
@@ -89,9 +89,10 @@ def open_session(req: Request, say) -> tuple[Controller, Journal, Lock, dict]:
     policy = existing.policy if existing else (req.policy or doc["policy"]["name"])
     trace_path = existing.trace if existing else (req.trace if backend_name == "local" else req.reclaim_trace)
     capacity = TraceCapacity(*load_trace(trace_path)) if trace_path else None
+    grace_s = None
     if backend_name == "slurm":
         from costsim.control.slurm import SlurmBackend, check_slurm
-        check_slurm()
+        grace_s = check_slurm(reclaim=capacity is not None)
     uses_spot = SPOT in policies.POLICY_MARKETS.get(policy, ())
     if backend_name == "local" and uses_spot and capacity is None:
         raise InputError("--trace", "trace", f"policy {policy} uses spot: the local backend needs a capacity trace "
@@ -104,7 +105,10 @@ def open_session(req: Request, say) -> tuple[Controller, Journal, Lock, dict]:
     lock = Lock(run_dir)
     lock.acquire()
     if existing is None:
-        notice = req.notice_s if req.notice_s is not None else float(doc["resources"].get("spot_notice_s") or 0.0)
+        if grace_s is not None:   # Slurm gives the notice: its GraceTime, in wall seconds
+            notice = grace_s * req.time_scale
+        else:
+            notice = req.notice_s if req.notice_s is not None else float(doc["resources"].get("spot_notice_s") or 0)
         journal = Journal(plan=plan_path, policy=policy, backend=backend_name, offering=doc["resources"]["offering"],
                           deadline_s=req.deadline_s or float(doc["policy"]["deadline_s"]), time_scale=req.time_scale,
                           notice_s=notice, t0=time.time(), trace=str(Path(trace_path).resolve()) if trace_path else None,
@@ -123,7 +127,7 @@ def open_session(req: Request, say) -> tuple[Controller, Journal, Lock, dict]:
         backend = LocalBackend(capacity, jobs, notice_s=journal.notice_s)
     else:
         backend = SlurmBackend(capacity, plan=Path(plan_path), run_dir=run_dir, run_id=journal.run_id,
-                               runner_args=journal.runner_args, clock=clock)
+                               runner_args=journal.runner_args)
     folder = RunFolder(run_dir)
     figures = plan_figures(doc, steps)
     controller = Controller(journal, backend, folder, clock, policies.get(policy), figures, run_dir=run_dir,

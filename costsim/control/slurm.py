@@ -1,0 +1,186 @@
+"""Backend `slurm`: the two markets are partitions of a real Slurm, and Slurm itself preempts.
+
+Each instance is a batch job on partition `spot` or `on-demand` running `runner execute` (sbatch,
+squeue, sinfo, scontrol and scancel are called with argument lists, never a shell string; the job's
+batch script is a fixed two-line `exec "$@"` and the runner's command line comes after it as
+arguments). The controller learns from Slurm, not from its own bookkeeping:
+
+- capacity: the spot partition's idle CPUs (`sinfo -p spot -o %C`) cover a spot job, or the job
+  itself runs there;
+- a preemption: the job's `PreemptTime` (`scontrol show job`) is set; Slurm sends the batch shell
+  (the runner) SIGTERM at once (`--signal=B:TERM` with `preempt_send_user_signal`), cancels the job
+  after the partition's `GraceTime`, and the job ends PREEMPTED (or FAILED with the runner's exit 75);
+- the end of a job: its state leaves PENDING/RUNNING/COMPLETING.
+
+With `--reclaim-trace`, a drill takes capacity away for real: while the trace says spot is gone, a
+job on partition `reclaim` (higher priority tier) holds the CPUs a spot job needs, and Slurm preempts
+whatever spot job is in the way. scripts/slurm_control_cluster.sh builds this cluster on one host.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+from costsim.control.local import Status, TraceCapacity, runner_argv
+from costsim.errors import InputError
+from costsim.spec import ON_DEMAND, SPOT
+
+PARTITIONS = {SPOT: "spot", ON_DEMAND: "on-demand"}
+RECLAIM_PARTITION = "reclaim"
+# The one-host drill cluster's sizes (scripts/slurm_control_cluster.sh): a reclaim job fits beside an
+# on-demand job but not beside a spot job.
+CPUS = {SPOT: 2, ON_DEMAND: 1, RECLAIM_PARTITION: 3}
+COMMANDS = ("sbatch", "squeue", "sinfo", "scontrol", "scancel")
+ENDED = {"COMPLETED", "FAILED", "CANCELLED", "PREEMPTED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL",
+         "DEADLINE", "REVOKED", "SPECIAL_EXIT"}
+BATCH = "#!/bin/sh\n# costsim control: the runner's command line comes as arguments (no shell string)\nexec \"$@\"\n"
+
+
+def _run(argv: list[str], check: bool = True) -> str:
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    if check and result.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv[:2])}: {result.stderr.strip() or result.stdout.strip()}")
+    return result.stdout
+
+
+def check_slurm(reclaim: bool = False) -> float:
+    """The commands and partitions are there (else one line: InputError); returns the spot partition's
+    GraceTime, the notice Slurm gives."""
+    missing = [c for c in COMMANDS if shutil.which(c) is None]
+    if missing:
+        raise InputError("--backend", "backend", f"slurm: {', '.join(missing)} not found on PATH (is this a Slurm "
+                         "login node? scripts/slurm_control_cluster.sh up makes a one-host Slurm)")
+    grace = None
+    for name in [*PARTITIONS.values(), *([RECLAIM_PARTITION] if reclaim else [])]:
+        result = subprocess.run(["scontrol", "show", "partition", name, "-o"], capture_output=True, text=True,
+                                timeout=60)
+        if result.returncode != 0 or f"PartitionName={name}" not in result.stdout:
+            raise InputError("--backend", "backend", f"slurm: no partition {name!r} "
+                             f"({(result.stderr or result.stdout).strip() or 'scontrol says nothing'}); "
+                             "scripts/slurm_control_cluster.sh up makes spot, on-demand and reclaim")
+        if name == PARTITIONS[SPOT]:
+            grace = float(_fields(result.stdout).get("GraceTime", "0") or 0)
+    return grace or 0.0
+
+
+def _fields(text: str) -> dict[str, str]:
+    """KEY=VALUE tokens of `scontrol show ... -o` (values without spaces are all we read)."""
+    return dict(m.groups() for m in re.finditer(r"(\w+)=(\S*)", text))
+
+
+class SlurmBackend:
+    name = "slurm"
+    markets = (SPOT, ON_DEMAND)
+    foresight = False   # Slurm says whether there is capacity now, never when it comes back
+
+    def __init__(self, reclaim: TraceCapacity | None, *, plan: Path, run_dir: Path, run_id: str,
+                 runner_args: list[str]):
+        self.reclaim, self.plan, self.run_dir, self.run_id, self.runner_args = (reclaim, plan, run_dir, run_id,
+                                                                               runner_args)
+        self.script = run_dir / "slurm-job.sh"
+        if not self.script.exists():
+            self.script.write_text(BATCH)
+        self.reclaim_name = f"costsim-reclaim-{run_id}"
+        self._reclaim_job = self._find_reclaim()
+        self._available: tuple[float, bool] | None = None
+
+    # -- capacity ------------------------------------------------------------------------
+    def spot_available(self, t: float) -> bool:
+        if self._available is not None and self._available[0] == t:
+            return self._available[1]
+        alloc_idle = _run(["sinfo", "-h", "-p", PARTITIONS[SPOT], "-o", "%C"]).split()
+        idle = sum(int(line.split("/")[1]) for line in alloc_idle if line.count("/") == 3)
+        ours = _run(["squeue", "-h", "-p", PARTITIONS[SPOT], "-t", "RUNNING", "-n", self._job_name(), "-o", "%i"])
+        # A job of another partition still waiting for those CPUs (a reclaim being scheduled) has them first.
+        waiting = [name for name in _run(["squeue", "-h", "-t", "PENDING", "-o", "%j"]).split()
+                   if name != self._job_name()]
+        available = bool(ours.strip()) or (idle >= CPUS[SPOT] and not waiting)
+        self._available = (t, available)
+        return available
+
+    def spot_available_at(self, t: float) -> float:
+        return t if self.spot_available(t) else math.inf
+
+    def next_due(self, t: float, handle: dict | None) -> float:
+        """A drill's next reclaim change; Slurm's own events are seen at the polls."""
+        return self.reclaim.next_change(t) if self.reclaim is not None else math.inf
+
+    def duties(self, t: float, handle: dict | None) -> None:
+        """A drill's reclaim jobs: one held while the trace says capacity is gone."""
+        if self.reclaim is None:
+            return
+        gone = not self.reclaim.available(t)
+        if gone and self._reclaim_job is None:
+            self._reclaim_job = _run(["sbatch", "--parsable", "--partition", RECLAIM_PARTITION, "--job-name",
+                                      self.reclaim_name, "--cpus-per-task", str(CPUS[RECLAIM_PARTITION]),
+                                      "--output", "/dev/null", str(self.script), "sleep", "infinity"]).strip()
+            self._available = None
+        elif not gone and self._reclaim_job is not None:
+            _run(["scancel", self._reclaim_job], check=False)
+            self._reclaim_job = None
+            self._available = None
+
+    def _find_reclaim(self) -> str | None:
+        """A reclaim job a killed controller left (found by name: the journal is not the source)."""
+        if self.reclaim is None:
+            return None
+        ids = _run(["squeue", "-h", "-n", self.reclaim_name, "-o", "%i"], check=False).split()
+        return ids[0] if ids else None
+
+    # -- instances -----------------------------------------------------------------------
+    def _job_name(self) -> str:
+        return f"costsim-{self.run_id}"
+
+    def start(self, market: str, t: float) -> dict:
+        argv = ["sbatch", "--parsable", "--partition", PARTITIONS[market], "--job-name", self._job_name(),
+                "--nodes", "1", "--cpus-per-task", str(CPUS[market]), "--no-requeue", "--signal=B:TERM@60",
+                "--open-mode=append", "--output", str(self.run_dir / "slurm-%j.out"), "--chdir", str(self.run_dir),
+                str(self.script), *runner_argv(self.plan, self.run_dir, self.run_id, market, self.runner_args)]
+        job = _run(argv).strip().split(";")[0]
+        self._available = None
+        return {"job": job, "partition": PARTITIONS[market], "submitted": round(t, 3)}
+
+    def _state(self, handle: dict) -> dict[str, str]:
+        result = subprocess.run(["scontrol", "show", "job", handle["job"], "-o"], capture_output=True, text=True,
+                                timeout=60)
+        if result.returncode != 0 or "JobId=" not in result.stdout:
+            return {"JobState": "GONE"}   # past MinJobAge: it ended long ago
+        return _fields(result.stdout)
+
+    def poll(self, handle: dict, t: float) -> Status:
+        state = self._state(handle)
+        job_state = state.get("JobState", "GONE")
+        if state.get("PreemptTime", "None") not in ("None", "") and "noticed" not in handle:
+            handle["noticed"] = round(t, 3)   # Slurm has begun to preempt: the runner has its SIGTERM
+        if job_state == "RUNNING" and "running" not in handle:
+            handle["running"] = round(t, 3)
+        if job_state == "PENDING" and "running" not in handle and handle["partition"] == PARTITIONS[SPOT] \
+                and not self.spot_available(t):
+            # The capacity went between the look and the request: withdraw it (nothing ran, nothing billed).
+            _run(["scancel", handle["job"]], check=False)
+            return Status(ended=True, end_s=handle["submitted"], preempted=True)
+        if job_state not in ENDED and job_state != "GONE":
+            return Status(ended=False)
+        code = state.get("ExitCode", "").split(":")[0]
+        handle["state"] = job_state
+        return Status(ended=True, exit_code=int(code) if code.isdigit() else None,
+                      preempted=job_state == "PREEMPTED" or "noticed" in handle)
+
+    def stop(self, handle: dict) -> None:
+        """The policy moved on: SIGTERM to the batch shell (the runner), which checkpoints and exits."""
+        _run(["scancel", "--batch", "--signal=TERM", handle["job"]], check=False)
+
+    def log_of(self, handle: dict) -> Path:
+        return self.run_dir / f"slurm-{handle['job']}.out"
+
+    def alive(self, handle: dict) -> bool:
+        return self._state(handle).get("JobState", "GONE") not in ENDED | {"GONE"}
+
+    def close(self) -> None:
+        if self._reclaim_job is not None:
+            _run(["scancel", self._reclaim_job], check=False)
+            self._reclaim_job = None
