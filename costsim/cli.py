@@ -516,7 +516,7 @@ def control_command(plan, backend, run_dir, policy, trace, reclaim_trace, time_s
                     seed, nproc_per_node, options, runtime, plot, fmt):
     """Carry out a plan's market policy while the job runs, and bill what happened against the prediction.
 
-    Example: costsim control drill.json --policy uniform-progress --trace data/traces/cbl-us-west-2a-v100/0.json
+    Example: costsim control drill.json --policy uniform-progress --trace data/traces/cbl-us-west-2a-v100/6.json
     --time-scale 600 --deadline 16h --notice 10m --steps 24000 --run-dir runs/drill --plot drill.png
     """
     from costsim.control import session

@@ -23,6 +23,7 @@ from costsim.control.progress import Progress, RunFolder
 from costsim.policies import SPOT, Decision, Policy, View
 
 _EPS = 1e-6
+STOP_TIMEOUT_S = 600.0   # wall seconds a job asked to leave has to checkpoint and exit (SDXL: about 40)
 
 
 class Clock:
@@ -62,26 +63,57 @@ class Figures:
 
 @dataclass(frozen=True)
 class Measured:
-    """The figures in force now (measured where the run has them), in trace seconds."""
+    """The figures in force now (measured where the run has them: means), in trace seconds."""
 
     step_s: float
     resume_s: float
     checkpoint_s: float
     checkpoint_stall_s: float | None
     interval_s: float
+    release_s: float = 0.0   # leaving an instance (a move, or the end) until it is released
 
     @property
     def paid_checkpoint_s(self) -> float:
         return self.checkpoint_stall_s if self.checkpoint_stall_s is not None else self.checkpoint_s
 
 
-def measured(progress: Progress, plan: Figures, scale: float) -> Measured:
+def measured(progress: Progress, plan: Figures, scale: float, *, resumes: list[float] = (),
+             releases: list[float] = ()) -> Measured:
+    """Wall-clock figures from the run folder (else the plan's) in trace seconds; `resumes` (instance
+    start to its job's first step) and `releases` are already in trace seconds."""
     step = progress.mean_step_s() or plan.step_s
-    start = progress.median_first_step_s() or plan.start_s
-    save = progress.median_save_s() or plan.checkpoint_s
-    stall = None if plan.checkpoint_stall_s is None else (progress.median_stall_s() or plan.checkpoint_stall_s)
-    return Measured(step_s=step * scale, resume_s=start * scale, checkpoint_s=save * scale,
-                    checkpoint_stall_s=None if stall is None else stall * scale, interval_s=plan.interval_s * scale)
+    save = progress.mean_save_s() or plan.checkpoint_s
+    stall = None if plan.checkpoint_stall_s is None else (progress.mean_stall_s() or plan.checkpoint_stall_s)
+    resume = sum(resumes) / len(resumes) if resumes else (progress.mean_first_step_s() or plan.start_s) * scale
+    return Measured(step_s=step * scale, resume_s=resume, checkpoint_s=save * scale,
+                    checkpoint_stall_s=None if stall is None else stall * scale, interval_s=plan.interval_s * scale,
+                    release_s=sum(releases) / len(releases) if releases else 0.0)
+
+
+def resume_times(journal: Journal, progress: Progress, clock) -> list[float]:
+    """From each instance's start to its job's first step (the runner's own start-up, and on Slurm the
+    scheduling, included), trace seconds."""
+    firsts = sorted(clock.trace(t) for t in progress.first_step_at)
+    out = []
+    for instance in journal.instances:
+        end = instance.end_s if instance.end_s is not None else float("inf")
+        first = next((f for f in firsts if instance.start_s <= f <= end), None)
+        if first is not None:
+            out.append(first - instance.start_s)
+    return out
+
+
+def release_times(journal: Journal, progress: Progress, clock) -> list[float]:
+    """From leaving each instance (the controller's move, or the job's `end`) to its release, trace s."""
+    out = []
+    for instance in journal.instances:
+        if instance.end_s is None:
+            continue
+        if instance.ended == "stopped" and instance.handle.get("stopping") is not None:
+            out.append(instance.end_s - instance.handle["stopping"])
+        elif instance.ended == "finished" and progress.end_t is not None:
+            out.append(instance.end_s - clock.trace(progress.end_t))
+    return [max(0.0, x) for x in out]
 
 
 class Controller:
@@ -96,6 +128,11 @@ class Controller:
         self._spot: bool | None = None
         self._last_save = -math.inf
 
+    def measured(self, progress: Progress) -> Measured:
+        """The figures in force: this run's so far, else the plan's."""
+        return measured(progress, self.plan, self.j.time_scale, resumes=resume_times(self.j, progress, self.clock),
+                        releases=release_times(self.j, progress, self.clock))
+
     # -- the View ---------------------------------------------------------------------------
     def live_step(self, t: float, progress: Progress, instance: Instance | None) -> float:
         """Steps done: the last reported, plus what the running job has done since at its step time
@@ -107,7 +144,7 @@ class Controller:
         return min(step, float(self.plan.total_steps))
 
     def view(self, t: float, progress: Progress, running: str | None) -> View:
-        m = measured(progress, self.plan, self.j.time_scale)
+        m = self.measured(progress)
         live = self.live_step(t, progress, self.j.current)
         left_s = (self.plan.total_steps - live) * m.step_s
         return View(t=t, deadline_s=self.j.deadline_s, work_total_s=self.plan.total_steps * m.step_s,
@@ -135,6 +172,12 @@ class Controller:
                 elif not current.handle.get("progressing") and self._progressing(current, progress):
                     current.handle["progressing"] = True
                     ask = changed = True
+                elif t - current.handle.get("stopping", math.inf) > STOP_TIMEOUT_S * j.time_scale \
+                        and "killed" not in current.handle:
+                    self.say(f"costsim control: the job did not leave {current.market} within {STOP_TIMEOUT_S:.0f} s "
+                             "of being asked: killing it (it resumes from its last complete checkpoint)")
+                    current.handle["killed"] = round(t, 3)
+                    self.backend.kill(current.handle)
             current = j.current
             if j.status != "running":
                 break
@@ -165,8 +208,8 @@ class Controller:
             if acted:   # look again at once: a job asked to leave may already have left
                 continue
             wake = min(t + self.poll_s, self.backend.next_due(t, current.handle if current else None))
-            if self.decision is not None and can_ask:
-                wake = min(wake, max(self.decision.reconsider_at, t))
+            if self.decision is not None and can_ask and self.decision.reconsider_at > t + _EPS:
+                wake = min(wake, self.decision.reconsider_at)
             self.clock.sleep_until(wake)
         j.updated_s = round(self.clock.now(), 3)
         j.save(self.run_dir)

@@ -180,6 +180,9 @@ class LocalBackend:
         """Ask the job to leave (the policy moved on): the same notice, so it checkpoints first."""
         self.jobs.notify(handle)
 
+    def kill(self, handle: dict) -> None:
+        self.jobs.kill(handle)
+
     def poll(self, handle: dict, t: float) -> Status:
         """Whether the instance is still held. A spot instance that had its notice is held until the
         reclaim, job or no job (as the simulator holds it, and the cloud bills it)."""

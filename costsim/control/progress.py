@@ -25,26 +25,29 @@ class Progress:
     step_t: float | None = None      # when it reported it
     checkpoint_step: int = 0         # the newest complete checkpoint
     done: bool = False               # the job's `end` event was written
+    end_t: float | None = None       # when
     launches: list[float] = field(default_factory=list)       # supervisor `launch` times
     first_steps: list[float] = field(default_factory=list)    # launch -> first step, per launch that got one
+    first_step_at: list[float] = field(default_factory=list)  # when each of those first steps was reported
     step_times: list[float] = field(default_factory=list)     # steady steps
     save_s: list[float] = field(default_factory=list)         # checkpoint saves: their full duration
     stall_s: list[float] = field(default_factory=list)        # async saves: the training stall
     exits: list[tuple[float, str]] = field(default_factory=list)   # supervisor `exit`: (t, status)
     _since_start: int = 0
     _awaiting_first: float | None = None
+    _paid_save_step: int | None = None
 
     def mean_step_s(self) -> float | None:
         return statistics.fmean(self.step_times) if self.step_times else None
 
-    def median_first_step_s(self) -> float | None:
-        return statistics.median(self.first_steps) if self.first_steps else None
+    def mean_first_step_s(self) -> float | None:
+        return statistics.fmean(self.first_steps) if self.first_steps else None
 
-    def median_save_s(self) -> float | None:
-        return statistics.median(self.save_s) if self.save_s else None
+    def mean_save_s(self) -> float | None:
+        return statistics.fmean(self.save_s) if self.save_s else None
 
-    def median_stall_s(self) -> float | None:
-        return statistics.median(self.stall_s) if self.stall_s else None
+    def mean_stall_s(self) -> float | None:
+        return statistics.fmean(self.stall_s) if self.stall_s else None
 
 
 class RunFolder:
@@ -88,17 +91,20 @@ class RunFolder:
             p._since_start += 1
             if p._awaiting_first is not None:
                 p.first_steps.append(e["t"] - p._awaiting_first)
+                p.first_step_at.append(e["t"])
                 p._awaiting_first = None
-            if p._since_start > WARMUP_STEPS and "step_time_s" in e:
+            # Steady steps only: not the warm-up, not the step that paid a checkpoint (counted in save_s).
+            if p._since_start > WARMUP_STEPS and "step_time_s" in e and p.step != p._paid_save_step:
                 p.step_times.append(float(e["step_time_s"]))
         elif kind == "checkpoint_save" and e.get("rank") == 0:
             p.checkpoint_step = max(p.checkpoint_step, int(e["step"]))
+            p._paid_save_step = int(e["step"]) + 1
             if e.get("reason") in (None, "interval"):   # not the final save nor the one on a notice
                 p.save_s.append(float(e["duration_s"]))
                 if e.get("mode") == "async" and e.get("stall_s") is not None:
                     p.stall_s.append(float(e["stall_s"]))
         elif kind == "end":
-            p.done = True
+            p.done, p.end_t = True, e["t"]
             p.step = int(e.get("step", p.step))
         elif kind == "exit" and e.get("rank") is None:
             p.exits.append((e["t"], str(e.get("status"))))

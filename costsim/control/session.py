@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from costsim import policies
-from costsim.control.controller import Clock, Controller, Figures, measured
+from costsim.control.controller import Clock, Controller, Figures
 from costsim.control.journal import Journal, Lock
 from costsim.control.local import LocalBackend, Processes, TraceCapacity
 from costsim.control.progress import RunFolder
@@ -166,7 +166,7 @@ def finish(controller: Controller, journal: Journal, context: dict) -> dict:
     """The bill, the simulator's prediction for the same capacity and measured figures, the errors."""
     prices, run_dir = context["prices"], context["run_dir"]
     progress = controller.folder.observe()
-    m = measured(progress, controller.plan, journal.time_scale)
+    m = controller.measured(progress)
     if journal.trace:
         timeline = TraceTimeline(*load_trace(journal.trace))
     else:
@@ -177,6 +177,7 @@ def finish(controller: Controller, journal: Journal, context: dict) -> dict:
     journal.report = {**keep, **summary(journal, prices, prediction),
                       "measured": {"step_s": m.step_s, "resume_s": m.resume_s, "checkpoint_s": m.checkpoint_s,
                                    "checkpoint_stall_s": m.checkpoint_stall_s, "interval_s": m.interval_s,
+                                   "release_s": m.release_s,
                                    "decisions": controller.decisions}}
     journal.save(run_dir)
     return journal.report

@@ -174,6 +174,9 @@ class SlurmBackend:
         """The policy moved on: SIGTERM to the batch shell (the runner), which checkpoints and exits."""
         _run(["scancel", "--batch", "--signal=TERM", handle["job"]], check=False)
 
+    def kill(self, handle: dict) -> None:
+        _run(["scancel", "--signal=KILL", "--full", handle["job"]], check=False)
+
     def log_of(self, handle: dict) -> Path:
         return self.run_dir / f"slurm-{handle['job']}.out"
 

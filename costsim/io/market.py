@@ -24,7 +24,8 @@ from costsim.io.specs import load_trace
 from costsim.market_fit import Span, trace_spans
 
 PREEMPTED = ("preempted", "preempted-notice")
-ENDINGS = ("finished", "preempted-notice", "preempted", "cancelled", "failed")
+# stopped (the policy moved the job) and lost (gone while no controller watched): costsim control's
+ENDINGS = ("finished", "preempted-notice", "preempted", "cancelled", "failed", "stopped", "lost")
 TRACE_LABEL = "traces"
 
 Observations = dict[str, tuple[list[Span], list[Span]]]   # offering -> (lives, outages)

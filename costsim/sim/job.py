@@ -31,6 +31,7 @@ class JobParams:
     restart_s: float = 0.0         # process start, rendezvous, checkpoint load (not on first start)
     changeover_s: float = 0.0      # from starting an instance until the job can start up on it
     notice_s: float = 0.0          # warning before a spot reclaim
+    release_s: float = 0.0         # from leaving an instance (a move, or the end) to its release: the job's exit
     horizon_s: float = math.inf    # give up (unfinished) after this
 
     @property
@@ -169,6 +170,9 @@ class Job:
                 decision = self._decide(market)
             if decision.market != market:
                 yield from self._checkpoint(final=True)
+                if p.release_s > 0:
+                    self._phase = ("release", None)
+                    yield env.timeout(p.release_s)
                 return
             live = self.live_s
             to_checkpoint = self.last_checkpoint_s + interval_s - live
@@ -193,6 +197,9 @@ class Job:
             self._phase = ("stall", None)
             yield timeout(stall_s)
             self._pending = (env.now + p.checkpoint_s, live)
+        if p.release_s > 0:   # the work is done; the instance goes when the job has exited
+            self._phase = ("release", None)
+            yield env.timeout(p.release_s)
 
     def _checkpoint(self, final: bool):
         """A periodic (or final) checkpoint of the live work; sync, or async behind a stall."""
