@@ -268,6 +268,8 @@ class Controller:
         instance.end_s = round(max(end, instance.start_s), 3)
         if progress.done:
             instance.ended = "finished"
+        elif status.withdrawn:
+            instance.ended = "withdrawn"
         elif status.preempted:
             instance.ended = "preempted"
         elif instance.handle.get("stopping") is not None:

@@ -33,6 +33,7 @@ class Status:
     exit_code: int | None = None
     end_s: float | None = None     # when it ended, if the backend knows better than "now"
     preempted: bool = False        # the market took it back (not the job's own doing)
+    withdrawn: bool = False        # a request that never ran (nothing billed)
 
 
 class TraceCapacity:

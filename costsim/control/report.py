@@ -66,12 +66,14 @@ class ObservedTimeline(Timeline):
 
 
 def predict(journal: Journal, policy: Policy, timeline: Timeline, m: Measured, *, total_steps: int,
-            prices: Prices) -> dict:
-    """One simulated trial of this job on this capacity with this run's figures."""
+            prices: Prices, notice_s: float | None = None) -> dict:
+    """One simulated trial of this job on this capacity with this run's figures (`notice_s`: the
+    notice as the job had it, default the journal's)."""
+    notice_s = journal.notice_s if notice_s is None else notice_s
     params = JobParams(work_s=total_steps * m.step_s, deadline_s=journal.deadline_s,
                        checkpoint_interval_s=m.interval_s, checkpoint_s=m.checkpoint_s,
                        checkpoint_stall_s=m.checkpoint_stall_s, restart_s=0.0, changeover_s=m.resume_s,
-                       notice_s=journal.notice_s, release_s=m.release_s,
+                       notice_s=notice_s, release_s=m.release_s,
                        horizon_s=4.0 * max(journal.deadline_s, total_steps * m.step_s))
     markets = {market: prices.market(market) for market in prices.per_node_h}
     outcome = run_trial(params, policy, timeline, markets, record_log=True)
@@ -84,7 +86,7 @@ def predict(journal: Journal, policy: Policy, timeline: Timeline, m: Measured, *
                     for s in outcome.record.stints],
         "inputs": {"work_s": params.work_s, "step_s": m.step_s, "resume_s": m.resume_s,
                    "checkpoint_s": m.checkpoint_s, "checkpoint_stall_s": m.checkpoint_stall_s,
-                   "interval_s": m.interval_s, "notice_s": journal.notice_s, "release_s": m.release_s},
+                   "interval_s": m.interval_s, "notice_s": notice_s, "release_s": m.release_s},
     }
 
 

@@ -171,8 +171,11 @@ def finish(controller: Controller, journal: Journal, context: dict) -> dict:
         timeline = TraceTimeline(*load_trace(journal.trace))
     else:
         timeline = ObservedTimeline(journal.outages, journal.end_s or journal.updated_s)
+    # On Slurm the notice (SIGTERM) comes when the outage begins, not GraceTime before it: the job
+    # has just its emergency save before capacity is gone.
+    notice_s = m.checkpoint_s if journal.backend == "slurm" else journal.notice_s
     prediction = predict(journal, controller.policy, timeline, m, total_steps=controller.plan.total_steps,
-                         prices=prices)
+                         prices=prices, notice_s=notice_s)
     keep = {k: journal.report[k] for k in ("steps", "poll_s") if k in journal.report}
     journal.report = {**keep, **summary(journal, prices, prediction),
                       "measured": {"step_s": m.step_s, "resume_s": m.resume_s, "checkpoint_s": m.checkpoint_s,

@@ -162,7 +162,7 @@ class SlurmBackend:
                 and not self.spot_available(t):
             # The capacity went between the look and the request: withdraw it (nothing ran, nothing billed).
             _run(["scancel", handle["job"]], check=False)
-            return Status(ended=True, end_s=handle["submitted"], preempted=True)
+            return Status(ended=True, end_s=handle["submitted"], withdrawn=True)
         if job_state not in ENDED and job_state != "GONE":
             return Status(ended=False)
         code = state.get("ExitCode", "").split(":")[0]

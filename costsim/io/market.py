@@ -24,8 +24,9 @@ from costsim.io.specs import load_trace
 from costsim.market_fit import Span, trace_spans
 
 PREEMPTED = ("preempted", "preempted-notice")
-# stopped (the policy moved the job) and lost (gone while no controller watched): costsim control's
-ENDINGS = ("finished", "preempted-notice", "preempted", "cancelled", "failed", "stopped", "lost")
+# costsim control's: stopped (the policy moved the job), lost (gone while no controller watched),
+# withdrawn (a spot request that never ran)
+ENDINGS = ("finished", "preempted-notice", "preempted", "cancelled", "failed", "stopped", "lost", "withdrawn")
 TRACE_LABEL = "traces"
 
 Observations = dict[str, tuple[list[Span], list[Span]]]   # offering -> (lives, outages)
