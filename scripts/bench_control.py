@@ -82,14 +82,14 @@ def lateness(run_dir: Path) -> list[dict]:
         if instance["ended"] != "preempted" or "noticed" not in handle:
             continue
         if doc["backend"] == "local":
-            due = handle["reclaim_at"] - doc["notice_s"]
-            rows.append({"run": run_dir.name, "acted_late_s": handle["noticed"] - due,
+            due = max(handle["reclaim_at"] - doc["notice_s"], instance["start_s"])   # a start inside the window
+            rows.append({"run": run_dir.name, "backend": "local", "acted_late_s": handle["noticed"] - due,
                          "saw_gone_after_reclaim_s": instance["end_s"] - handle["reclaim_at"]})
         else:   # slurm: from the trace's outage start (when the reclaim job was due) to Slurm's PreemptTime seen
             start = instance["start_s"]
             outage = next((i * gap_s for i in range(int(start // gap_s), len(ticks)) if ticks[i] == 1), None)
             if outage is not None:
-                rows.append({"run": run_dir.name, "acted_late_s": handle["noticed"] - max(outage, start),
+                rows.append({"run": run_dir.name, "backend": "slurm", "acted_late_s": handle["noticed"] - max(outage, start),
                              "saw_gone_after_reclaim_s": instance["end_s"] - max(outage, start)})
     return rows
 
@@ -113,11 +113,16 @@ def main(argv: list[str]) -> None:
     if not rows:
         print("no preempted instance in the given runs")
         return
-    for key in ("acted_late_s", "saw_gone_after_reclaim_s"):
-        values = [r[key] for r in rows]
-        print(f"{key}: median {statistics.median(values):.1f} trace s, max {max(values):.1f} "
-              f"(= {statistics.median(values) / TICK_S:.3f} / {max(values) / TICK_S:.3f} of a {TICK_S:.0f} s tick; "
-              f"{len(values)} preemptions in {len(runs)} run(s))")
+    labels = {"acted_late_s": "notice given late by (local) / preemption seen late by (slurm)",
+              "saw_gone_after_reclaim_s": "instance seen gone after the reclaim (local) / the outage began (slurm)"}
+    for backend in ("local", "slurm"):
+        chosen = [r for r in rows if r["backend"] == backend]
+        for key, label in labels.items():
+            values = [r[key] for r in chosen]
+            if values:
+                print(f"{backend}: {label}: median {statistics.median(values):.1f} trace s, max {max(values):.1f} "
+                      f"(= {statistics.median(values) / TICK_S:.3f} / {max(values) / TICK_S:.3f} of a {TICK_S:.0f} s "
+                      f"tick; {len(values)} preemptions in {len({r['run'] for r in chosen})} run(s))")
 
 
 if __name__ == "__main__":
