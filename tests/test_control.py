@@ -246,13 +246,13 @@ def test_a_run_folder_held_by_a_live_controller_is_refused(run_cli, tmp_path):
 
 
 # -- the real drill: runner processes, checkpoints, restarts ----------------------------------------
-DRILL = ["--trace", str(WINDOWS / "6.json"), "--time-scale", "600", "--deadline", "16h", "--notice", "10m",
-         "--steps", "24000", "--poll", "0.1"]
+DRILL = ["--time-scale", "600", "--deadline", "16h", "--notice", "10m", "--poll", "0.1"]
 
 
-def _control(plan: Path, run_dir: Path, *args: str) -> subprocess.Popen:
+def _control(plan: Path, run_dir: Path, *args: str, window: int = 6, steps: int = 24000) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "costsim", "control", str(plan), "--run-dir", str(run_dir), *DRILL,
-                             "--format", "json", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             "--trace", str(WINDOWS / f"{window}.json"), "--steps", str(steps), "--format", "json",
+                             *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 @pytest.mark.slow
@@ -281,7 +281,7 @@ def test_a_killed_controller_picks_up_without_a_second_job_or_a_second_bill(run_
     running job (no second runner), bills that instance once, and the job finishes."""
     plan = _plan(run_cli, tmp_path)
     run_dir = tmp_path / "run"
-    first = _control(plan, run_dir, "--policy", "greedy", "--steps", "12000")
+    first = _control(plan, run_dir, "--policy", "greedy", window=3, steps=12000)   # 15 h of spot from the start
     deadline = time.time() + 120
     while time.time() < deadline:   # kill it once its first instance's job is training
         time.sleep(0.3)
@@ -292,7 +292,7 @@ def test_a_killed_controller_picks_up_without_a_second_job_or_a_second_bill(run_
     first.communicate()
     held = json.loads((run_dir / "control.json").read_text())["instances"][-1]
     assert held["end_s"] is None and os.path.exists(f"/proc/{held['handle']['pid']}")   # the job outlived it
-    second = _control(plan, run_dir)
+    second = _control(plan, run_dir, window=3, steps=12000)
     out, err = second.communicate(timeout=400)
     assert second.returncode == 0, err[-3000:]
     assert "still held: keeping it" in err
