@@ -529,6 +529,8 @@ def control_command(plan, backend, run_dir, policy, trace, reclaim_trace, time_s
     for option in options:
         if "=" not in option:
             raise click.BadParameter(f"{option!r}: expected KEY=VALUE", param_hint="--option")
+    from costsim.runtime import parse_pairs
+    parse_pairs(runtime)   # a bad runner setting fails here, before any instance (options: the runner checks)
     runner_args = [*(["--steps", str(steps)] if steps else []), *(["--seed", str(seed)] if seed is not None else []),
                    *(["--nproc-per-node", str(nproc_per_node)] if nproc_per_node else []),
                    *(a for o in options for a in ("--option", o)), *(a for r in runtime for a in ("--runtime", r))]

@@ -204,12 +204,14 @@ def test_bad_input_is_one_line_and_starts_nothing(run_cli, tmp_path):
         (["--trace", str(WINDOWS / "0.json"), "--policy", "owned", "--run-dir", str(tmp_path / "c")],
          "resources.price_per_node_h"),
         (["--trace", str(WINDOWS / "0.json"), "--time-scale", "0", "--run-dir", str(tmp_path / "d")], "time-scale"),
+        (["--trace", str(WINDOWS / "0.json"), "--runtime", "compile=fast", "--run-dir", str(tmp_path / "f")],
+         "compile"),
     ]
     for args, names in cases:
         result = run_cli("control", str(plan), *args)
         assert result.exit_code == 2, (args, result.stderr)
         assert names in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
-    assert not any((tmp_path / x / "telemetry.jsonl").exists() for x in "abcd")
+    assert not any((tmp_path / x / "telemetry.jsonl").exists() for x in "abcdf")
     owned = _plan(run_cli, tmp_path, "tiny")
     result = run_cli("control", str(owned), "--policy", "greedy", "--trace", str(WINDOWS / "0.json"),
                      "--run-dir", str(tmp_path / "e"))

@@ -50,6 +50,8 @@ class Journal:
     trace: str | None = None
     run_id: str = ""
     runner_args: list[str] = field(default_factory=list)   # the runner options every start passes on
+    steps: int | None = None           # the job's length when not the plan's (--steps)
+    poll_s: float = 0.5                # wall seconds between looks
     status: str = "running"            # running | done | failed | stranded
     end_s: float | None = None
     instances: list[Instance] = field(default_factory=list)

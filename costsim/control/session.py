@@ -112,15 +112,13 @@ def open_session(req: Request, say) -> tuple[Controller, Journal, Lock, dict]:
         journal = Journal(plan=plan_path, policy=policy, backend=backend_name, offering=doc["resources"]["offering"],
                           deadline_s=req.deadline_s or float(doc["policy"]["deadline_s"]), time_scale=req.time_scale,
                           notice_s=notice, t0=time.time(), trace=str(Path(trace_path).resolve()) if trace_path else None,
-                          run_id=f"control-{os.getpid()}-{int(time.time())}", runner_args=list(req.runner_args))
-        journal.report = {"steps": req.steps, "poll_s": req.poll_s}
+                          run_id=f"control-{os.getpid()}-{int(time.time())}", runner_args=list(req.runner_args),
+                          steps=req.steps, poll_s=req.poll_s)
         journal.save(run_dir)
     else:
         journal = existing
         say(f"costsim control: picking up {run_dir} (policy {journal.policy}, {journal.backend}, "
             f"{len(journal.instances)} instance(s) so far)")
-    steps = journal.report.get("steps")
-    poll_wall_s = float(journal.report.get("poll_s") or req.poll_s)
     clock = Clock(journal.t0, journal.time_scale)
     if backend_name == "local":
         jobs = Processes(plan=Path(plan_path), run_dir=run_dir, run_id=journal.run_id, runner_args=journal.runner_args)
@@ -129,9 +127,9 @@ def open_session(req: Request, say) -> tuple[Controller, Journal, Lock, dict]:
         backend = SlurmBackend(capacity, plan=Path(plan_path), run_dir=run_dir, run_id=journal.run_id,
                                runner_args=journal.runner_args)
     folder = RunFolder(run_dir)
-    figures = plan_figures(doc, steps)
+    figures = plan_figures(doc, journal.steps)
     controller = Controller(journal, backend, folder, clock, policies.get(policy), figures, run_dir=run_dir,
-                            poll_s=poll_wall_s * journal.time_scale,
+                            poll_s=journal.poll_s * journal.time_scale,
                             horizon_s=4.0 * max(journal.deadline_s, figures.total_steps * figures.step_s
                                                 * journal.time_scale), say=say)
     if existing is not None:
@@ -176,8 +174,7 @@ def finish(controller: Controller, journal: Journal, context: dict) -> dict:
     notice_s = m.checkpoint_s if journal.backend == "slurm" else journal.notice_s
     prediction = predict(journal, controller.policy, timeline, m, total_steps=controller.plan.total_steps,
                          prices=prices, notice_s=notice_s)
-    keep = {k: journal.report[k] for k in ("steps", "poll_s") if k in journal.report}
-    journal.report = {**keep, **summary(journal, prices, prediction),
+    journal.report = {**summary(journal, prices, prediction),
                       "measured": {"step_s": m.step_s, "resume_s": m.resume_s, "checkpoint_s": m.checkpoint_s,
                                    "checkpoint_stall_s": m.checkpoint_stall_s, "interval_s": m.interval_s,
                                    "release_s": m.release_s,

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from costsim.control.local import Status, TraceCapacity, runner_argv
 from costsim.errors import InputError
+from costsim.io.files import write_atomic
 from costsim.spec import ON_DEMAND, SPOT
 
 PARTITIONS = {SPOT: "spot", ON_DEMAND: "on-demand"}
@@ -83,7 +84,7 @@ class SlurmBackend:
                                                                                runner_args)
         self.script = run_dir / "slurm-job.sh"
         if not self.script.exists():
-            self.script.write_text(BATCH)
+            write_atomic(self.script, BATCH)
         self.reclaim_name = f"costsim-reclaim-{run_id}"
         self._reclaim_job = self._find_reclaim()
         self._available: tuple[float, bool] | None = None
