@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from costsim.control.backend import Backend
 from costsim.control.journal import Instance, Journal
 from costsim.control.progress import Progress, RunFolder
 from costsim.policies import SPOT, Decision, Policy, View
@@ -117,7 +118,7 @@ def release_times(journal: Journal, progress: Progress, clock) -> list[float]:
 
 
 class Controller:
-    def __init__(self, journal: Journal, backend, folder: RunFolder, clock, policy: Policy, plan: Figures,
+    def __init__(self, journal: Journal, backend: Backend, folder: RunFolder, clock: Clock, policy: Policy, plan: Figures,
                  *, run_dir: Path, poll_s: float, horizon_s: float, say: Callable[[str], None] | None = None):
         self.j, self.backend, self.folder, self.clock = journal, backend, folder, clock
         self.policy, self.plan, self.run_dir = policy, plan, run_dir

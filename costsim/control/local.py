@@ -15,25 +15,13 @@ import math
 import os
 import signal
 import subprocess
-import sys
-from dataclasses import dataclass
 from pathlib import Path
 
+from costsim.control.backend import Status, runner_argv
 from costsim.sim.market import Timeline, TraceTimeline
 from costsim.spec import ON_DEMAND, OWNED, SPOT
 
 _EPS = 1e-6
-
-
-@dataclass(frozen=True)
-class Status:
-    """An instance as the backend sees it now."""
-
-    ended: bool
-    exit_code: int | None = None
-    end_s: float | None = None     # when it ended, if the backend knows better than "now"
-    preempted: bool = False        # the market took it back (not the job's own doing)
-    withdrawn: bool = False        # a request that never ran (nothing billed)
 
 
 class TraceCapacity:
@@ -68,13 +56,6 @@ def process_start_ticks(pid: int) -> int | None:
     if fields[0] in ("Z", "X"):   # exited, not yet reaped
         return None
     return int(fields[19])
-
-
-def runner_argv(plan: Path, run_dir: Path, run_id: str, market: str, runner_args: list[str]) -> list[str]:
-    """`runner execute` for one instance: the plan, the run folder and the market, then the checked
-    runner options the user gave `costsim control` (never a shell string)."""
-    return [sys.executable, "-m", "runner", "execute", str(plan), "--run-dir", str(run_dir), "--run-id", run_id,
-            "--market", market, *runner_args]
 
 
 class Processes:

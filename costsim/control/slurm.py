@@ -25,7 +25,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from costsim.control.local import Status, TraceCapacity, runner_argv
+from costsim.control.backend import Status, runner_argv
+from costsim.control.local import TraceCapacity
 from costsim.errors import InputError
 from costsim.io.files import write_atomic
 from costsim.spec import ON_DEMAND, SPOT
