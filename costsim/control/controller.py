@@ -20,7 +20,7 @@ from typing import Callable
 
 from costsim.control.backend import Backend
 from costsim.control.journal import Instance, Journal
-from costsim.control.progress import Progress, RunFolder
+from costsim.control.progress import WARMUP_STEPS, Progress, RunFolder
 from costsim.policies import SPOT, Decision, Policy, View
 
 _EPS = 1e-6
@@ -91,15 +91,20 @@ def measured(progress: Progress, plan: Figures, scale: float, *, resumes: list[f
                     release_s=sum(releases) / len(releases) if releases else 0.0)
 
 
-def resume_times(journal: Journal, progress: Progress, clock) -> list[float]:
-    """From each instance's start to its job's first step (the runner's own start-up, and on Slurm the
-    scheduling, included), trace seconds."""
+def resume_times(journal: Journal, progress: Progress, clock, step_s: float) -> list[float]:
+    """What each start cost, trace seconds: from the instance's start (the runner's own start-up, on
+    Slurm the scheduling, included) to the end of its warm-up steps, less as many steady steps
+    (`step_s`, trace), as calibrate prices a restart; to the first step where the warm-up did not end."""
     firsts = sorted(clock.trace(t) for t in progress.first_step_at)
+    warms = sorted(clock.trace(t) for t in progress.warm_at)
     out = []
     for instance in journal.instances:
-        end = instance.end_s if instance.end_s is not None else float("inf")
+        end = instance.end_s if instance.end_s is not None else math.inf
+        warm = next((w for w in warms if instance.start_s <= w <= end), None)
         first = next((f for f in firsts if instance.start_s <= f <= end), None)
-        if first is not None:
+        if warm is not None:
+            out.append(max(warm - instance.start_s - WARMUP_STEPS * step_s, 0.0))
+        elif first is not None:
             out.append(first - instance.start_s)
     return out
 
@@ -131,7 +136,9 @@ class Controller:
 
     def measured(self, progress: Progress) -> Measured:
         """The figures in force: this run's so far, else the plan's."""
-        return measured(progress, self.plan, self.j.time_scale, resumes=resume_times(self.j, progress, self.clock),
+        step_s = (progress.mean_step_s() or self.plan.step_s) * self.j.time_scale
+        return measured(progress, self.plan, self.j.time_scale,
+                        resumes=resume_times(self.j, progress, self.clock, step_s),
                         releases=release_times(self.j, progress, self.clock))
 
     # -- the View ---------------------------------------------------------------------------

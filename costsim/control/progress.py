@@ -29,6 +29,7 @@ class Progress:
     launches: list[float] = field(default_factory=list)       # supervisor `launch` times
     first_steps: list[float] = field(default_factory=list)    # launch -> first step, per launch that got one
     first_step_at: list[float] = field(default_factory=list)  # when each of those first steps was reported
+    warm_at: list[float] = field(default_factory=list)        # when each start's warm-up (WARMUP_STEPS) ended
     step_times: list[float] = field(default_factory=list)     # steady steps
     save_s: list[float] = field(default_factory=list)         # checkpoint saves: their full duration
     stall_s: list[float] = field(default_factory=list)        # async saves: the training stall
@@ -89,6 +90,8 @@ class RunFolder:
         elif kind == "step":
             p.step, p.step_t = int(e["step"]), e["t"]
             p._since_start += 1
+            if p._since_start == WARMUP_STEPS:
+                p.warm_at.append(e["t"])
             if p._awaiting_first is not None:
                 p.first_steps.append(e["t"] - p._awaiting_first)
                 p.first_step_at.append(e["t"])
