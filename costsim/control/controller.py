@@ -60,6 +60,7 @@ class Figures:
     checkpoint_s: float
     checkpoint_stall_s: float | None   # async checkpoints: the stall
     interval_s: float         # between periodic checkpoints (the runner's clock)
+    restart_s: float = 0.0    # a restart from a checkpoint (the plan's): the floor until one is measured
 
 
 @dataclass(frozen=True)
@@ -67,11 +68,12 @@ class Measured:
     """The figures in force now (measured where the run has them: means), in trace seconds."""
 
     step_s: float
-    resume_s: float
+    resume_s: float          # what a restart costs: to the end of its warm-up, its checkpoint load included
     checkpoint_s: float
     checkpoint_stall_s: float | None
     interval_s: float
     release_s: float = 0.0   # leaving an instance (a move, or the end) until it is released
+    start_s: float | None = None   # what the first start cost (no checkpoint to load); None: as a restart
 
     @property
     def paid_checkpoint_s(self) -> float:
@@ -80,13 +82,17 @@ class Measured:
 
 def measured(progress: Progress, plan: Figures, scale: float, *, resumes: list[float] = (),
              releases: list[float] = ()) -> Measured:
-    """Wall-clock figures from the run folder (else the plan's) in trace seconds; `resumes` (instance
-    start to its job's first step) and `releases` are already in trace seconds."""
+    """Wall-clock figures from the run folder (else the plan's) in trace seconds; `resumes` (what
+    each start cost, the first start first) and `releases` are already in trace seconds."""
     step = progress.mean_step_s() or plan.step_s
     save = progress.mean_save_s() or plan.checkpoint_s
     stall = None if plan.checkpoint_stall_s is None else (progress.mean_stall_s() or plan.checkpoint_stall_s)
-    resume = sum(resumes) / len(resumes) if resumes else (progress.mean_first_step_s() or plan.start_s) * scale
-    return Measured(step_s=step * scale, resume_s=resume, checkpoint_s=save * scale,
+    first = resumes[0] if resumes else (progress.mean_first_step_s() or plan.start_s) * scale
+    if len(resumes) > 1:
+        resume = sum(resumes[1:]) / len(resumes[1:])
+    else:   # a restart loads a checkpoint that a first start does not: the plan's figure until one is seen
+        resume = max(first, plan.restart_s * scale)
+    return Measured(step_s=step * scale, resume_s=resume, start_s=first, checkpoint_s=save * scale,
                     checkpoint_stall_s=None if stall is None else stall * scale, interval_s=plan.interval_s * scale,
                     release_s=sum(releases) / len(releases) if releases else 0.0)
 
@@ -137,8 +143,8 @@ class Controller:
     def measured(self, progress: Progress) -> Measured:
         """The figures in force: this run's so far, else the plan's."""
         step_s = (progress.mean_step_s() or self.plan.step_s) * self.j.time_scale
-        return measured(progress, self.plan, self.j.time_scale,
-                        resumes=resume_times(self.j, progress, self.clock, step_s),
+        resumes = resume_times(self.j, progress, self.clock, step_s)
+        return measured(progress, self.plan, self.j.time_scale, resumes=resumes,
                         releases=release_times(self.j, progress, self.clock))
 
     # -- the View ---------------------------------------------------------------------------

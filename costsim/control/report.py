@@ -70,9 +70,11 @@ def predict(journal: Journal, policy: Policy, timeline: Timeline, m: Measured, *
     """One simulated trial of this job on this capacity with this run's figures (`notice_s`: the
     notice as the job had it, default the journal's)."""
     notice_s = journal.notice_s if notice_s is None else notice_s
+    first_s = m.resume_s if m.start_s is None else min(m.start_s, m.resume_s)
     params = JobParams(work_s=total_steps * m.step_s, deadline_s=journal.deadline_s,
                        checkpoint_interval_s=m.interval_s, checkpoint_s=m.checkpoint_s,
-                       checkpoint_stall_s=m.checkpoint_stall_s, restart_s=0.0, changeover_s=m.resume_s,
+                       checkpoint_stall_s=m.checkpoint_stall_s, changeover_s=first_s,
+                       restart_s=max(0.0, m.resume_s - first_s),   # every start pays the changeover
                        notice_s=notice_s, release_s=m.release_s,
                        horizon_s=4.0 * max(journal.deadline_s, total_steps * m.step_s))
     markets = {market: prices.market(market) for market in prices.per_node_h}
@@ -84,7 +86,7 @@ def predict(journal: Journal, policy: Policy, timeline: Timeline, m: Measured, *
         "preemptions": outcome.preemptions,
         "markets": [{"market": s.market, "start_s": round(s.start_s, 3), "end_s": round(s.end_s, 3)}
                     for s in outcome.record.stints],
-        "inputs": {"work_s": params.work_s, "step_s": m.step_s, "resume_s": m.resume_s,
+        "inputs": {"work_s": params.work_s, "step_s": m.step_s, "start_s": first_s, "resume_s": m.resume_s,
                    "checkpoint_s": m.checkpoint_s, "checkpoint_stall_s": m.checkpoint_stall_s,
                    "interval_s": m.interval_s, "notice_s": notice_s, "release_s": m.release_s},
     }

@@ -47,7 +47,7 @@ def plan_figures(doc: dict, steps: int | None) -> Figures:
                    step_s=float(p["step_time_s"]), start_s=float(p.get("startup_s") or p.get("restart_s") or 0.0),
                    checkpoint_s=float(p.get("checkpoint_save_s") or 0.0),
                    checkpoint_stall_s=float(p["checkpoint_stall_s"]) if c["async"] and p.get("checkpoint_stall_s")
-                   else None, interval_s=float(c["interval_s"]))
+                   else None, interval_s=float(c["interval_s"]), restart_s=float(p.get("restart_s") or 0.0))
 
 
 def plan_prices(path: str, doc: dict) -> Prices:
@@ -175,7 +175,8 @@ def finish(controller: Controller, journal: Journal, context: dict) -> dict:
     prediction = predict(journal, controller.policy, timeline, m, total_steps=controller.plan.total_steps,
                          prices=prices, notice_s=notice_s)
     journal.report = {**summary(journal, prices, prediction),
-                      "measured": {"step_s": m.step_s, "resume_s": m.resume_s, "checkpoint_s": m.checkpoint_s,
+                      "measured": {"step_s": m.step_s, "start_s": m.start_s, "resume_s": m.resume_s,
+                                   "checkpoint_s": m.checkpoint_s,
                                    "checkpoint_stall_s": m.checkpoint_stall_s, "interval_s": m.interval_s,
                                    "release_s": m.release_s,
                                    "decisions": controller.decisions}}
