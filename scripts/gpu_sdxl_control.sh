@@ -12,8 +12,8 @@ STEPS=${STEPS:-60}; DEADLINE=${DEADLINE:-42m}; LIMIT=${LIMIT:-500}; OUT=${OUT:-/
 export PYTHONUNBUFFERED=1
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
 export PYTHONPATH=/tmp/site:$PWD NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee "$OUT/gpus.txt"
-python3 -m costsim plan --workload sdxl --gpu H200 --trials 100 --jobs 4 --out /tmp/plan.json > "$OUT/plan.txt" 2>&1
+nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee "$OUT/setup.txt"   # 8 files come back: keep to 8
+python3 -m costsim plan --workload sdxl --gpu H200 --trials 100 --jobs 4 --out /tmp/plan.json >> "$OUT/setup.txt" 2>&1
 cp /tmp/plan.json "$OUT/plan.json"
 python3 -c 'import json; json.dump({"metadata": {"gap_seconds": 60}, "data": [0] * 20 + [1] * 2 + [0] * 300},
                                     open("/tmp/trace.json", "w"))'
