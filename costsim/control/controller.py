@@ -5,7 +5,7 @@ moments the simulated job does: when idle, once a newly started instance makes p
 time the policy asked to be woken; and, where the backend cannot say in advance when spot capacity
 comes back (a real scheduler), whenever capacity comes or goes. The `View` is built from
 the run folder (steps done, the last complete checkpoint) and the figures this run measured (step
-time, launch to first step, checkpoint saves), in trace time. The backend starts and stops
+time, what a start and a restart cost, checkpoint saves), in trace time. The backend starts and stops
 instances and says what capacity there is; the runner alone trains.
 """
 
@@ -56,7 +56,7 @@ class Figures:
 
     total_steps: int
     step_s: float
-    start_s: float            # launch to the first step
+    start_s: float            # a first start: to the first step
     checkpoint_s: float
     checkpoint_stall_s: float | None   # async checkpoints: the stall
     interval_s: float         # between periodic checkpoints (the runner's clock)
