@@ -24,6 +24,7 @@ from costsim.control.progress import WARMUP_STEPS, Progress, RunFolder
 from costsim.policies import SPOT, Decision, Policy, View
 
 _EPS = 1e-6
+PROGRESS_EVERY_S = 30.0  # wall seconds between progress lines on stderr
 STOP_TIMEOUT_S = 600.0   # wall seconds a job asked to leave has to checkpoint and exit (SDXL: about 40)
 
 
@@ -139,6 +140,7 @@ class Controller:
         self.decisions = 0            # policy calls (the benchmark's count)
         self._spot: bool | None = None
         self._last_save = -math.inf
+        self._last_said = 0.0
 
     def measured(self, progress: Progress) -> Measured:
         """The figures in force: this run's so far, else the plan's."""
@@ -219,6 +221,11 @@ class Controller:
                 j.updated_s = round(t, 3)
                 j.save(self.run_dir)
                 self._last_save = t
+            if t - self._last_said >= PROGRESS_EVERY_S * j.time_scale:
+                self._last_said = t
+                self.say(f"costsim control: t={t / 3600:.2f} h of {j.deadline_s / 3600:.2f} h: "
+                         f"{current.market if current else 'idle'}, step {progress.step}/{self.plan.total_steps} "
+                         f"(checkpoint {progress.checkpoint_step}), {len(j.instances)} instance(s) so far")
             if acted:   # look again at once: a job asked to leave may already have left
                 continue
             wake = min(t + self.poll_s, self.backend.next_due(t, current.handle if current else None))
