@@ -341,3 +341,18 @@ def test_slurm_backend_learns_preemptions_from_slurm(run_cli, tmp_path):
     assert preempted and all(i["market"] == "spot" and "noticed" in i["handle"] for i in preempted)
     assert {i["handle"].get("state") for i in preempted} <= {"PREEMPTED", "FAILED", "CANCELLED"}
     assert doc["instances"][-1]["market"] == "on-demand" and doc["instances"][-1]["ended"] == "finished"
+
+
+def test_the_simulators_release_time_holds_the_instance_after_the_work():
+    """JobParams.release_s (the job's exit, measured by the controller): the instance is held and
+    billed that much longer after the last save; zero leaves the model as the planner uses it."""
+    from costsim.sim.market import AlwaysAvailable
+    prices = {"on-demand": MarketPrice(per_hour=3.6)}
+    outcomes = {}
+    for release_s in (0.0, 100.0):
+        params = JobParams(work_s=1000.0, deadline_s=5000.0, checkpoint_interval_s=300.0, checkpoint_s=10.0,
+                           changeover_s=50.0, release_s=release_s)
+        outcomes[release_s] = run_trial(params, policies.get("on-demand"), AlwaysAvailable(), prices)
+    assert outcomes[0.0].makespan_s == pytest.approx(50.0 + 1000.0 + 4 * 10.0)   # 3 periodic saves and the last
+    assert outcomes[100.0].makespan_s == pytest.approx(outcomes[0.0].makespan_s + 100.0)
+    assert outcomes[100.0].cost == pytest.approx(outcomes[0.0].cost + 3.6 * 100.0 / 3600.0)
