@@ -29,7 +29,6 @@ class TraceCapacity:
 
     def __init__(self, ticks: list[int], gap_s: float):
         self.timeline: Timeline = TraceTimeline(ticks, gap_s)
-        self.ticks, self.gap_s = ticks, gap_s
 
     def available(self, t: float) -> bool:
         return self.timeline.available(t)

@@ -8,7 +8,6 @@ checkpoint saves), all in wall seconds; the controller turns them into trace tim
 from __future__ import annotations
 
 import json
-import os
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,14 +25,13 @@ class Progress:
     checkpoint_step: int = 0         # the newest complete checkpoint
     done: bool = False               # the job's `end` event was written
     end_t: float | None = None       # when
-    launches: list[float] = field(default_factory=list)       # supervisor `launch` times
     first_steps: list[float] = field(default_factory=list)    # launch -> first step, per launch that got one
     first_step_at: list[float] = field(default_factory=list)  # when each of those first steps was reported
     warm_at: list[float] = field(default_factory=list)        # when each start's warm-up (WARMUP_STEPS) ended
     step_times: list[float] = field(default_factory=list)     # steady steps
     save_s: list[float] = field(default_factory=list)         # checkpoint saves: their full duration
     stall_s: list[float] = field(default_factory=list)        # async saves: the training stall
-    exits: list[tuple[float, str]] = field(default_factory=list)   # supervisor `exit`: (t, status)
+    exits: list[float] = field(default_factory=list)   # when each supervisor wrote its `exit`
     _since_start: int = 0
     _awaiting_first: float | None = None
     _paid_save_step: int | None = None
@@ -83,7 +81,6 @@ class RunFolder:
     def _apply(self, e: dict) -> None:
         p, kind = self.progress, e["event"]
         if kind == "launch":
-            p.launches.append(e["t"])
             p._awaiting_first = e["t"]
         elif kind == "start" and e.get("rank") == 0:
             p.step, p.step_t, p._since_start = int(e["step"]), e["t"], 0
@@ -110,12 +107,5 @@ class RunFolder:
             p.done, p.end_t = True, e["t"]
             p.step = int(e.get("step", p.step))
         elif kind == "exit" and e.get("rank") is None:
-            p.exits.append((e["t"], str(e.get("status"))))
+            p.exits.append(e["t"])
 
-
-def size(run_dir: Path) -> int:
-    """Bytes of telemetry so far (the benchmark's measure of what one observe reads)."""
-    try:
-        return os.path.getsize(Path(run_dir) / TELEMETRY)
-    except FileNotFoundError:
-        return 0

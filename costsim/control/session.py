@@ -134,7 +134,7 @@ def open_session(req: Request, say) -> tuple[Controller, Journal, Lock, dict]:
                                                 * journal.time_scale), say=say)
     if existing is not None:
         adopt(controller, clock.now(), say)
-    return controller, journal, lock, {"prices": prices, "doc": doc, "run_dir": run_dir}
+    return controller, journal, lock, {"prices": prices, "run_dir": run_dir}
 
 
 def adopt(controller: Controller, t: float, say) -> None:
@@ -151,7 +151,7 @@ def adopt(controller: Controller, t: float, say) -> None:
             "held: keeping it")
         return
     progress = controller.folder.observe()
-    exits = [controller.clock.trace(te) for te, _ in progress.exits if controller.clock.trace(te) >= current.start_s]
+    exits = [x for x in map(controller.clock.trace, progress.exits) if x >= current.start_s]
     end = status.end_s if status.end_s is not None else (min(exits) if exits else j.updated_s)
     current.end_s = round(max(current.start_s, end), 3)
     current.ended = "finished" if progress.done else ("preempted" if status.preempted else "lost")
