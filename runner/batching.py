@@ -35,6 +35,15 @@ class BatchSplit:
         start = step * self.global_batch + rank * self.per_rank + micro * self.micro_batch
         return range(start, start + self.micro_batch)
 
+    def following(self, indices: range, rank: int) -> range:
+        """The range rank `rank` asks for after `indices` (its next micro-batch, else the next step's
+        first): what a data loader reads ahead."""
+        step, within = divmod(indices.start - rank * self.per_rank, self.global_batch)
+        micro = within // self.micro_batch
+        if micro + 1 < self.accumulation:
+            return self.indices(step, rank, micro + 1)
+        return self.indices(step + 1, rank, 0)
+
     def as_dict(self) -> dict:
         return {"world_size": self.world_size, "micro_batch": self.micro_batch, "accumulation": self.accumulation}
 

@@ -5,14 +5,19 @@
     RUN/summary.json         what the last `runner execute` on node 0 saw
     RUN/checkpoints/step-N/  a complete checkpoint of optimizer step N
     RUN/checkpoints/.step-N.tmp/   a save in progress (renamed to step-N/ once complete)
+    RUN/final/               the trained model the workload exports at the end (RUN/final/unet for SDXL)
 """
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 from pathlib import Path
+from typing import Callable
 
 CHECKPOINTS = "checkpoints"
+FINAL = "final"
 _STEP = re.compile(r"^step-(\d+)$")
 _PARTIAL = re.compile(r"^\.step-(\d+)\.tmp$")
 
@@ -45,3 +50,31 @@ def saved_steps(root: Path) -> list[int]:
 
 def partial_folders(root: Path) -> list[Path]:
     return sorted(Path(root).glob(".step-*.tmp"))
+
+
+def write_folder_atomic(target: Path, write: Callable[[Path], None]) -> int:
+    """`write(folder)` fills a temporary folder beside `target`; its files are fsynced and it is renamed
+    to `target`, replacing an earlier one only once the new one is complete. Returns the bytes written."""
+    target = Path(target)
+    tmp, old = target.with_name(f".{target.name}.tmp"), target.with_name(f".{target.name}.old")
+    for leftover in (tmp, old):
+        shutil.rmtree(leftover, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    write(tmp)
+    written = 0
+    for folder, _, files in os.walk(tmp):
+        for name in files:
+            path = Path(folder) / name
+            written += path.stat().st_size
+            with open(path, "rb") as handle:
+                os.fsync(handle.fileno())
+    if target.exists():
+        target.rename(old)
+    tmp.rename(target)
+    shutil.rmtree(old, ignore_errors=True)
+    fd = os.open(target.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return written

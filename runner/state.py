@@ -31,12 +31,13 @@ def set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state(state["cuda"])
 
 
-def training_state(model, optimizer, scheduler, step: int, rank: int) -> dict:
-    """The state dict that a checkpoint saves and a resume loads in place."""
+def training_state(model, optimizer, scheduler, step: int, rank: int, extra: dict | None = None) -> dict:
+    """The state dict that a checkpoint saves and a resume loads in place; `extra` is a workload's
+    own state ({name: {key: tensor}}, e.g. an EMA of the weights), loaded in place too."""
     model_state, optim_state = get_state_dict(model, optimizer)
     return {"model": model_state, "optim": optim_state,
             "scheduler": scheduler.state_dict() if scheduler is not None else {},
-            "progress": {"step": step}, f"{PRIVATE_PREFIX}{rank}": rng_state()}
+            "progress": {"step": step}, f"{PRIVATE_PREFIX}{rank}": rng_state(), **(extra or {})}
 
 
 def apply_state(state: dict, model, optimizer, scheduler, rank: int) -> int:

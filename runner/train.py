@@ -65,7 +65,7 @@ class Trainer:
         self.accumulation = self.split.accumulation
         ctx = BuildContext(rank=rank, world_size=world_size, device=self.device, micro_batch=self.split.micro_batch,
                            accumulation=self.accumulation, seed=spec.seed, precision=spec.precision,
-                           options=dict(spec.options))
+                           options=dict(spec.options), total_steps=spec.total_steps)
         builder = resolve(spec.model, spec.workload_entry)
         check_options(builder, spec.workload_entry or spec.model, ctx.options)
         built = build_workload(builder, ctx)
@@ -96,7 +96,8 @@ class Trainer:
             print(f"runner: warning: {message}", file=sys.stderr, flush=True)
 
     def state(self) -> dict:
-        return training_state(self.model, self.built.optimizer, self.built.scheduler, self.step, self.rank)
+        return training_state(self.model, self.built.optimizer, self.built.scheduler, self.step, self.rank,
+                              self.built.state)
 
     def restore(self) -> None:
         step = self.checkpointer.agree_on_step()
@@ -107,6 +108,11 @@ class Trainer:
                 # Saved by fewer processes than now: this rank had no random state then. The data
                 # is a function of the sample index, so a seeded state changes no sample.
                 del state[own_rng]
+            for name in self.built.state:
+                if not self.checkpointer.has_entry(step, name):
+                    raise WorkloadOptionError(f"the checkpoint of step {step} has no {name!r} state (saved by a run "
+                                              f"without it): resume with the options it ran with, or start a new "
+                                              "run folder")
             self.checkpointer.load(step, state)
             self.step = apply_state(state, self.model, self.built.optimizer, self.built.scheduler, self.rank)
             if own_rng not in state:
@@ -129,6 +135,8 @@ class Trainer:
         built.optimizer.step()
         if built.scheduler is not None:
             built.scheduler.step()
+        if built.after_step is not None:
+            built.after_step(self.step + 1)
 
     def agree(self, checkpoint_due: bool, next_sync: int) -> tuple[bool, bool, int]:
         """One all-reduce (MAX): checkpoint due (rank 0's clock), notice seen anywhere, next sync step.
@@ -165,6 +173,9 @@ class Trainer:
                 self.telemetry.event("step", buffered=True, step=self.step, step_time_s=now - last_step_end,
                                      samples=spec.global_batch)
             last_step_end = now
+            if self.built.validate and self.step % self.built.validate_every == 0 and self.step < self.total_steps:
+                self.validate()
+                last_step_end = time.monotonic()   # a step's time is training's only
             by_steps = spec.interval_steps is not None and self.step % spec.interval_steps == 0
             if self.step >= next_sync or by_steps:
                 due = by_steps or (spec.interval_s is not None and now - last_checkpoint >= spec.interval_s)
@@ -180,6 +191,19 @@ class Trainer:
                 self.progress(started, first_step)
                 last_progress = now
         return self.finish(started)
+
+    def validate(self) -> None:
+        """The held-out loss of the live weights, averaged over every rank's share (one all-reduce)."""
+        started = time.monotonic()
+        total = self.built.validate(self.built.model).detach().float().cpu()
+        if self.world_size > 1:
+            dist.all_reduce(total, op=dist.ReduceOp.SUM)
+        if self.rank == 0:
+            loss = float(total[0] / total[1])
+            self.telemetry.event("validation", step=self.step, loss=loss, samples=int(total[1]),
+                                 duration_s=time.monotonic() - started)
+            print(f"runner: step {self.step} validation loss {loss:.5g} ({int(total[1])} held-out samples)",
+                  file=sys.stderr, flush=True)
 
     def stop_for_notice(self) -> int:
         self.checkpointer.save(self.step, self.state(), blocking=True, reason="preemption")
@@ -198,9 +222,13 @@ class Trainer:
     def finish(self, started: float) -> int:
         final_loss = self.mean_loss()
         digest = None   # hashing 30 GB of state takes tens of seconds: only for a state that is kept
+        if self.built.validate:
+            self.validate()
         if self.final_save:
             self.checkpointer.save(self.step, self.state(), blocking=True, reason="final")
             digest = state_sha256(self.model, self.built.optimizer)
+            if self.built.export is not None and self.rank == 0:
+                self.export()
         if self.rank == 0:
             self.telemetry.event("end", step=self.step, final_state_sha256=digest, final_loss=final_loss,
                                  samples=self.step * self.spec.global_batch, wall_s=time.monotonic() - started,
@@ -208,6 +236,16 @@ class Trainer:
                                  **speed.memory_report(self.device))
             self.progress(started, 0)
         return 0
+
+    def export(self) -> None:
+        """The workload's trained model into RUN/final, atomically: written to a temporary folder,
+        fsynced, then renamed over any earlier export."""
+        started = time.monotonic()
+        final = Path(self.telemetry.path.parent) / layout.FINAL
+        written = layout.write_folder_atomic(final, self.built.export)
+        self.telemetry.event("export", step=self.step, path=str(final), bytes=written,
+                             duration_s=time.monotonic() - started)
+        print(f"runner: wrote the trained model to {final} ({written / 1e9:.2f} GB)", file=sys.stderr, flush=True)
 
     def progress(self, started: float, first_step: int) -> None:
         elapsed = time.monotonic() - started
@@ -226,6 +264,8 @@ class Trainer:
               file=sys.stderr, flush=True)
 
     def close(self) -> None:
+        if self.built.close is not None:
+            self.built.close()
         self.garbage.close()
         self.checkpointer.close()
         self.telemetry.close()

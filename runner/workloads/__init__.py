@@ -14,6 +14,8 @@ from typing import Any, Callable
 
 import torch
 
+from runner.batching import BatchSplit
+
 
 @dataclass(frozen=True, kw_only=True)
 class BuildContext:
@@ -27,6 +29,16 @@ class BuildContext:
     seed: int
     precision: str            # bf16 | fp16 | fp32
     options: dict = field(default_factory=dict)
+    total_steps: int = 0      # optimizer steps in the run (an LR schedule's length)
+
+    @property
+    def split(self) -> BatchSplit:
+        return BatchSplit(global_batch=self.world_size * self.micro_batch * self.accumulation,
+                          world_size=self.world_size, micro_batch=self.micro_batch, accumulation=self.accumulation)
+
+    def following(self, indices: range) -> range:
+        """The sample range this rank asks `batch` for after `indices` (for reading ahead)."""
+        return self.split.following(indices, self.rank)
 
 
 @dataclass(kw_only=True)
@@ -37,6 +49,16 @@ class Built:
     global batch + i, this rank's micro-batch's slice of the step) as a pure function of the indices
     and the seed. That is what makes a resumed run bit-exact and a step's global batch the same at
     any world size. `loss(model, batch)` returns the scalar loss (the mean over the micro-batch).
+
+    Optional, for a fine-tune:
+    - `state`: more training state, {name: {key: tensor}} (an EMA of the weights), saved in every
+      checkpoint beside the model and loaded in place on resume;
+    - `after_step(step)`: called after each optimizer step with the new step number (the EMA update);
+    - `validate(model)`: this rank's share of a held-out loss as a tensor (sum, count); the runner
+      calls it on every rank every `validate_every` steps and at the end, and reports the mean;
+    - `export(folder)`: rank 0 writes the trained model into `folder` at the end of the run; the
+      runner makes it RUN/final atomically;
+    - `close()`: stops what the workload started (data loader threads).
     """
 
     model: torch.nn.Module
@@ -45,26 +67,36 @@ class Built:
     loss: Callable[[torch.nn.Module, Any], torch.Tensor]
     scheduler: Any = None
     autocast_dtype: torch.dtype | None = None
+    state: dict[str, dict[str, torch.Tensor]] = field(default_factory=dict)
+    after_step: Callable[[int], None] | None = None
+    validate: Callable[[torch.nn.Module], torch.Tensor] | None = None
+    validate_every: int = 0
+    export: Callable[[Any], None] | None = None
+    close: Callable[[], None] | None = None
 
 
 Builder = Callable[[BuildContext], Built]
 
 
-def workload(*, options: dict[str, str] | None = None) -> Callable[[Builder], Builder]:
+def workload(*, options: dict[str, str] | None = None,
+             check: Callable[[dict[str, str]], None] | None = None) -> Callable[[Builder], Builder]:
     """Declares a builder's `--option` keys (key -> what it does); any other key is refused before
-    any process starts, so that a typo cannot silently train something else.
+    any process starts, so that a typo cannot silently train something else. `check(options)`, if
+    given, validates the values there too (cheaply: no GPU, no model), raising WorkloadOptionError.
 
         @workload(options={"weights": "a diffusers UNet folder"})
         def build(ctx): ...
     """
     def mark(builder: Builder) -> Builder:
         builder.options = dict(options or {})
+        builder.check = check
         return builder
     return mark
 
 
 def check_options(builder: Builder, name: str, options: dict[str, str]) -> None:
-    """Refuse keys the workload does not declare (WorkloadOptionError names them and the allowed ones)."""
+    """Refuse keys the workload does not declare and values its check refuses (WorkloadOptionError
+    names them and the allowed ones)."""
     declared = getattr(builder, "options", {})
     unknown = sorted(set(options) - set(declared))
     if unknown:
@@ -72,6 +104,9 @@ def check_options(builder: Builder, name: str, options: dict[str, str]) -> None:
             "runner.workloads.workload(options=...))"
         raise WorkloadOptionError(f"workload {name!r} takes no option {', '.join(map(repr, unknown))}; "
                                   f"its options: {allowed}")
+    check = getattr(builder, "check", None)
+    if check is not None:
+        check(options)
 
 
 def build_workload(builder: Builder, ctx: BuildContext) -> Built:
