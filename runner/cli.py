@@ -145,6 +145,35 @@ def profile_command(workload, gpus, batch, steps, gpu_type, out, run_root, optio
     click.echo(f"wrote {written} (runs in {root})")
 
 
+@cli.command("report")
+@click.argument("run_dir", type=click.Path(file_okay=False))
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option("--plot", type=click.Path(dir_okay=False), help="write loss, step time and samples/s over wall time "
+              "(checkpoints, restarts, preemptions marked) to this PNG")
+@click.option("--skip", type=click.IntRange(min=0), default=5, show_default=True,
+              help="steps after each start left out of the steady step time")
+def report_command(run_dir, fmt, plot, skip):
+    """What a run folder measured: step time, samples/s, checkpoints, restarts, loss, the export.
+
+    Example: runner report runs/demo --plot run.png
+    """
+    import json
+
+    from runner import report
+    folder = Path(run_dir)
+    if not (folder / "telemetry.jsonl").is_file():
+        raise InputError(run_dir, "telemetry.jsonl", "not a run folder: no telemetry.jsonl in it "
+                         "(runner execute --run-dir makes one)")
+    try:
+        figures = report.measure(folder, skip)
+    except ValueError as exc:
+        raise InputError(run_dir, "telemetry.jsonl", str(exc)) from None
+    click.echo(json.dumps(figures, indent=2) if fmt == "json" else report.table(figures))
+    if plot:
+        report.plot(folder, plot)
+        click.echo(f"wrote {plot}", err=True)
+
+
 def _market(plan: str, doc: dict, market: str) -> str:
     """--market checked against the markets the plan prices."""
     priced = sorted((doc["resources"].get("price_per_node_h") or {}).keys())

@@ -19,7 +19,7 @@ python3 -c 'import json; json.dump({"metadata": {"gap_seconds": 60}, "data": [0]
                                     open("/tmp/trace.json", "w"))'
 rm -rf "$RUN"
 # At the end: the journal, and one archive of the telemetry and the runner's log (the tool brings back 8 files).
-trap 'cp "$RUN/control.json" "$OUT/" 2>/dev/null; python3 scripts/report_run.py "$RUN" > "$OUT/report.txt" 2>&1; tar czf "$OUT/run.tgz" -C "$RUN" telemetry.jsonl runner.log plan.json 2>/dev/null' EXIT
+trap 'cp "$RUN/control.json" "$OUT/" 2>/dev/null; python3 -m runner report "$RUN" > "$OUT/report.txt" 2>&1; tar czf "$OUT/run.tgz" -C "$RUN" telemetry.jsonl runner.log plan.json 2>/dev/null' EXIT
 date +%T
 timeout -k 90 "$LIMIT" python3 -m costsim control /tmp/plan.json --policy greedy --trace /tmp/trace.json \
   --time-scale 6 --deadline "$DEADLINE" --notice 10m --steps "$STEPS" --poll 1 --runtime compile=off \

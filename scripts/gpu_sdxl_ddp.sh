@@ -23,7 +23,7 @@
 # SET=whole2: 2 GPUs only, ddp_graph=whole (cold), for its efficiency; a drill after it on the same
 #   machine finds its cache (copy /tmp/inductor-blocks to /tmp/inductor-model)
 # Results (the device tool brings back few files): $OUT/ddp.txt (the comparison table and the bench
-# table), $OUT/bench_sdxl.jsonl, $OUT/detail.tgz (each run's report_run JSON, calibrated profile, log,
+# table), $OUT/bench_sdxl.jsonl, $OUT/detail.tgz (each run's runner report JSON, calibrated profile, log,
 # telemetry). Wheels come in .whl/.
 # Try it on CPU first: GPU=cpu CONFIG=tests/data/tiny_unet_config.json BATCH=2 STEPS=10 bash scripts/gpu_sdxl_ddp.sh
 set -uo pipefail
@@ -45,7 +45,7 @@ profile() {   # profile NAME GPUS [--runtime K=V ...]
     --run-root "/tmp/ddp/$name" \
     > "$D/$name.log" 2>&1 || echo "$name: exit $?"
   for run in /tmp/ddp/"$name"/gpus*; do
-    [[ -d "$run" ]] && python3 scripts/report_run.py "$run" --json > "$D/$name-$(basename "$run").json"
+    [[ -d "$run" ]] && python3 -m runner report "$run" --format json > "$D/$name-$(basename "$run").json"
   done
 }
 

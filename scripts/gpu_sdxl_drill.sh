@@ -38,7 +38,7 @@ if [[ "$PROFILE" == 1 ]]; then
 fi
 
 # Whatever happens, bring back the telemetry and the report.
-trap 'cp "$RUN/telemetry.jsonl" "$RUN/summary.json" "$RUN/plan.json" "$OUT/" 2>/dev/null; python3 scripts/report_run.py "$RUN" > "$OUT/report.txt" 2>&1' EXIT
+trap 'cp "$RUN/telemetry.jsonl" "$RUN/summary.json" "$RUN/plan.json" "$OUT/" 2>/dev/null; python3 -m runner report "$RUN" > "$OUT/report.txt" 2>&1' EXIT
 date +%T; python3 -m costsim plan --workload sdxl --gpu H200 --trials 20 --jobs 4 --out /tmp/plan.json --format json > /dev/null
 python3 - "$BATCH" "$INTERVAL" <<'PY'
 import json, sys
@@ -58,4 +58,4 @@ INJECT=(); [[ "$KILL" != 0 ]] && INJECT=(--inject-preemptions "kill@$KILL")
 timeout -k 60 "$LIMIT" python3 -m runner execute /tmp/plan.json --run-dir "$RUN" --steps "$STEPS" $RUNTIME \
   "${INJECT[@]}" > "$OUT/log.txt" 2>&1
 echo "runner exit $?"; date +%T
-python3 scripts/report_run.py "$RUN" --json > "$OUT/report.json"
+python3 -m runner report "$RUN" --format json > "$OUT/report.json"

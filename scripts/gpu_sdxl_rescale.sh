@@ -9,7 +9,7 @@
 #     4. the micro-step it accumulates, measured alone: `runner profile` at 8 per GPU on 1 GPU
 #   PART=long: the fastest configuration (the profile's H200 main entry, compile=model, 16 per GPU on
 #     2 GPUs, async checkpoints every INTERVAL steps) for LONG steps: does its 139 GB peak hold?
-# Everything lands in $OUT: logs, telemetry, summaries and scripts/report_run.py's reports.
+# Everything lands in $OUT: logs, telemetry, summaries and runner report's reports.
 # Wheels for simpy/diffusers/importlib_metadata come in .whl/.
 set -uo pipefail
 PART=${PART:-rescale}; STEPS=${STEPS:-30}; MORE=${MORE:-15}; LONG=${LONG:-150}; INTERVAL=${INTERVAL:-50}
@@ -25,7 +25,7 @@ python3 -c 'import torch, diffusers; print("torch", torch.__version__, "diffuser
 report() {   # run folder, name
   cp "$1/telemetry.jsonl" "$OUT/$2-telemetry.jsonl" 2>/dev/null
   cp "$1/summary.json" "$OUT/$2-summary.json" 2>/dev/null
-  python3 scripts/report_run.py "$1" > "$OUT/$2-report.txt" 2>&1
+  python3 -m runner report "$1" > "$OUT/$2-report.txt" 2>&1
 }
 
 if [[ "$PART" == rescale ]]; then

@@ -17,9 +17,9 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT))
 
-from report_run import measure  # noqa: E402
+from runner.report import measure  # noqa: E402
 
 
 def spread(label: str, values: list[float], unit: str = "s") -> str:

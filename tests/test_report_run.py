@@ -1,11 +1,8 @@
-"""scripts/report_run.py on telemetry whose start and restart phases are known by construction."""
+"""`runner report` on telemetry whose start and restart phases are known by construction."""
 
 import json
 import subprocess
 import sys
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def attempt(t0: float, *, build: float, load: float | None, first: float, step: float, steps: range) -> list[dict]:
@@ -34,7 +31,7 @@ def test_first_start_and_restart_are_split_into_their_phases(tmp_path):
     events = first + [{"t": killed, "event": "preempted", "rank": 0, "step": 30},
                       {"t": restart_at, "event": "restart"}] + second
     (tmp_path / "telemetry.jsonl").write_text("\n".join(json.dumps(e) for e in events) + "\n")
-    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "report_run.py"), str(tmp_path), "--json"],
+    result = subprocess.run([sys.executable, "-m", "runner", "report", str(tmp_path), "--format", "json"],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
@@ -64,7 +61,7 @@ def test_an_async_saves_cost_is_its_stalled_step_and_the_slower_steps_beside_its
     assert steady_step_times(events) == [0.5] * 11   # steps 6-10 and 15-20: neither warm-up nor checkpoint
     assert async_save_costs(events, 0.5) == [0.375 + 3 * 0.25]
     (tmp_path / "telemetry.jsonl").write_text("\n".join(json.dumps(e) for e in events) + "\n")
-    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "report_run.py"), str(tmp_path), "--json"],
+    result = subprocess.run([sys.executable, "-m", "runner", "report", str(tmp_path), "--format", "json"],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)

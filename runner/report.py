@@ -1,0 +1,218 @@
+"""`runner report RUN`: what a run folder's telemetry measured, as a table, JSON or a picture.
+
+Step time, samples/s, checkpoint save/stall/load, training slowdown while an async save writes,
+restart-to-first-step and its phases, the runner settings and the compile cache each start found,
+training and validation loss, the exported model; `plot` draws loss, step time and samples/s over
+wall time with checkpoints, restarts and preemptions marked. No torch: it reads files only.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+from costsim.calibrate import async_save_costs, classified_steps, steady_step_times, steady_steps_by_split
+from runner.telemetry import read_events
+
+
+def measure(run_dir: Path, skip: int = 5) -> dict:
+    """Every figure of the run folder's telemetry (ValueError when it has none)."""
+    run_dir = Path(run_dir)
+    events = read_events(run_dir)
+    if not any(e["event"] == "step" for e in events):
+        raise ValueError(f"{run_dir}: no training steps in its telemetry.jsonl (not a run folder, or a run that "
+                         "never trained)")
+    plan_path = run_dir / "plan.json"
+    plan = json.loads(plan_path.read_text()) if plan_path.exists() else None
+    summary = json.loads((run_dir / "summary.json").read_text()) if (run_dir / "summary.json").exists() else {}
+    steady = steady_step_times(events, skip)
+    world = next((e["world_size"] for e in events if e.get("world_size")), 1)
+    # The global batch: from the plan, else from the step events (a run folder kept without its plan).
+    batch = plan["workload"]["global_batch"] if plan else next(e["samples"] for e in events if e["event"] == "step")
+    saves = [e for e in events if e["event"] == "checkpoint_save" and e.get("rank") == 0]
+    loads = [e for e in events if e["event"] == "checkpoint_load" and e.get("rank") == 0]
+    step_s = statistics.fmean(steady) if steady else None   # wall time is the sum of steps
+    median_s = statistics.median(steady) if steady else None
+    end = next((e for e in reversed(events) if e["event"] == "end" and e.get("rank") == 0), {})
+    return {
+        "world_size": world, "global_batch": batch, "steps_measured": len(steady),
+        "step_time_s": step_s, "step_time_median_s": median_s,
+        # Steps over 1.5x the median: periodic stalls (garbage collection, allocator retries) show here.
+        "slow_steps": sum(1 for t in steady if t > 1.5 * median_s) if steady else 0,
+        "samples_per_s": batch / step_s if step_s else None,
+        "samples_per_s_per_gpu": batch / step_s / world if step_s else None,
+        "async_stall_s": [round(e["stall_s"], 3) for e in saves if e.get("mode") == "async"],
+        "async_write_s": [round(e["duration_s"], 3) for e in saves if e.get("mode") == "async"],
+        # what each async save cost training: its stall plus the slower steps beside its write
+        "async_cost_s": [round(v, 3) for v in async_save_costs(events, step_s, skip)] if steady else [],
+        "sync_save_s": [round(e["duration_s"], 3) for e in saves if e.get("mode") == "sync"],
+        "checkpoint_bytes": max((e.get("bytes") or 0 for e in saves), default=0),
+        "load_s": [round(e["duration_s"], 3) for e in loads],
+        "step_time_while_writing_ratio": writing_slowdown(events, skip),
+        "restart_to_first_step_s": restart_times(events),
+        "restart_phases_s": restart_phases(events, median_s, skip),
+        "runtime": next((e.get("settings") for e in events if e["event"] == "runtime" and e.get("rank") == 0), None),
+        "compile_cache_bytes_at_start": [e.get("compile_cache_bytes") for e in events
+                                         if e["event"] == "runtime" and e.get("rank") == 0],
+        "startup_to_first_step_s": first_step_after(events, "launch", 0),
+        # the first start's parts, as for a restart (first_step_s: compilation, from the cache if warm)
+        "startup_phases_s": restart_phases(events, median_s, skip, "launch")[:1],
+        # a job that went on at another world size: its steps per batch split (4 micro-steps of 8 are not one of 32)
+        "by_split": [{"world_size": w, "nodes": n, "micro_batch": m, "accumulation": a, "steps_measured": len(times),
+                      "step_time_s": statistics.fmean(times), "samples_per_s": batch / statistics.fmean(times)}
+                     for (w, n, m, a), times in steady_steps_by_split(events, (world, 1, batch // world, 1), skip).items()],
+        # (step, peak GB reserved, allocator retries) at each progress line where the peak grew: a
+        # memory margin that holds shows one early entry and no later ones
+        "peak_reserved_growth": peak_growth(events),
+        "end_of_run": {k: end[k] for k in ("gc_collections", "gc_s", "alloc_retries", "peak_allocated_gb",
+                                           "peak_reserved_gb", "final_loss") if k in end},
+        # (step, held-out loss) at each validation; the validation's own time is not in any step's
+        "validation_loss": [(e["step"], round(e["loss"], 6)) for e in events
+                            if e["event"] == "validation" and e.get("rank") == 0],
+        "validation_s": round(sum(e.get("duration_s", 0.0) for e in events if e["event"] == "validation"), 3),
+        "exported": next(({"path": e["path"], "bytes": e["bytes"], "duration_s": round(e["duration_s"], 3)}
+                          for e in reversed(events) if e["event"] == "export"), None),
+        "summary": summary,
+    }
+
+
+def peak_growth(events: list[dict]) -> list[tuple]:
+    growth, peak = [], 0.0
+    for e in events:
+        if e["event"] == "progress" and e.get("peak_reserved_gb", 0.0) > peak:
+            peak = e["peak_reserved_gb"]
+            growth.append((e["step"], round(peak, 2), e.get("alloc_retries")))
+    return growth
+
+
+def writing_slowdown(events: list[dict], skip: int = 5) -> float | None:
+    """Mean step time beside an async save's background write over the mean of the other steady steps."""
+    steps = classified_steps(events, skip)
+    during = [t for t, window in steps if window is not None]
+    steady = [t for t, window in steps if window is None]
+    if not during or not steady:
+        return None
+    return round(statistics.fmean(during) / statistics.fmean(steady), 3)
+
+
+def restart_phases(events: list[dict], median_s: float | None = None, warmup: int = 5,
+                   mark: str = "restart") -> list[dict]:
+    """Per restart (or per `launch`): failure noticed (preemption -> restart decision), process start
+    and model build (-> the workers' runtime event), checkpoint load, first step (start -> end of the
+    first step), and what the rest of the warm-up steps took over steady ones."""
+    phases = []
+    for i, e in enumerate(events):
+        if e["event"] != mark:
+            continue
+        end = next((j for j in range(i + 1, len(events)) if events[j]["event"] == "restart"), len(events))
+        after = events[i:end]   # this start's events only
+        killed = next((x["t"] for x in reversed(events[:i]) if x["event"] == "preempted" and x.get("rank") == 0), None)
+        runtime = next((x for x in after if x["event"] == "runtime" and x.get("rank") == 0), None)
+        built = runtime["t"] if runtime else None
+        load = next((x for x in after if x["event"] == "checkpoint_load" and x.get("rank") == 0), None)
+        start = next((x["t"] for x in after if x["event"] == "start" and x.get("rank") == 0), None)
+        steps = [x for x in after if x["event"] == "step"][:warmup]
+        first = steps[0]["t"] if steps else None
+        phases.append({"noticed_s": _round(e["t"] - killed if killed else None),
+                       "start_and_build_s": _round(built - e["t"] if built else None),
+                       # of it: torchrun and rendezvous up to the worker process, then the worker's parts
+                       "to_worker_process_s": _round(runtime["process_start_t"] - e["t"]
+                                                     if runtime and runtime.get("process_start_t") else None),
+                       "worker_start_s": runtime.get("start_phases_s") if runtime else None,
+                       "load_s": _round(load["duration_s"] if load else None),
+                       "first_step_s": _round(first - start if first and start else None),
+                       # the next warm-up steps' time over as many median steady steps (staging pinning)
+                       "later_warmup_excess_s": _round(sum(x["step_time_s"] for x in steps[1:]) - len(steps[1:]) * median_s
+                                                       if steps[1:] and median_s else None)})
+    return phases
+
+
+def _round(value):
+    return None if value is None else round(value, 1)
+
+
+def first_step_after(events: list[dict], name: str, index: int) -> float | None:
+    marks = [e["t"] for e in events if e["event"] == name]
+    if len(marks) <= index:
+        return None
+    t0 = marks[index]
+    return next((round(e["t"] - t0, 3) for e in events if e["event"] == "step" and e["t"] > t0), None)
+
+
+def restart_times(events: list[dict]) -> list[float]:
+    """From the supervisor's restart decision to the end of the first step after it: process start,
+    rendezvous, model build, checkpoint load, compilation (cached or not), first step."""
+    count = sum(1 for e in events if e["event"] == "restart")
+    return [first_step_after(events, "restart", i) for i in range(count)]
+
+
+def table(figures: dict) -> str:
+    """The figures as `name: value` lines, and the summary's one line."""
+    lines = [f"{key:>30}: {value}" for key, value in figures.items() if key != "summary"]
+    s = figures["summary"]
+    if s:
+        lines.append(f"{'summary':>30}: status {s.get('status')}, {s.get('steps')} steps, {s.get('restarts')} restarts, "
+                     f"{s.get('lost_steps')} lost steps, wall {s.get('wall_s', 0):.1f}s")
+    return "\n".join(lines)
+
+
+def plot(run_dir: Path, out: str, smooth: int = 9) -> None:
+    """Loss (training, rank 0, and validation), step time and samples/s over wall time since the first
+    launch, with checkpoint saves, restarts and preemptions marked."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from costsim.report import save_figure
+
+    events = read_events(Path(run_dir))
+    t0 = next((e["t"] for e in events if e["event"] in ("launch", "start")), events[0]["t"] if events else 0.0)
+    minutes = lambda e: (e["t"] - t0) / 60.0  # noqa: E731
+    steps = [e for e in events if e["event"] == "step" and e.get("rank") == 0]
+    cuts = [minutes(e) for e in events if e["event"] == "restart"]
+
+    def line(ax, points, *style, **kw):   # no line across a restart's gap
+        xs, ys = [], []
+        for x, y in points:
+            if xs and any(xs[-1] < cut <= x for cut in cuts):
+                xs.append(float("nan"))
+                ys.append(float("nan"))
+            xs.append(x)
+            ys.append(y)
+        ax.plot(xs, ys, *style, **kw)
+
+    fig, (loss_ax, time_ax, rate_ax) = plt.subplots(3, 1, figsize=(9, 8), sharex=True)
+    train = [(minutes(e), e["loss_rank0"]) for e in events if e["event"] == "progress" and e.get("loss_rank0") is not None]
+    if train:
+        line(loss_ax, train, ".-", ms=3, lw=0.8, label="training loss (rank 0, every 5 s)")
+    held_out = [(minutes(e), e["loss"]) for e in events if e["event"] == "validation" and e.get("rank") == 0]
+    if held_out:
+        line(loss_ax, held_out, "o-", ms=4, color="tab:purple", label="validation loss")
+    loss_ax.set_ylabel("loss")
+    xs = [minutes(e) for e in steps]
+    times = [e["step_time_s"] for e in steps]
+    time_ax.plot(xs, times, ".", ms=2, color="grey", label="step")
+    rolling = [statistics.median(times[max(0, i - smooth + 1):i + 1]) for i in range(len(times))]
+    line(time_ax, zip(xs, rolling), lw=1, color="black", label=f"median of {smooth}")
+    time_ax.set_ylabel("step time (s)")
+    if rolling:
+        time_ax.set_ylim(0, 3 * max(statistics.median(times), 1e-9))   # the first step's compilation is off the chart
+    line(rate_ax, zip(xs, [e["samples"] / t if t > 0 else float("nan") for e, t in zip(steps, rolling)]), lw=1,
+         color="tab:blue")
+    rate_ax.set_ylabel("samples/s")
+    rate_ax.set_xlabel("wall time since the first launch (min)")
+    marks = [("checkpoint_save", "tab:green", ":", "checkpoint"), ("restart", "tab:orange", "--", "restart"),
+             ("preempted", "tab:red", "-", "preemption")]
+    for name, colour, style, label in marks:
+        at = sorted({round(minutes(e), 4) for e in events if e["event"] == name and e.get("rank") in (0, None)})
+        for ax in (loss_ax, time_ax, rate_ax):
+            for i, x in enumerate(at):
+                ax.axvline(x, color=colour, ls=style, lw=0.8, alpha=0.7, label=label if i == 0 and ax is loss_ax else None)
+    if loss_ax.get_legend_handles_labels()[0]:
+        loss_ax.legend(fontsize=8, loc="upper right")
+    time_ax.legend(fontsize=8, loc="upper right")
+    fig.suptitle(f"run {Path(run_dir).name}")
+    fig.tight_layout()
+    save_figure(fig, out)
+    plt.close(fig)
