@@ -174,6 +174,40 @@ def report_command(run_dir, fmt, plot, skip):
         click.echo(f"wrote {plot}", err=True)
 
 
+@cli.command("prepare-sdxl")
+@click.argument("images", type=click.Path(file_okay=False))
+@click.option("--model", required=True, type=click.Path(file_okay=False),
+              help="a local diffusers SDXL pipeline folder (vae/, text_encoder/, text_encoder_2/, tokenizer/, tokenizer_2/)")
+@click.option("--out", required=True, type=click.Path(file_okay=False), help="the dataset folder (shards) to write")
+@click.option("--vae", type=click.Path(file_okay=False), help="a VAE folder other than the pipeline's vae/")
+@click.option("--resolution", type=click.IntRange(min=8), default=1024, show_default=True,
+              help="square training size in pixels (the UNet's sample_size x 8)")
+@click.option("--batch", type=click.IntRange(min=1), default=8, show_default=True, help="images per encoder batch")
+@click.option("--shard-size", type=click.IntRange(min=1), default=256, show_default=True, help="samples per shard")
+@click.option("--dtype", type=click.Choice(["bf16", "fp32"]), default="bf16", show_default=True)
+@click.option("--caption-column", default="text", show_default=True, help="metadata.jsonl's caption field")
+@click.option("--device", default="auto", show_default=True, help="auto (a GPU if there is one), cpu, cuda, cuda:N")
+@click.option("--seed", type=int, default=0, show_default=True, help="seeds the VAE's latent samples")
+def prepare_sdxl_command(images, model, out, vae, resolution, batch, shard_size, dtype, caption_column, device, seed):
+    """Captioned images -> latents and text embeddings in safetensors shards, for --option data=OUT.
+
+    Captions: a metadata.jsonl (file_name, text) in IMAGES, else a .txt beside each image. Resumable:
+    run it again and it writes only the shards that are missing.
+
+    Example: runner prepare-sdxl photos/ --model sdxl-base/ --out data/photos-1024
+    """
+    from runner.prepare_sdxl import PrepareError, prepare
+    if device not in ("auto", "cpu", "cuda") and not (device.startswith("cuda:") and device[5:].isdigit()):
+        raise click.BadParameter(f"{device!r}: allowed auto, cpu, cuda, cuda:N", param_hint="--device")
+    try:
+        paths = prepare(Path(images), Path(model), Path(out), vae=Path(vae) if vae else None, resolution=resolution,
+                        batch=batch, shard_size=shard_size, dtype=dtype, seed=seed, device=device,
+                        caption_column=caption_column)
+    except PrepareError as exc:
+        raise InputError(exc.where, exc.field, str(exc)) from None
+    click.echo(f"{out}: {len(paths)} shard(s); train with --option data={out}")
+
+
 def _market(plan: str, doc: dict, market: str) -> str:
     """--market checked against the markets the plan prices."""
     priced = sorted((doc["resources"].get("price_per_node_h") or {}).keys())
