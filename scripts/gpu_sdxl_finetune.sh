@@ -3,14 +3,16 @@
 #   PART=1: scripts/bench_sdxl_data.py, rounds 1 and 2 (synthetic then data, data then synthetic) at the
 #     fastest configuration (the profile's H200 entry: compile=model ddp_graph=whole, 16 per GPU, 2 GPUs),
 #     STEPS steps each; the first run compiles into an empty cache, the others find it warm
-#   PART=2: the same eager (compile=off): data then synthetic at 16 per GPU, then the data path with EMA
-#     at EMA_BATCHES per GPU (its peak memory); then the fine-tune as a user runs it: the full UNet saved
+#     (measured 2026-11-30: the first run's cold compile took 467 s, and the call's limit ended the
+#     data run while it compiled: a compiled pair does not fit one call on a fresh machine)
+#   PART=2: eager (compile=off), 8 per GPU (eager 16 per GPU runs out of memory on 2 GPUs): rounds 1
+#     and 2, then the data path with EMA at EMA_BATCHES per GPU (none by default); then the fine-tune as a user runs it: the full UNet saved
 #     with save_pretrained (random weights: nothing is downloaded), `runner execute` on the shipped plan
 #     (8 x H200 at 8 per GPU; here 2 GPUs, accumulation 4) with weights=, data=, ema=0.9999, cosine LR and
 #     a validation slice for FT_STEPS steps, eager; its final checkpoint and the RUN/final/unet export
 # Everything lands in $OUT. Wheels (simpy, diffusers, accelerate, safetensors, psutil, importlib_metadata) in .whl/.
 set -uo pipefail
-PART=${PART:-1}; STEPS=${STEPS:-40}; FT_STEPS=${FT_STEPS:-20}; EMA_BATCHES=${EMA_BATCHES:-16}; OUT=${OUT:-/tmp/out}
+PART=${PART:-1}; STEPS=${STEPS:-40}; FT_STEPS=${FT_STEPS:-20}; EMA_BATCHES=${EMA_BATCHES:-}; OUT=${OUT:-/tmp/out}
 export PYTHONUNBUFFERED=1
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
 export PYTHONPATH=/tmp/site:$PWD NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -25,7 +27,7 @@ case "$PART" in
        $FAST --root /tmp/bench > "$OUT/bench-1.txt" 2> "$OUT/bench-1-stderr.txt"
      echo "bench exit $?"
      tar czf "$OUT/bench-1.tgz" -C /tmp/bench --exclude=checkpoints . ;;
-  2) timeout -k 30 270 python3 scripts/bench_sdxl_data.py --data /tmp/latents --make 1024 --rounds 1 --first-round 2 \
+  2) timeout -k 30 270 python3 scripts/bench_sdxl_data.py --data /tmp/latents --make 1024 --rounds 2 --batch 8 \
        --steps "$STEPS" --ema-batches "$EMA_BATCHES" --runtime compile=off --root /tmp/bench \
        > "$OUT/bench-2.txt" 2> "$OUT/bench-2-stderr.txt"
      echo "bench exit $?"; date +%T
