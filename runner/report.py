@@ -183,7 +183,11 @@ def plot(run_dir: Path, out: str, smooth: int = 9) -> None:
         ax.plot(xs, ys, *style, **kw)
 
     fig, (loss_ax, time_ax, rate_ax) = plt.subplots(3, 1, figsize=(9, 8), sharex=True)
-    train = [(minutes(e), e["loss_rank0"]) for e in events if e["event"] == "progress" and e.get("loss_rank0") is not None]
+    train, seen = [], set()
+    for e in events:   # the end's progress line repeats the last step's loss: one point per step
+        if e["event"] == "progress" and e.get("loss_rank0") is not None and e["step"] not in seen:
+            seen.add(e["step"])
+            train.append((minutes(e), e["loss_rank0"]))
     if train:
         line(loss_ax, train, ".-", ms=3, lw=0.8, label="training loss (rank 0, every 5 s)")
     held_out = [(minutes(e), e["loss"]) for e in events if e["event"] == "validation" and e.get("rank") == 0]

@@ -7,6 +7,8 @@ run's steady samples/s, peak GPU memory and the data/synthetic ratio per round. 
 then runs the data path with `ema=0.9999` at those per-GPU batches: its peak memory, or that it ran
 out of memory.
 
+`--read-only` measures how fast one thread reads the shards alone (no GPU needed).
+
 Usage (on a GPU node): python scripts/bench_sdxl_data.py --data /tmp/latents --make 2048 --gpus 2 --batch 16 \\
     --steps 60 --rounds 2 --ema-batches 16,8 --root /tmp/bench
 """
@@ -39,6 +41,22 @@ def make_dataset(folder: Path, samples: int, shard_size: int = 256) -> None:
         tensors["time_ids"] = torch.tensor([[1024.0, 1024.0, 0.0, 0.0, 1024.0, 1024.0]]).repeat(n, 1)
         save_file(tensors, str(folder / f"shard-{k:05d}.safetensors"))
     print(f"bench: wrote {samples} samples in {folder}", file=sys.stderr, flush=True)
+
+
+def read_rate(folder: Path, batch: int, samples: int = 1024) -> float:
+    """Samples/s that one thread reads from the shards in the training order (no GPU): the data path's
+    ceiling, to set against what the GPUs consume."""
+    import time
+
+    from runner.workloads.latents import LatentShards, Order, expected_shapes
+    from runner.workloads.sdxl import load_config
+
+    shards = LatentShards(folder, expected_shapes(load_config()))
+    order = Order(len(shards), 0, 0)
+    started = time.perf_counter()
+    for start in range(0, samples, batch):
+        shards.read(order.rows(range(start, start + batch)))
+    return samples / (time.perf_counter() - started)
 
 
 def profile_run(root: Path, name: str, gpus: int, batch: int, steps: int, options: list[str],
@@ -75,10 +93,15 @@ def main() -> None:
     parser.add_argument("--first-round", type=int, default=1, help="odd: synthetic first, even: data first")
     parser.add_argument("--ema-batches", default="", help="per-GPU batches to run the data path with EMA at, e.g. 16,8")
     parser.add_argument("--runtime", action="append", default=[], help="KEY=VALUE over the profile's runner settings")
+    parser.add_argument("--read-only", action="store_true", help="only measure how fast one thread reads the shards")
     parser.add_argument("--root", type=Path, default=Path("/tmp/bench-sdxl-data"))
     args = parser.parse_args()
     if args.make:
         make_dataset(args.data, args.make)
+    if args.read_only:
+        rates = [read_rate(args.data, args.batch) for _ in range(2)]
+        print(f"one thread reads {rates[0]:.0f} then {rates[1]:.0f} samples/s ({args.batch} per read, random order)")
+        return
     args.root.mkdir(parents=True, exist_ok=True)
     results = []
     for round_ in range(args.first_round, args.first_round + args.rounds):

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from pathlib import Path
 
 import torch
@@ -239,6 +240,11 @@ def _real_data(ctx: BuildContext, s: dict, built: Built, draws, loss) -> None:
         order = Order(len(shards), ctx.seed, s["val_samples"])
     except DatasetError as exc:
         raise WorkloadOptionError(str(exc)) from None
+    if ctx.rank == 0:
+        samples = ctx.total_steps * ctx.split.global_batch
+        print(f"sdxl-unet: data {ctx.options['data']}: {len(order.training)} training samples in {len(shards.paths)} "
+              f"shard(s), {len(order.validation)} held out; {ctx.total_steps} steps x {ctx.split.global_batch} = "
+              f"{samples / len(order.training):.3g} epochs", file=sys.stderr, flush=True)
     pin = ctx.device.type == "cuda"
     prefetcher = Prefetcher(lambda indices: shards.read(order.rows(indices), pin=pin), ctx.following)
 
