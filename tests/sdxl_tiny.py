@@ -40,7 +40,8 @@ def save_tiny_pipeline(folder: Path, seed: int = 0) -> Path:
     vocab = byte_level_vocab()
     config = dict(vocab_size=len(vocab), hidden_size=32, intermediate_size=37, num_hidden_layers=2,
                   num_attention_heads=4, max_position_embeddings=77, projection_dim=32,
-                  bos_token_id=vocab["<|startoftext|>"], eos_token_id=vocab["<|endoftext|>"], pad_token_id=vocab["<|endoftext|>"])
+                  bos_token_id=vocab["<|startoftext|>"], eos_token_id=vocab["<|endoftext|>"],
+                  pad_token_id=vocab["<|endoftext|>"])
     CLIPTextModel(CLIPTextConfig(**config)).save_pretrained(folder / "text_encoder")
     CLIPTextModelWithProjection(CLIPTextConfig(**config)).save_pretrained(folder / "text_encoder_2")
     (folder / "vocab").mkdir(exist_ok=True)

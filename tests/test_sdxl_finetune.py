@@ -47,7 +47,8 @@ def write_shards(folder: Path, sizes=(7, 5, 8), *, text_dim: int = 64, learnable
     y, x = torch.meshgrid(torch.arange(16.0), torch.arange(16.0), indexing="ij")
     pattern = torch.stack([torch.sin(x / 3), torch.cos(y / 4), torch.sin((x + y) / 5), torch.cos((x - y) / 6)])
     for k, n in enumerate(sizes):
-        latents = pattern * (torch.rand(n, 4, 1, 1, generator=g) + 0.5) if learnable else torch.randn(n, 4, 16, 16, generator=g)
+        latents = (pattern * (torch.rand(n, 4, 1, 1, generator=g) + 0.5) if learnable
+                   else torch.randn(n, 4, 16, 16, generator=g))
         save_file({"latents": latents.to(torch.bfloat16).contiguous(),
                    "text": torch.randn(n, 77, text_dim, generator=g).to(torch.bfloat16),
                    "pooled": torch.randn(n, 32, generator=g), "time_ids": torch.full((n, 6), 128.0)},
