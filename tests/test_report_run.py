@@ -67,3 +67,25 @@ def test_an_async_saves_cost_is_its_stalled_step_and_the_slower_steps_beside_its
     report = json.loads(result.stdout)
     assert (report["step_time_s"], report["async_stall_s"], report["async_cost_s"]) == (0.5, [0.25], [1.125])
     assert report["step_time_while_writing_ratio"] == 1.5
+
+
+def test_the_table_and_the_plot_show_validation_losses_and_the_export(tmp_path):
+    events = attempt(0.0, build=5.0, load=None, first=2.0, step=0.5, steps=range(0, 20))
+    events += [{"t": 8.0, "event": "progress", "rank": 0, "step": 10, "loss_rank0": 0.9},
+               {"t": 8.1, "event": "validation", "rank": 0, "step": 10, "loss": 0.8, "samples": 4, "duration_s": 0.2},
+               {"t": 13.0, "event": "validation", "rank": 0, "step": 20, "loss": 0.6, "samples": 4, "duration_s": 0.2},
+               {"t": 13.5, "event": "checkpoint_save", "rank": 0, "step": 20, "mode": "sync", "duration_s": 0.4},
+               {"t": 14.0, "event": "export", "rank": 0, "step": 20, "path": "RUN/final", "bytes": 1234,
+                "duration_s": 0.1}]
+    events.sort(key=lambda e: e["t"])
+    (tmp_path / "telemetry.jsonl").write_text("\n".join(json.dumps(e) for e in events) + "\n")
+    plot = tmp_path / "run.png"
+    result = subprocess.run([sys.executable, "-m", "runner", "report", str(tmp_path), "--plot", str(plot)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "validation_loss: [(10, 0.8), (20, 0.6)]" in result.stdout
+    assert "'bytes': 1234" in result.stdout
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    missing = subprocess.run([sys.executable, "-m", "runner", "report", str(tmp_path / "nothing")],
+                             capture_output=True, text=True, timeout=60)
+    assert missing.returncode == 2 and "not a run folder" in missing.stderr and "Traceback" not in missing.stderr
