@@ -173,7 +173,8 @@ class Trainer:
                 self.telemetry.event("step", buffered=True, step=self.step, step_time_s=now - last_step_end,
                                      samples=spec.global_batch)
             last_step_end = now
-            if self.built.validate and self.step % self.built.validate_every == 0 and self.step < self.total_steps:
+            every = self.built.validate_every   # 0: only at the end
+            if self.built.validate and every and self.step % every == 0 and self.step < self.total_steps:
                 self.validate()
                 last_step_end = time.monotonic()   # a step's time is training's only
             by_steps = spec.interval_steps is not None and self.step % spec.interval_steps == 0

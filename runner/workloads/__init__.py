@@ -55,7 +55,7 @@ class Built:
       checkpoint beside the model and loaded in place on resume;
     - `after_step(step)`: called after each optimizer step with the new step number (the EMA update);
     - `validate(model)`: this rank's share of a held-out loss as a tensor (sum, count); the runner
-      calls it on every rank every `validate_every` steps and at the end, and reports the mean;
+      calls it on every rank every `validate_every` steps (0: never) and at the end, and reports the mean;
     - `export(folder)`: rank 0 writes the trained model into `folder` at the end of the run; the
       runner makes it RUN/final atomically;
     - `close()`: stops what the workload started (data loader threads).
