@@ -43,7 +43,8 @@ def cli():
               help="seconds a node other than 0 waits for the rendezvous to answer")
 @click.option("--steps", type=click.IntRange(min=1), help="stop after this many steps (drills, profiling)")
 @click.option("--workload-entry", help="module:function building your own workload (see docs/runner-workloads.md)")
-@click.option("--option", "options", multiple=True, help="KEY=VALUE passed to the workload (repeatable)")
+@click.option("--option", "options", multiple=True, help="KEY=VALUE passed to the workload (repeatable), e.g. "
+              "weights=DIR data=DIR ema=0.9999 for an SDXL fine-tune (docs/sdxl-finetune.md)")
 @click.option("--runtime", "runtime", multiple=True, help="KEY=VALUE over the plan's runner settings, e.g. "
               "compile=blocks, channels_last=true, sdpa=cudnn (repeatable; see docs/runner-speed.md)")
 @click.option("--market", help="the market this node was bought on, when not the plan's resources.market (a fallback; "
@@ -194,7 +195,7 @@ def prepare_sdxl_command(images, model, out, vae, resolution, batch, shard_size,
     Captions: a metadata.jsonl (file_name, text) in IMAGES, else a .txt beside each image. Resumable:
     run it again and it writes only the shards that are missing.
 
-    Example: runner prepare-sdxl photos/ --model sdxl-base/ --out data/photos-1024
+    Example: runner prepare-sdxl photos/ --model sdxl-base/ --out latents/
     """
     from runner.prepare_sdxl import PrepareError, prepare
     if device not in ("auto", "cpu", "cuda") and not (device.startswith("cuda:") and device[5:].isdigit()):
