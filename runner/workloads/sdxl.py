@@ -173,12 +173,12 @@ def build(ctx: BuildContext) -> Built:
             data["noise"] += s["noise_offset"] * offset
         return data
 
-    def loss(model, data) -> torch.Tensor:
+    def loss(model, data, weighted: bool = True) -> torch.Tensor:
         a = alphas_cumprod[data["timesteps"]].view(-1, 1, 1, 1)
         noisy = a.sqrt() * data["latents"] + (1.0 - a).sqrt() * data["noise"]
         prediction = model(noisy, data["timesteps"], encoder_hidden_states=data["text"],
                            added_cond_kwargs={"text_embeds": data["pooled"], "time_ids": data["time_ids"]}).sample
-        if s["snr_gamma"] is None:
+        if s["snr_gamma"] is None or not weighted:
             return torch.nn.functional.mse_loss(prediction.float(), data["noise"].float())
         # min-SNR-gamma (Hang et al. 2023) for epsilon prediction: weight min(SNR, gamma) / SNR per sample
         snr = (a / (1.0 - a)).flatten()
@@ -267,8 +267,8 @@ def _real_data(ctx: BuildContext, s: dict, built: Built, draws, loss) -> None:
         for start in range(0, len(mine), ctx.micro_batch):
             rows = mine[start:start + ctx.micro_batch]
             data = draws(to_device(shards.read(rows, pin=pin)), rows, VALIDATION_SEED)
-            with autocast:
-                total[0] += loss(model, data).float() * len(rows)
+            with autocast:   # the plain noise-prediction error: comparable across runs whatever their weighting
+                total[0] += loss(model, data, weighted=False).float() * len(rows)
             total[1] += len(rows)
         return total
 
