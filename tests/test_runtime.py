@@ -207,14 +207,27 @@ def test_runs_from_another_machine_find_the_builtin_profile_of_their_plan(tmp_pa
 
 
 def test_simulate_runs_the_configuration_named(run_cli):
-    args = ("simulate", "--workload", "sdxl", "--offering", "aws/us-east-1/p5en.48xlarge", "--trials", "20",
+    """On on-demand (no preemptions) a run's makespan is the named configuration's start-up, its work,
+    its periodic checkpoint stalls and the final synchronous save: each variant's own figures."""
+    import math
+
+    from costsim.catalog import find_offering
+    from costsim.whatif import workload_config
+    workload = cio.load_workload("sdxl")
+    offering = find_offering("aws/us-east-1/p5en.48xlarge", workload)
+    args = ("simulate", "--workload", "sdxl", "--offering", offering.id, "--policy", "on-demand", "--trials", "3",
             "--format", "json")
-    means = {}
+    makespans = {}
     for variant in ("model", "blocks"):
         result = run_cli(*args, "--variant", variant)
         assert result.exit_code == 0, result.stderr
-        means[variant] = json.loads(result.stdout)["makespan_h"]["mean"]
-    assert means["model"] != means["blocks"]   # same seed: only the configuration differs
+        p = workload_config(workload, offering, 1, "on-demand", None, None, variant).params
+        periodic = math.floor(p.work_s / p.checkpoint_interval_s)
+        expected = p.changeover_s + p.work_s + periodic * p.paid_checkpoint_s + p.checkpoint_s + p.release_s
+        makespans[variant] = json.loads(result.stdout)["makespan_h"]["mean"] * 3600
+        assert makespans[variant] == pytest.approx(expected, rel=1e-9)
+    # the two configurations' figures differ (compilation: start-up and step time), so a wrong pick shows
+    assert abs(makespans["model"] - makespans["blocks"]) > 60.0
     check(run_cli(*args, "--variant", "nope"), "--variant", "'nope'", "allowed: model, blocks")
 
 
