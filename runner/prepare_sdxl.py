@@ -184,6 +184,8 @@ def prepare(images: Path, model: Path, out: Path, *, vae: Path | None = None, re
     log = log or (lambda line: print(line, file=sys.stderr, flush=True))
     if resolution % 8:
         raise PrepareError("--resolution", "resolution", f"{resolution} is not a multiple of 8 (the VAE's factor)")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise PrepareError("--device", "device", f"{device}: no GPU here (auto takes one when there is one)")
     pairs = captioned_images(images, caption_column)
     check_model(model, vae)
     out = Path(out)
@@ -197,7 +199,11 @@ def prepare(images: Path, model: Path, out: Path, *, vae: Path | None = None, re
     if not missing:
         return paths
     device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device)
-    encoders = Encoders(model, vae, device)
+    try:
+        encoders = Encoders(model, vae, device)
+    except (OSError, ValueError) as exc:   # a part's files missing or not what its class expects
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise PrepareError(str(model), "model", f"cannot load the VAE, tokenizers and text encoders: {first}") from None
     store = {"bf16": torch.bfloat16, "fp32": torch.float32}[dtype]
     started, done, total = time.monotonic(), 0, sum(len(pairs[k * shard_size:(k + 1) * shard_size]) for k in missing)
     last_line = started

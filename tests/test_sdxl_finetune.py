@@ -133,6 +133,8 @@ def bad(tmp_path: Path, *options: str) -> subprocess.CompletedProcess:
 def test_bad_weights_and_data_are_one_line_before_anything_starts(tmp_path):
     weights = save_weights(tmp_path / "weights")
     wrong = write_shards(tmp_path / "wrong", sizes=(3,), text_dim=48)
+    (tmp_path / "vae").mkdir()
+    (tmp_path / "vae" / "config.json").write_text(json.dumps({"_class_name": "AutoencoderKL"}))
     (tmp_path / "torn").mkdir()
     (tmp_path / "torn" / "shard-00000.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json")
     cases = [
@@ -143,6 +145,7 @@ def test_bad_weights_and_data_are_one_line_before_anything_starts(tmp_path):
         ([f"weights={weights}", f"data={tmp_path / 'torn'}"], "not a readable safetensors file"),
         ([f"config={TINY_UNET}", f"data={write_shards(tmp_path / 'few', sizes=(3,))}", "val_samples=3"],
          "the dataset has 3 samples; hold out fewer"),
+        ([f"weights={tmp_path / 'vae'}"], "is a AutoencoderKL, not a UNet2DConditionModel"),
         (["schedule=linear"], "allowed constant, cosine"),
         (["val_samples=2"], "needs data="),
     ]
@@ -152,3 +155,26 @@ def test_bad_weights_and_data_are_one_line_before_anything_starts(tmp_path):
         assert message in result.stderr and "Traceback" not in result.stderr, (options, result.stderr)
         assert len(result.stderr.strip().splitlines()) == 1, result.stderr
         assert not (tmp_path / "run").exists()   # refused before the run folder was made
+
+
+def test_prepare_sdxl_refuses_bad_input_in_one_line(tmp_path):
+    images = save_images(tmp_path / "images", 2)
+    model = tmp_path / "pipeline"
+    for part in ("vae", "text_encoder", "text_encoder_2", "tokenizer", "tokenizer_2"):
+        (model / part).mkdir(parents=True)   # every folder there, no files in them
+    (tmp_path / "empty").mkdir()
+
+    def prepare(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "runner", "prepare-sdxl", "--out", str(tmp_path / "out"),
+                               "--resolution", "128", "--device", "cpu", *args],   # the case's options win
+                              capture_output=True, text=True, timeout=120)
+
+    cases = [((str(tmp_path / "empty"), "--model", str(model)), "no images"),
+             ((str(images), "--model", str(tmp_path / "nowhere")), "no such folder: --model is a local diffusers"),
+             ((str(images), "--model", str(model)), "cannot load the VAE, tokenizers and text encoders"),
+             ((str(images), "--model", str(model), "--resolution", "100"), "not a multiple of 8")]
+    for args, message in cases:
+        result = prepare(*args)
+        assert result.returncode == 2, (args, result.stderr)
+        error = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+        assert len(error) == 1 and message in error[0] and "Traceback" not in result.stderr, (args, result.stderr)

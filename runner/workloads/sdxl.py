@@ -77,7 +77,15 @@ def _weights_folder(text: str) -> tuple[Path, str | None]:
         raise WorkloadOptionError(f"weights={text}: no such folder here; weights come from a local folder "
                                   "(nothing is downloaded): a diffusers UNet folder or a pipeline folder with unet/")
     for sub in (None, "unet"):
-        if (folder / (sub or "") / "config.json").is_file():
+        config = folder / (sub or "") / "config.json"
+        if config.is_file():
+            try:
+                kind = json.loads(config.read_text()).get("_class_name", "UNet2DConditionModel")
+            except (json.JSONDecodeError, AttributeError):
+                raise WorkloadOptionError(f"weights={text}: {config} is not a JSON object") from None
+            if kind != "UNet2DConditionModel":
+                raise WorkloadOptionError(f"weights={text}: {config} is a {kind}, not a UNet2DConditionModel "
+                                          "(give the UNet's folder or the pipeline folder)")
             return folder, sub
     raise WorkloadOptionError(f"weights={text}: no config.json in it or in its unet/ (expected a diffusers "
                               "UNet folder, as save_pretrained writes, or a pipeline folder)")
