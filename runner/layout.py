@@ -16,6 +16,8 @@ import shutil
 from pathlib import Path
 from typing import Callable
 
+from runner.checkpoint_manifest import fsync_dir
+
 CHECKPOINTS = "checkpoints"
 FINAL = "final"
 _STEP = re.compile(r"^step-(\d+)$")
@@ -72,9 +74,5 @@ def write_folder_atomic(target: Path, write: Callable[[Path], None]) -> int:
         target.rename(old)
     tmp.rename(target)
     shutil.rmtree(old, ignore_errors=True)
-    fd = os.open(target.parent, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fsync_dir(target.parent)
     return written

@@ -67,7 +67,7 @@ class Trainer:
                            accumulation=self.accumulation, seed=spec.seed, precision=spec.precision,
                            options=dict(spec.options), total_steps=spec.total_steps)
         builder = resolve(spec.model, spec.workload_entry)
-        check_options(builder, spec.workload_entry or spec.model, ctx.options)
+        check_options(builder, spec.workload_entry or spec.model, ctx.options, values=False)
         built = build_workload(builder, ctx)
         self.built = built
         marks["build"] = time.time()

@@ -38,3 +38,15 @@ def summary(run_dir: Path) -> dict:
 
 def events(run_dir: Path, name: str, rank: int | None = 0) -> list[dict]:
     return [e for e in read_events(run_dir) if e["event"] == name and (rank is None or e.get("rank") == rank)]
+
+
+def clean_and_killed(plan: Path, tmp_path: Path, *args: str, kill: str, timeout: int = 240) -> tuple[Path, Path]:
+    """The run straight through (RUN clean) and with `kill` injected (RUN drill, e.g. kill@6): both finish,
+    the drill after one restart, with the same final state (a bit-exact resume). Returns the two folders."""
+    clean, drill = tmp_path / "clean", tmp_path / "drill"
+    for folder, injected in ((clean, ()), (drill, ("--inject-preemptions", kill))):
+        result = execute(plan, folder, *args, *injected, timeout=timeout)
+        assert result.returncode == 0, result.stderr[-3000:]
+    assert summary(drill)["restarts"] == 1
+    assert summary(clean)["final_state_sha256"] == summary(drill)["final_state_sha256"]
+    return clean, drill

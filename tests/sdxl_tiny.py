@@ -11,6 +11,19 @@ TINY_UNET = Path(__file__).resolve().parent / "data" / "tiny_unet_config.json"
 RESOLUTION = 128
 
 
+def sdxl_plan(tmp_path: Path, runtime: dict | None = None) -> Path:
+    """The planner's tiny plan made an sdxl-unet one: global batch 4, bf16, checkpoints every 4 steps,
+    and `runtime` settings if given (as a measured profile would set them)."""
+    from tests.runner_helpers import tiny_plan
+    plan = tiny_plan(tmp_path, interval_steps=4)
+    doc = json.loads(plan.read_text())
+    doc["workload"].update(model="sdxl-unet", global_batch=4, precision="bf16")
+    if runtime is not None:
+        doc["runtime"] = runtime
+    plan.write_text(json.dumps(doc))
+    return plan
+
+
 def byte_level_vocab() -> dict[str, int]:
     """CLIP's byte-to-unicode alphabet, each symbol alone and word-final, and the two special tokens:
     a BPE vocabulary with no merges (every character its own token)."""

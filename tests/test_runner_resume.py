@@ -4,7 +4,7 @@ import shutil
 
 import pytest
 
-from tests.runner_helpers import events, execute, summary, tiny_plan
+from tests.runner_helpers import clean_and_killed, events, execute, summary, tiny_plan
 
 pytest.importorskip("torch")
 pytestmark = pytest.mark.slow   # real DDP runs (see pyproject's markers)
@@ -123,11 +123,5 @@ def test_async_checkpoints_resume_exactly_too(tmp_path):
 
 def test_a_single_process_run_without_ddp_resumes_exactly(plan, tmp_path):
     # One process trains the bare model (no DDP wrapper); its checkpoints and resume are the same.
-    args = ("--steps", "120", "--seed", "5", "--nproc-per-node", "1")
-    clean = execute(plan, tmp_path / "clean", *args)
-    assert clean.returncode == 0, clean.stderr[-3000:]
-    drill = execute(plan, tmp_path / "drill", *args, "--inject-preemptions", "kill@70")
-    assert drill.returncode == 0, drill.stderr[-3000:]
-    assert [e["world_size"] for e in events(tmp_path / "drill", "start")] == [1, 1]
-    assert summary(tmp_path / "drill")["restarts"] == 1
-    assert summary(tmp_path / "drill")["final_state_sha256"] == summary(tmp_path / "clean")["final_state_sha256"]
+    _, drill = clean_and_killed(plan, tmp_path, "--steps", "120", "--seed", "5", "--nproc-per-node", "1", kill="kill@70")
+    assert [e["world_size"] for e in events(drill, "start")] == [1, 1]

@@ -2,8 +2,6 @@
 honour, and a compiled channels-last SDXL UNet (tiny config) that resumes exactly from its
 checkpoint and its compile cache after a SIGKILL."""
 
-import json
-from pathlib import Path
 
 import pytest
 
@@ -12,9 +10,8 @@ torch = pytest.importorskip("torch")
 from costsim.runtime import Runtime  # noqa: E402
 from runner import speed  # noqa: E402
 from runner.staging import HostStager  # noqa: E402
-from tests.runner_helpers import events, execute, summary, tiny_plan  # noqa: E402
-
-TINY_UNET = Path(__file__).resolve().parent / "data" / "tiny_unet_config.json"
+from tests.runner_helpers import clean_and_killed, events, execute, summary, tiny_plan  # noqa: E402
+from tests.sdxl_tiny import TINY_UNET, sdxl_plan  # noqa: E402
 
 
 def test_staged_copy_is_a_snapshot_in_reused_buffers():
@@ -98,32 +95,18 @@ def test_channels_last_keeps_the_parameters_the_optimizer_holds():
     assert conv.weight.is_contiguous(memory_format=torch.channels_last)
 
 
-def sdxl_plan(tmp_path):
-    plan = tiny_plan(tmp_path, interval_steps=4)
-    doc = json.loads(plan.read_text())
-    doc["workload"].update(model="sdxl-unet", global_batch=4, precision="bf16")
-    doc["runtime"] = {"compile": "blocks", "channels_last": True}     # as a measured profile would set them
-    plan.write_text(json.dumps(doc))
-    return plan
-
-
 @pytest.mark.slow
 def test_compiled_run_resumes_exactly_and_restarts_from_its_compile_cache(tmp_path, monkeypatch):
     # Inductor sets TORCHINDUCTOR_CACHE_DIR in its own process once it has compiled anything, and a
     # user's value wins over the run folder's: the workers must not inherit this process's.
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
-    plan = sdxl_plan(tmp_path)
-    option = ["--option", f"config={TINY_UNET}", "--steps", "8", "--seed", "4"]
-    clean = execute(plan, tmp_path / "clean", *option, timeout=600)
-    assert clean.returncode == 0, clean.stderr[-3000:]
-    drill = execute(plan, tmp_path / "drill", *option, "--inject-preemptions", "kill@6", timeout=600)
-    assert drill.returncode == 0, drill.stderr[-3000:]
-    starts = events(tmp_path / "drill", "runtime")
+    plan = sdxl_plan(tmp_path, runtime={"compile": "blocks", "channels_last": True})
+    _, drill = clean_and_killed(plan, tmp_path, "--option", f"config={TINY_UNET}", "--steps", "8", "--seed", "4",
+                                kill="kill@6", timeout=600)
+    starts = events(drill, "runtime")
     assert [e["settings"]["compile"] for e in starts] == ["blocks", "blocks"] and starts[0]["compiled_modules"] > 0
     assert starts[0]["compile_cache_bytes"] == 0 < starts[1]["compile_cache_bytes"]   # the restart finds the cache
-    assert (tmp_path / "drill" / "compile-cache").is_dir()
-    assert summary(tmp_path / "drill")["restarts"] == 1
-    assert summary(tmp_path / "clean")["final_state_sha256"] == summary(tmp_path / "drill")["final_state_sha256"]
+    assert (drill / "compile-cache").is_dir()
 
 
 @pytest.mark.parametrize("setting, message", [("sdpa=flash", "runtime.sdpa=flash needs a CUDA GPU"),

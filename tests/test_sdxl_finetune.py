@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.runner_helpers import events, execute, summary, tiny_plan
-from tests.sdxl_tiny import TINY_UNET, save_images, save_tiny_pipeline
+from tests.runner_helpers import clean_and_killed, events, execute
+from tests.sdxl_tiny import TINY_UNET, save_images, save_tiny_pipeline, sdxl_plan
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("diffusers")
@@ -22,14 +22,6 @@ from safetensors.torch import load_file, save_file  # noqa: E402
 FINE_TUNE = ["--option", "ema=0.99", "--option", "val_samples=4", "--option", "val_every=5", "--option", "lr=1e-3",
              "--option", "warmup_steps=2", "--option", "schedule=cosine", "--option", "snr_gamma=5",
              "--option", "noise_offset=0.05"]
-
-
-def sdxl_plan(tmp_path: Path) -> Path:
-    plan = tiny_plan(tmp_path, interval_steps=4)
-    doc = json.loads(plan.read_text())
-    doc["workload"].update(model="sdxl-unet", global_batch=4, precision="bf16")
-    plan.write_text(json.dumps(doc))
-    return plan
 
 
 def save_weights(folder: Path) -> Path:
@@ -63,16 +55,11 @@ def exported(run: Path) -> dict:
 @pytest.mark.slow
 def test_a_fine_tune_resumes_bit_exact_after_a_kill_and_exports_its_ema(tmp_path):
     plan, weights, data = sdxl_plan(tmp_path), save_weights(tmp_path / "weights"), write_shards(tmp_path / "data")
-    options = ["--steps", "10", "--option", f"weights={weights}", "--option", f"data={data}", *FINE_TUNE]
-    clean = execute(plan, tmp_path / "clean", *options)
-    assert clean.returncode == 0, clean.stderr[-3000:]
-    drill = execute(plan, tmp_path / "drill", *options, "--inject-preemptions", "kill@6")
-    assert drill.returncode == 0, drill.stderr[-3000:]
-    assert summary(tmp_path / "drill")["restarts"] == 1
-    assert events(tmp_path / "drill", "checkpoint_load")[0]["step"] == 4
     # model, optimizer, EMA, LR schedule and the data position all resumed: the same training to the bit
-    assert summary(tmp_path / "clean")["final_state_sha256"] == summary(tmp_path / "drill")["final_state_sha256"]
-    a, b = exported(tmp_path / "clean"), exported(tmp_path / "drill")
+    clean, drill = clean_and_killed(plan, tmp_path, "--steps", "10", "--option", f"weights={weights}",
+                                    "--option", f"data={data}", *FINE_TUNE, kill="kill@6")
+    assert events(drill, "checkpoint_load")[0]["step"] == 4
+    a, b = exported(clean), exported(drill)
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert [e["loss"] for e in events(tmp_path / "clean", "validation")] == \
         [e["loss"] for e in events(tmp_path / "drill", "validation")][-2:]   # step 5 ran twice in the drill

@@ -197,9 +197,9 @@ def build(ctx: BuildContext) -> Built:
     built = Built(model=model, optimizer=optimizer, scheduler=scheduler, batch=None, loss=loss,
                   autocast_dtype={"bf16": torch.bfloat16, "fp16": torch.float16}.get(ctx.precision))
     if "data" in ctx.options:
-        _real_data(ctx, s, built, draws, loss)
+        _real_data(ctx, s, shapes, built, draws, loss)
     else:
-        built.batch = _synthetic(ctx, config, channels, size, generator)
+        built.batch = _synthetic(ctx, shapes, generator)
     if s["ema"] is not None:
         _ema(model, s["ema"], built)
     built.export = _exporter(model, built)
@@ -218,9 +218,8 @@ def lr_schedule(optimizer, warmup_steps: int, schedule: str, total_steps: int):
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
-def _synthetic(ctx: BuildContext, config: dict, channels: int, size: int, generator):
-    shapes = expected_shapes(config)
-    text_dim, pooled_dim = shapes["text"][1], shapes["pooled"][0]
+def _synthetic(ctx: BuildContext, shapes: dict, generator):
+    (channels, size, _), text_dim, pooled_dim = shapes["latents"], shapes["text"][1], shapes["pooled"][0]
     time_ids = torch.tensor([[size * 8, size * 8, 0, 0, size * 8, size * 8]], dtype=torch.float32).to(ctx.device)
 
     def batch(indices: range):
@@ -241,10 +240,10 @@ def _synthetic(ctx: BuildContext, config: dict, channels: int, size: int, genera
     return batch
 
 
-def _real_data(ctx: BuildContext, s: dict, built: Built, draws, loss) -> None:
+def _real_data(ctx: BuildContext, s: dict, shapes: dict, built: Built, draws, loss) -> None:
     """batch() from the shards, read ahead; validate() on the held-out slice."""
     try:
-        shards = LatentShards(ctx.options["data"], expected_shapes(s["config"]))
+        shards = LatentShards(ctx.options["data"], shapes)
         order = Order(len(shards), ctx.seed, s["val_samples"])
     except DatasetError as exc:
         raise WorkloadOptionError(str(exc)) from None
