@@ -5,15 +5,15 @@ plan.json, summary.json); never imports the runner."""
 from __future__ import annotations
 
 import datetime
-import json
 import statistics
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from costsim import io
+from costsim.contract.plan import Plan
+from costsim.contract.telemetry import PLAN, TELEMETRY, read_events, read_summary, run_folder
 from costsim.errors import InputError
 from costsim.fit import Fit, Point, fit, predict_step_s
-from costsim.planfile import job_steps, read_plan
 from costsim.runtime import Runtime, parse_runtime
 from costsim.spec import GpuProfile, Profile
 
@@ -25,7 +25,7 @@ class Run:
     """What one run measured, and what its plan predicted."""
 
     path: Path
-    plan: dict
+    plan: Plan
     summary: dict
     point: Point                          # the batch split most of its steady steps ran with
     steps: int
@@ -48,29 +48,23 @@ class Run:
         return self.summary.get("wall_s")
 
 
-def _events(path: Path) -> list[dict]:
-    return io.read_jsonl(path)
-
 
 def load_run(ref: str) -> Run:
     """A run folder (or its telemetry.jsonl) as measurements."""
-    path = Path(ref)
-    folder = path.parent if path.is_file() else path
-    if not (folder / "telemetry.jsonl").exists():
-        raise InputError(str(ref), "telemetry.jsonl", "not found: give a run folder written by `runner execute`")
-    plan = read_plan(folder / "plan.json")
-    summary = json.loads((folder / "summary.json").read_text()) if (folder / "summary.json").exists() else {}
-    events = _events(folder / "telemetry.jsonl")
+    folder = run_folder(ref)
+    telemetry = str(folder / TELEMETRY)
+    plan = Plan.read(folder / PLAN)
+    summary = read_summary(folder)
+    events = read_events(folder)
     world = next((e["world_size"] for e in events if e.get("world_size")), None)
     if world is None:
-        raise InputError(str(folder / "telemetry.jsonl"), "world_size", "no worker events: the run never started")
+        raise InputError(telemetry, "world_size", "no worker events: the run never started")
     # Runs recorded before the runner wrote its batch split: the plan's accumulation on the first world size.
-    accumulation = int(plan["prediction"].get("accumulation", 1))
-    default = (world, int(plan["resources"]["nodes"]), plan["workload"]["global_batch"] // world // accumulation,
-               accumulation)
+    accumulation = plan.prediction.accumulation
+    default = (world, plan.resources.nodes, plan.workload.global_batch // world // accumulation, accumulation)
     by_split = steady_steps_by_split(events, default)
     if not by_split:
-        raise InputError(str(folder / "telemetry.jsonl"), "step",
+        raise InputError(telemetry, "step",
                          f"fewer than {SKIP_AFTER_START + 1} steps after a start, outside checkpoints and their writes")
     # The mean, not the median: wall time is the sum of steps, pauses included. Step time is per
     # (micro-batch, accumulation): 4 micro-steps of 8 are not one of 32.
@@ -87,20 +81,20 @@ def load_run(ref: str) -> Run:
     run.restart_s = _restarts(events, run.point.step_s)
     run.async_cost_s = async_save_costs(events, run.point.step_s)
     settings = next((e.get("settings") for e in events if e["event"] == "runtime" and e.get("rank") == 0), None)
-    run.runtime = parse_runtime(settings if settings is not None else plan.get("runtime"), str(folder / "telemetry.jsonl"))
+    run.runtime = parse_runtime(settings, telemetry) if settings is not None else plan.runtime
     return run
 
 
 def plan_profile(run: Run) -> Profile:
     """The profile a run's plan was made with: its recorded path, else the built-in of that name
     (a run made on another machine records that machine's path)."""
-    ref = run.plan.get("profile", {}).get("path") or ""
+    ref = run.plan.profile.path or ""
     if ref and Path(ref).is_file():
         return io.load_profile(ref)
     try:
-        return io.load_profile(Path(ref).stem or run.plan["workload"]["model"])
+        return io.load_profile(Path(ref).stem or run.plan.workload.model)
     except InputError:
-        raise InputError(str(run.path / "plan.json"), "profile.path",
+        raise InputError(str(run.path / PLAN), "profile.path",
                          f"{ref or 'none recorded'} is not here and no built-in profile has its name; "
                          "pass --profile FILE") from None
 
@@ -151,7 +145,7 @@ def steady_steps_by_split(events: list[dict], default: Split, skip: int = SKIP_A
     went on at another world size ran other micro-batches and accumulation, another point of the fit."""
     grouped: dict[Split, list[float]] = {}
     for t, window, split in _classify(events, skip, default):
-        if window is None:
+        if window is None and split is not None:   # never None: a default is given
             grouped.setdefault(split, []).append(t)
     return grouped
 
@@ -198,7 +192,7 @@ def _fixed_overhead(events: list[dict], steady_s: float) -> float | None:
     launch = next((i for i, e in enumerate(events) if e["event"] == "launch"), None)
     end = next((e["t"] for e in events if e["event"] == "end"), None)
     done = next((e["t"] for e in events if e["event"] == "exit"), None)
-    if None in (launch, end, done) or any(e["event"] == "restart" for e in events):
+    if launch is None or end is None or done is None or any(e["event"] == "restart" for e in events):
         return None
     start = _first_step_overhead(events, launch, steady_s)
     return None if start is None else start + (done - end)
@@ -213,10 +207,10 @@ def check_compatible(runs: list[Run]) -> None:
     """One fit is for one workload on one GPU type."""
     first = runs[0]
     for run in runs[1:]:
-        for key, label in ((("workload", "model"), "workload"), (("resources", "gpu"), "GPU type")):
-            a, b = first.plan[key[0]][key[1]], run.plan[key[0]][key[1]]
+        for key, label, a, b in (("workload.model", "workload", first.plan.workload.model, run.plan.workload.model),
+                                 ("resources.gpu", "GPU type", first.plan.resources.gpu, run.plan.resources.gpu)):
             if a != b:
-                raise InputError(str(run.path), ".".join(key), f"{label} {b!r} differs from {first.name}'s {a!r}; "
+                raise InputError(str(run.path), key, f"{label} {b!r} differs from {first.name}'s {a!r}; "
                                  "calibrate one workload on one GPU type at a time")
         if run.runtime != first.runtime:
             raise InputError(str(run.path), "runtime", f"ran with {run.runtime.describe()!r}, {first.name} with "
@@ -237,7 +231,7 @@ class Calibration:
 def calibrate(runs: list[Run], profile: Profile) -> Calibration:
     """Refit the GPU's step-time model, checkpoint, start-up and restart figures from the runs."""
     check_compatible(runs)
-    gpu = runs[0].plan["resources"]["gpu"]
+    gpu = runs[0].plan.resources.gpu
     if gpu not in profile.gpus:
         raise InputError(profile.path, f"gpus.{gpu}", "no prior figures for this GPU type to start the fit from")
     before = next((g for g in profile.configurations(gpu) if g.runtime == runs[0].runtime), None)
@@ -255,8 +249,8 @@ def calibrate(runs: list[Run], profile: Profile) -> Calibration:
         notes.append(f"max_batch_per_gpu raised from {after.max_batch_per_gpu} to {trained}: a run trained at it")
         after = replace(after, max_batch_per_gpu=trained)
     for run in runs:
-        if run.steps != plan_steps(run.plan):
-            notes.append(f"{run.name} ran {run.steps} of its plan's {plan_steps(run.plan)} steps: "
+        if run.steps != run.plan.job_steps:
+            notes.append(f"{run.name} ran {run.steps} of its plan's {run.plan.job_steps} steps: "
                          "its wall time is not compared with the plan's")
     loo = {}
     if len(runs) >= 2:
@@ -287,14 +281,9 @@ def _overheads(runs: list[Run], before: GpuProfile, notes: list[str]) -> dict:
             "restart_s": median_or([v for r in runs for v in r.restart_s], before.restart_s, "restart")}
 
 
-def plan_steps(plan: dict) -> int:
-    """The steps of a plan's whole job (as `runner execute` counts them)."""
-    return job_steps(plan["workload"]["samples"], plan["workload"]["global_batch"])
-
-
 def predicted_wall_s(p: GpuProfile, run: Run) -> float:
     """Failure-free wall time of a run under a profile: start-up, steps, interval saves, final save."""
-    async_mode = bool(run.plan["checkpoint"]["async"])
+    async_mode = run.plan.checkpoint.async_
     per_save = p.checkpoint_stall_s if async_mode else p.checkpoint_save_s
     final = p.checkpoint_save_s if run.final_save else 0.0
     return p.startup_s + run.steps * predict_step_s(p, run.point) + run.interval_saves * per_save + final
@@ -304,26 +293,23 @@ def report_rows(c: Calibration) -> list[dict]:
     """Per run: the plan's prediction, the refitted one and the measurement."""
     rows = []
     for run in c.runs:
-        pred = run.plan["prediction"]
+        pred, batch, async_mode = run.plan.prediction, run.plan.workload.global_batch, run.plan.checkpoint.async_
         measured_wall = run.wall_s
         rows.append({
             "run": run.name, "gpus": run.point.gpus, "micro_batch": run.point.micro_batch,
-            "step_s": {"plan": pred["step_time_s"], "refit": predict_step_s(c.after, run.point),
+            "step_s": {"plan": pred.step_time_s, "refit": predict_step_s(c.after, run.point),
                        "measured": run.point.step_s},
-            "samples_per_s": {"plan": pred["samples_per_s"],
-                              "refit": run.plan["workload"]["global_batch"] / predict_step_s(c.after, run.point),
-                              "measured": run.plan["workload"]["global_batch"] / run.point.step_s},
+            "samples_per_s": {"plan": pred.samples_per_s, "refit": batch / predict_step_s(c.after, run.point),
+                              "measured": batch / run.point.step_s},
             # the plan's makespan is for its whole job: no measure of a run cut short (`--steps`)
-            "wall_s": {"plan": (pred.get("makespan_s") or {}).get("p50") if run.steps == plan_steps(run.plan) else None,
+            "wall_s": {"plan": pred.makespan_s.p50 if run.steps == run.plan.job_steps else None,
                        "refit": predicted_wall_s(c.after, run),
                        "measured": measured_wall},
             # like with like: an async plan's stall against async saves' stalls (a run's final
             # synchronous save is no measurement of it), a synchronous plan's save against sync saves
-            "checkpoint_stall_s": {"plan": pred.get("checkpoint_stall_s") if run.plan["checkpoint"]["async"]
-                                   else pred.get("checkpoint_save_s"),
-                                   "measured": _median(run.async_cost_s if run.plan["checkpoint"]["async"]
-                                                       else run.sync_save_s)},
-            "restart_s": {"plan": pred.get("restart_s"), "measured": _median(run.restart_s)},
+            "checkpoint_stall_s": {"plan": pred.checkpoint_stall_s if async_mode else pred.checkpoint_save_s,
+                                   "measured": _median(run.async_cost_s if async_mode else run.sync_save_s)},
+            "restart_s": {"plan": pred.restart_s, "measured": _median(run.restart_s)},
             "loo_step_error": c.loo_step_error.get(run.name),
         })
     return rows
@@ -359,7 +345,7 @@ def updated_profile_document(profile_path: str, c: Calibration) -> dict:
     doc.setdefault("calibrations", []).append({
         "when": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "gpu": c.gpu,
         "runs": [str(r.path) for r in c.runs],
-        "hardware": sorted({r.plan["resources"].get("offering", "") for r in c.runs}),
+        "hardware": sorted({r.plan.resources.offering for r in c.runs}),
         "fitted": list(c.step_fit.fitted), "pinned": c.step_fit.pinned,
         "step_rms_relative_error": round(c.step_fit.rms_relative_error, 6), "notes": c.notes})
     return doc

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import click
 
 from costsim import io, report
 from costsim.catalog import SENSITIVITY_ENDS, find_offering, offerings_for, with_spot_models
+from costsim.contract.plan import Plan
+from costsim.contract.telemetry import TELEMETRY
 from costsim.entry import run
 from costsim.errors import InputError
-from costsim.planfile import plan_document, spot_model_name
+from costsim.planfile import plan_of, spot_model_name
 from costsim.planner import PlanOptions, plan
 from costsim.policies import POLICIES
 from costsim.units import DURATION_HELP, format_duration, parse_duration_s
@@ -105,16 +108,16 @@ def plan_command(workload, deadline, budget, risk, trials, seed, profile_ref, gp
     fitted = io.load_fitted_spot_models(spot_model) if spot_model else None
     offerings = with_spot_models(catalog, fitted) if fitted else catalog
     result = plan(spec, profile, offerings, options, progress=progress_line("plan"))
-    chosen = plan_document(result, result.chosen) if result.chosen else None
+    chosen = plan_of(result, result.chosen) if result.chosen else None
     sensitivity = None
     if fitted:
         sensitivity = sensitivity_record(result, {
             end: plan(spec, profile, with_spot_models(catalog, fitted, end), options,
                       progress=progress_line(f"plan at the {end} end")) for end in SENSITIVITY_ENDS})
         if chosen:
-            chosen["sensitivity"] = sensitivity
+            chosen = replace(chosen, sensitivity=sensitivity)
     if chosen:
-        io.write_atomic(out, report.to_json(chosen) + "\n")
+        chosen.write(out)
     if plot:
         report.plot_plan(result, plot)
     _print_plan(result, chosen, fmt, out, plot)
@@ -128,7 +131,7 @@ def plan_command(workload, deadline, budget, risk, trials, seed, profile_ref, gp
 
 def _print_plan(result, chosen, fmt, out, plot):
     if fmt == "json":
-        click.echo(report.to_json({"chosen": chosen,
+        click.echo(report.to_json({"chosen": chosen.to_dict() if chosen else None,
                                    "candidates": [report.candidate_record(r) for r in result.ranked],
                                    "skipped": [{"offering": o, "reason": why} for o, why in result.skipped],
                                    "stats": {"candidates": result.screened, "simulated": len(result.ranked),
@@ -400,7 +403,7 @@ def _calibrate_market(refs, offering, out, fmt):
     from costsim.io.market import read_market
     from costsim.market_fit import MIN_EVENTS, fit_market, fit_record, model_document
     # a folder of traces stands for its files; a run folder (it holds telemetry.jsonl) for itself
-    sources = [s for ref in refs for s in ([ref] if (Path(ref) / "telemetry.jsonl").exists() else _trace_files([ref]))]
+    sources = [s for ref in refs for s in ([ref] if (Path(ref) / TELEMETRY).exists() else _trace_files([ref]))]
     observed = read_market(sources, offering)
     if not observed:
         raise InputError(", ".join(refs), "offering", f"no spot lives of {offering!r} in these sources" if offering
@@ -475,8 +478,7 @@ def export_command(plan, target, out, bucket, shared_dir):
     Example: costsim export plan.json --to slurm --out job.sbatch
     """
     from costsim.export import skypilot_task, slurm_script
-    from costsim.planfile import read_plan
-    doc = read_plan(plan)
+    doc = Plan.read(plan)
     text = (skypilot_task(doc, plan_file=Path(plan).name, bucket=bucket) if target == "skypilot"
             else slurm_script(doc, plan_file=Path(plan).name, shared_dir=shared_dir))
     if out:

@@ -12,58 +12,60 @@ import shlex
 
 import yaml
 
+from costsim.contract.plan import Plan
 from costsim.errors import InputError
+from costsim.spec import SPOT
 
 SETUP = "# the synced workdir is this repository (plan.json beside pyproject.toml)\npip install -e '.[runner,sdxl]'\n"
 MARGIN = 1.25            # the time limit: P90 makespan x MARGIN + 30 minutes
 MARGIN_FIXED_S = 1800.0
 
 
-def skypilot_task(plan: dict, *, plan_file: str = "plan.json", bucket: str | None = None,
+def skypilot_task(plan: Plan, *, plan_file: str = "plan.json", bucket: str | None = None,
                   max_restarts_on_errors: int = 3) -> str:
     """SkyPilot task YAML: resources, spot and recovery, nodes, a checkpoint mount, the run step."""
-    r, w = plan["resources"], plan["workload"]
-    if r.get("provider") in (None, "owned"):
-        raise InputError(plan_file, "resources.offering", f"{r.get('offering')} is owned hardware: export it "
+    r, w = plan.resources, plan.workload
+    if r.provider in (None, "owned"):
+        raise InputError(plan_file, "resources.offering", f"{r.offering} is owned hardware: export it "
                          "--to slurm, or plan on a cloud offering for SkyPilot")
-    resources = {"cloud": r["provider"], "region": r["region"], "instance_type": r["instance"],
-                 "accelerators": f"{_sky_gpu(r['gpu'])}:{r['gpus_per_node']}",
-                 "use_spot": r["market"] == "spot",
+    resources = {"cloud": r.provider, "region": r.region, "instance_type": r.instance,
+                 "accelerators": f"{_sky_gpu(r.gpu)}:{r.gpus_per_node}",
+                 "use_spot": r.market == SPOT,
                  "job_recovery": {"strategy": "FAILOVER", "max_restarts_on_errors": max_restarts_on_errors}}
     mount = "/checkpoints"
-    task = {"name": _name(w["name"]), "num_nodes": int(r["nodes"]), "resources": resources, "workdir": ".",
+    task = {"name": _name(w.name), "num_nodes": r.nodes, "resources": resources, "workdir": ".",
             "file_mounts": {mount: {"source": bucket, "mode": "MOUNT"} if bucket else
-                            {"name": f"{_name(w['name'])}-checkpoints", "mode": "MOUNT"}},
+                            {"name": f"{_name(w.name)}-checkpoints", "mode": "MOUNT"}},
             "setup": SETUP,
             # SKYPILOT_TASK_ID is the same on every node and across recoveries: one run folder, resumed.
             "run": f"runner execute {shlex.quote(plan_file)} --run-dir {mount}/runs/$SKYPILOT_TASK_ID\n"}
-    header = (f"# SkyPilot task for plan {plan_file}: {w['name']} on {r['offering']} ({r['market']}), exported by "
-              f"costsim {plan.get('costsim_version', '')}.\n# Launch with: sky jobs launch {_name(w['name'])}.yaml "
+    header = (f"# SkyPilot task for plan {plan_file}: {w.name} on {r.offering} ({r.market}), exported by "
+              f"costsim {plan.costsim_version or ''}.\n# Launch with: sky jobs launch {_name(w.name)}.yaml "
               "(managed: recovers from preemptions)\n")
     return header + yaml.dump(task, Dumper=_BlockDumper, sort_keys=False)
 
 
-def slurm_script(plan: dict, *, plan_file: str = "plan.json", shared_dir: str = "$HOME/costsim-runs",
+def slurm_script(plan: Plan, *, plan_file: str = "plan.json", shared_dir: str = "$HOME/costsim-runs",
                  port: int = 29500) -> str:
     """A Slurm batch script: nodes, GPUs, a time limit from the P90, requeue on preemption, srun per node."""
-    r, w = plan["resources"], plan["workload"]
-    p90 = (plan["prediction"].get("makespan_s") or {}).get("p90")
+    r, w = plan.resources, plan.workload
+    p90 = plan.prediction.makespan_s.p90
     if p90 is None:
         raise InputError(plan_file, "prediction.makespan_s.p90", "missing: the time limit is derived from it")
     limit_s = math.ceil(p90 * MARGIN + MARGIN_FIXED_S)
-    cpu = str(r["gpu"]).lower() == "cpu"
+    cpu = r.gpu.lower() == "cpu"
     lines = ["#!/bin/bash",
-             f"# Slurm job for plan {plan_file}: {w['name']}, exported by costsim {plan.get('costsim_version', '')}.",
-             f"#SBATCH --job-name={_name(w['name'])}",
-             f"#SBATCH --nodes={int(r['nodes'])}",
+             f"# Slurm job for plan {plan_file}: {w.name}, exported by costsim {plan.costsim_version or ''}.",
+             f"#SBATCH --job-name={_name(w.name)}",
+             f"#SBATCH --nodes={r.nodes}",
              "#SBATCH --ntasks-per-node=1",
-             f"#SBATCH --cpus-per-task={max(int(r['gpus_per_node']), 1) if cpu else 8 * int(r['gpus_per_node'])}",
-             *([] if cpu else [f"#SBATCH --gpus-per-node={int(r['gpus_per_node'])}"]),
+             f"#SBATCH --cpus-per-task={r.gpus_per_node if cpu else 8 * r.gpus_per_node}",
+             *([] if cpu else [f"#SBATCH --gpus-per-node={r.gpus_per_node}"]),
              f"#SBATCH --time={_hms(limit_s)}",
              "#SBATCH --requeue",
              "#SBATCH --signal=TERM@120",
              "#SBATCH --open-mode=append",
-             f"#SBATCH --output={_name(w['name'])}-%j.out",
+             f"#SBATCH --output={_name(w.name)}-%j.out",
              "set -euo pipefail",
              "# Node 0 hosts the rendezvous; every node's runner reads SLURM_NODEID and SLURM_NNODES.",
              'export MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"',

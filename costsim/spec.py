@@ -11,6 +11,7 @@ from costsim.runtime import Runtime
 from costsim.units import finite_or_none
 
 SPOT, ON_DEMAND, OWNED = "spot", "on-demand", "owned"
+MARKETS = (SPOT, ON_DEMAND, OWNED)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -98,6 +99,13 @@ class Offering:
         if self.owned_per_h is not None:
             return (OWNED,)
         return (ON_DEMAND,) + ((SPOT,) if self.spot_per_h is not None else ())
+
+    @property
+    def spot_capacity(self) -> SpotModel:
+        """The spot capacity model of an offering that sells spot (a ValueError for one that does not)."""
+        if self.spot_model is None:
+            raise ValueError(f"{self.id} has no spot capacity model")
+        return self.spot_model
 
     def price_per_h(self, market: str) -> float:
         """Price of one node for an hour on `market`."""

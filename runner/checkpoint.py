@@ -35,7 +35,7 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint import FileSystemWriter
 
-from costsim.io import write_atomic
+from costsim.contract.jsonfiles import write_atomic
 from runner import layout, ownership
 from runner.checkpoint_manifest import CHUNK_BYTES, MANIFEST, file_checksums, fsync_dir, verify
 from runner.checkpoint_reader import SafeFileSystemReader, SafeLoadPlanner
@@ -134,10 +134,11 @@ class Checkpointer:
         """Rank 0 chooses (the check started with the worker); every rank learns the choice."""
         chosen = 0
         if self.rank == 0:
-            self._chooser.join()
+            if self._chooser is not None:
+                self._chooser.join()
             if isinstance(self._choice, BaseException):
                 raise self._choice
-            chosen = self._choice
+            chosen = self._choice or 0
         choice = torch.tensor([chosen], dtype=torch.int64)
         if dist.is_initialized():
             dist.broadcast(choice, src=0, group=self._group)
@@ -171,7 +172,7 @@ class Checkpointer:
         tmp = layout.partial_folder(self.root, step)
         started = time.perf_counter()
         state = self._share(state)[1]
-        if self.async_mode and not blocking:
+        if self._stager is not None and not blocking:   # async mode
             staged = self._stager.stage(state)
             stall_s = time.perf_counter() - started
             self._worker = threading.Thread(target=self._complete, args=(staged, step, tmp, started, stall_s, reason),

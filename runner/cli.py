@@ -55,15 +55,16 @@ def execute_command(plan, run_dir, run_id, nnodes, node_rank, rdzv_endpoint, npr
 
     Example: runner execute plan.json --inject-preemptions 3 --seed 1
     """
-    from costsim.planfile import read_plan
+    from costsim.contract.plan import Plan
     from runner import faults
     from runner.launch import LaunchError, discover, wait_for_rendezvous
-    from runner.plan import effective_plan, load_run_spec
+    from runner.plan import effective_plan, load_run_spec, run_spec
     from runner.supervisor import Execution, Supervisor, default_run_id, prepare_run_dir
     from runner.workloads import UnknownWorkload, WorkloadOptionError, check_options, resolve
 
     try:
-        spec = load_run_spec(plan, with_run=False)   # a plan's own `run` section is never taken
+        given = Plan.read(plan)
+        spec = run_spec(given, plan, with_run=False)   # a plan's own `run` section is never taken
         for option in options:
             if "=" not in option:
                 raise click.BadParameter(f"{option!r}: expected KEY=VALUE", param_hint="--option")
@@ -89,10 +90,9 @@ def execute_command(plan, run_dir, run_id, nnodes, node_rank, rdzv_endpoint, npr
             raise click.BadParameter(f"{min_nodes} > --nnodes {node.nnodes}", param_hint="--min-nodes")
         # Every node count the job may run on (elastic: min..max) must split the global batch.
         split = spec.check_split(nproc, range(smallest, node.nnodes + 1))[node.nnodes]
-        doc = {k: v for k, v in read_plan(plan).items() if k != "run"}
         if market is not None:
-            doc["resources"] = {**doc["resources"], "market": _market(plan, doc, market)}
-        written = prepare_run_dir(folder, effective_plan(doc, runtime=settings, steps=steps, options=chosen,
+            given = given.with_market(_market(plan, given, market))
+        written = prepare_run_dir(folder, effective_plan(given, runtime=settings, steps=steps, options=chosen,
                                                          workload_entry=workload_entry, seed=seed))
         spec = load_run_spec(written)   # what the workers will read
     except UnknownWorkload as exc:
@@ -160,15 +160,16 @@ def report_command(run_dir, fmt, plot, skip):
     """
     import json
 
+    from costsim.contract.telemetry import TELEMETRY
     from runner import report
     folder = Path(run_dir)
-    if not (folder / "telemetry.jsonl").is_file():
-        raise InputError(run_dir, "telemetry.jsonl", "not a run folder: no telemetry.jsonl in it "
+    if not (folder / TELEMETRY).is_file():
+        raise InputError(run_dir, TELEMETRY, f"not a run folder: no {TELEMETRY} in it "
                          "(runner execute --run-dir makes one)")
     try:
         figures = report.measure(folder, skip)
     except ValueError as exc:
-        raise InputError(run_dir, "telemetry.jsonl", str(exc)) from None
+        raise InputError(run_dir, TELEMETRY, str(exc)) from None
     click.echo(json.dumps(figures, indent=2) if fmt == "json" else report.table(figures))
     if plot:
         report.plot(folder, plot)
@@ -209,11 +210,11 @@ def prepare_sdxl_command(images, model, out, vae, resolution, batch, shard_size,
     click.echo(f"{out}: {len(paths)} shard(s); train with --option data={out}")
 
 
-def _market(plan: str, doc: dict, market: str) -> str:
+def _market(path: str, plan, market: str) -> str:
     """--market checked against the markets the plan prices."""
-    priced = sorted((doc["resources"].get("price_per_node_h") or {}).keys())
+    priced = sorted(plan.resources.price_per_node_h or {})
     if market not in priced:
-        raise InputError(plan, "resources.price_per_node_h", f"--market {market!r} is not priced by this plan; "
+        raise InputError(path, "resources.price_per_node_h", f"--market {market!r} is not priced by this plan; "
                          f"allowed: {', '.join(priced) or 'none'}")
     return market
 

@@ -1,4 +1,4 @@
-"""What the runner needs from plan.json, validated once (the contract is costsim.planfile's).
+"""What the runner needs from plan.json (the contract, validated once, is costsim.contract.plan).
 
 `runner execute` writes the effective plan into the run folder once: the plan with the runner
 settings in force (its own, with `--runtime` over them) and a `run` section holding the command
@@ -8,12 +8,12 @@ that file; nothing is parsed twice or passed on as argv.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from costsim.contract.plan import Plan, RunSection, job_steps
 from costsim.errors import InputError
-from costsim.planfile import job_steps, read_plan
-from costsim.runtime import Runtime, parse_runtime
+from costsim.runtime import Runtime
 from runner.batching import BatchSplit, BatchSplitError, split_batch
 
 
@@ -73,80 +73,36 @@ def load_run_spec(path: str | Path, *, with_run: bool = True) -> RunSpec:
     """RunSpec from plan.json; bad content is an InputError naming the file and field. `with_run`
     False leaves out a `run` section: `runner execute` takes those choices from its own command line
     only, never from a plan it is given."""
-    doc = read_plan(path)
-    if not with_run:
-        doc = {k: v for k, v in doc.items() if k != "run"}
-    w, r, c = doc["workload"], doc["resources"], doc["checkpoint"]
-    interval_steps = c.get("interval_steps")
-    if interval_steps is not None and (not isinstance(interval_steps, int) or interval_steps < 1):
-        raise InputError(str(path), "checkpoint.interval_steps", f"got {interval_steps!r}; expected an integer >= 1")
-    precision = w.get("precision", "fp32")
-    if precision not in ("bf16", "fp16", "fp32"):
-        raise InputError(str(path), "workload.precision", f"got {precision!r}; allowed: bf16, fp16, fp32")
-    return RunSpec(plan_path=str(path), workload=w["name"], model=w["model"], samples=int(w["samples"]),
-                   global_batch=int(w["global_batch"]), precision=precision, gpu=str(r["gpu"]),
-                   gpus_per_node=int(r["gpus_per_node"]), nodes=int(r["nodes"]), market=str(r.get("market", "")),
-                   offering=str(r.get("offering", "")),
-                   interval_s=None if interval_steps else float(c["interval_s"]), interval_steps=interval_steps,
-                   keep=int(c["keep"]), async_checkpoint=bool(c["async"]),
-                   per_gpu_batch=_per_gpu_batch(path, doc),
-                   min_nodes=_min_nodes(path, r), runtime=parse_runtime(doc.get("runtime"), str(path)),
-                   **_run_section(path, doc.get("run")))
+    return run_spec(Plan.read(path), str(path), with_run=with_run)
 
 
-RUN_FIELDS = ("steps", "options", "workload_entry", "seed", "final_save")
+def run_spec(plan: Plan, path: str, *, with_run: bool = True) -> RunSpec:
+    """What the runner needs of a Plan (already validated by costsim.contract.plan)."""
+    w, r, c = plan.workload, plan.resources, plan.checkpoint
+    run = plan.run if with_run and plan.run is not None else RunSection()
+    return RunSpec(plan_path=path, workload=w.name, model=w.model, samples=w.samples, global_batch=w.global_batch,
+                   precision=w.precision, gpu=r.gpu, gpus_per_node=r.gpus_per_node, nodes=r.nodes, market=r.market,
+                   offering=r.offering, interval_s=None if c.interval_steps else c.interval_s,
+                   interval_steps=c.interval_steps, keep=c.keep, async_checkpoint=c.async_,
+                   per_gpu_batch=plan.prediction.per_gpu_batch or _profile_max_batch(path, plan),
+                   min_nodes=r.min_nodes, runtime=plan.runtime, steps=run.steps, options=dict(run.options),
+                   workload_entry=run.workload_entry, seed=run.seed, final_save=run.final_save)
 
 
-def effective_plan(doc: dict, *, runtime: Runtime, steps: int | None = None, options: dict | None = None,
-                   workload_entry: str | None = None, seed: int = 0, final_save: bool = True) -> dict:
+def effective_plan(plan: Plan, *, runtime: Runtime, steps: int | None = None, options: dict | None = None,
+                   workload_entry: str | None = None, seed: int = 0, final_save: bool = True) -> Plan:
     """The plan as a run carries it out: the settings in force and the command line's choices."""
-    return {**doc, "runtime": runtime.as_dict(),
-            "run": {"steps": steps, "options": dict(options or {}), "workload_entry": workload_entry, "seed": seed,
-                    "final_save": final_save}}
+    return replace(plan, runtime=runtime, run=RunSection(steps=steps, options=dict(options or {}),
+                                                         workload_entry=workload_entry, seed=seed,
+                                                         final_save=final_save))
 
 
-def _run_section(path, run) -> dict:
-    if run is None:
-        return {}
-    if not isinstance(run, dict) or set(run) - set(RUN_FIELDS):
-        raise InputError(str(path), "run", f"expected a mapping of {', '.join(RUN_FIELDS)}")
-    steps, options, entry, seed = run.get("steps"), run.get("options") or {}, run.get("workload_entry"), run.get("seed", 0)
-    if steps is not None and (not isinstance(steps, int) or isinstance(steps, bool) or steps < 1):
-        raise InputError(str(path), "run.steps", f"got {steps!r}; expected an integer >= 1 or null")
-    if not isinstance(options, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in options.items()):
-        raise InputError(str(path), "run.options", "expected a mapping of option names to text")
-    if entry is not None and not isinstance(entry, str):
-        raise InputError(str(path), "run.workload_entry", f"got {entry!r}; expected module:function or null")
-    if not isinstance(seed, int) or isinstance(seed, bool):
-        raise InputError(str(path), "run.seed", f"got {seed!r}; expected an integer")
-    return {"steps": steps, "options": dict(options), "workload_entry": entry, "seed": seed,
-            "final_save": bool(run.get("final_save", True))}
-
-
-def _min_nodes(path, resources: dict) -> int | None:
-    value = resources.get("min_nodes")
-    if value is None:
-        return None
-    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= int(resources["nodes"]):
-        raise InputError(str(path), "resources.min_nodes", f"got {value!r}; expected 1..resources.nodes")
-    return value
-
-
-def _per_gpu_batch(path, doc: dict) -> int:
-    """The plan's `prediction.per_gpu_batch`; a plan without it (older costsim) takes the profile's
+def _profile_max_batch(path: str, plan: Plan) -> int:
+    """A plan without `prediction.per_gpu_batch` (older costsim) takes the profile's
     `max_batch_per_gpu` for its GPU."""
-    value = doc["prediction"].get("per_gpu_batch")
-    if value is None:
-        return _profile_max_batch(path, doc)
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise InputError(str(path), "prediction.per_gpu_batch", f"got {value!r}; expected an integer >= 1")
-    return value
-
-
-def _profile_max_batch(path, doc: dict) -> int:
     from costsim import io  # yaml: only for plans that predate per_gpu_batch
-    gpu = doc["resources"].get("gpu", "cpu")
-    ref = (doc.get("profile") or {}).get("path") or doc["workload"]["model"]
+    gpu = plan.resources.gpu
+    ref = plan.profile.path or plan.workload.model
     try:
         profile = io.load_profile(ref if Path(ref).is_file() else Path(ref).stem)
         return profile.gpus[gpu].max_batch_per_gpu

@@ -119,7 +119,7 @@ def settings_for(pairs, *, resolution: int, shard_size: int, dtype: str, seed: i
 
 def check_out(out: Path, settings: Settings) -> None:
     """Record the settings in a new folder; in an earlier one, refuse other settings."""
-    from costsim.io import write_atomic
+    from costsim.contract.jsonfiles import write_atomic
 
     out.mkdir(parents=True, exist_ok=True)
     recorded = out / SETTINGS
@@ -149,13 +149,15 @@ class Encoders:
         from diffusers import AutoencoderKL
         from transformers import AutoTokenizer, CLIPTextModel, CLIPTextModelWithProjection
 
-        local = {"local_files_only": True}
-        self.device = device
-        self.vae = AutoencoderKL.from_pretrained(vae or model / "vae", torch_dtype=torch.float32, **local).to(device)
-        self.tokenizers = [AutoTokenizer.from_pretrained(model / name, **local) for name in ("tokenizer", "tokenizer_2")]
-        self.text = CLIPTextModel.from_pretrained(model / "text_encoder", torch_dtype=torch.float32, **local).to(device)
+        self.device = device   # local_files_only everywhere: nothing is downloaded
+        self.vae = AutoencoderKL.from_pretrained(vae or model / "vae", torch_dtype=torch.float32,
+                                                 local_files_only=True).to(device)
+        self.tokenizers = [AutoTokenizer.from_pretrained(model / name, local_files_only=True)
+                           for name in ("tokenizer", "tokenizer_2")]
+        self.text = CLIPTextModel.from_pretrained(model / "text_encoder", torch_dtype=torch.float32,
+                                                  local_files_only=True).to(device)
         self.text_2 = CLIPTextModelWithProjection.from_pretrained(model / "text_encoder_2", torch_dtype=torch.float32,
-                                                                  **local).to(device)
+                                                                  local_files_only=True).to(device)
         for module in (self.vae, self.text, self.text_2):
             module.eval().requires_grad_(False)
 
@@ -198,9 +200,9 @@ def prepare(images: Path, model: Path, out: Path, *, vae: Path | None = None, re
         f"{shards - len(missing)} already written")
     if not missing:
         return paths
-    device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device)
+    on = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device)
     try:
-        encoders = Encoders(model, vae, device)
+        encoders = Encoders(model, vae, on)
     except (OSError, ValueError) as exc:   # a part's files missing or not what its class expects
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise PrepareError(str(model), "model", f"cannot load the VAE, tokenizers and text encoders: {first}") from None
@@ -209,7 +211,7 @@ def prepare(images: Path, model: Path, out: Path, *, vae: Path | None = None, re
     last_line = started
     for k in missing:
         members = pairs[k * shard_size:(k + 1) * shard_size]
-        generator = torch.Generator(device).manual_seed(seed * 1_000_003 + k)   # the shard's latents: reproducible
+        generator = torch.Generator(on).manual_seed(seed * 1_000_003 + k)   # the shard's latents: reproducible
         parts: dict[str, list] = {"latents": [], "text": [], "pooled": [], "time_ids": []}
         for start in range(0, len(members), batch):
             chunk = members[start:start + batch]

@@ -10,21 +10,23 @@ from __future__ import annotations
 import datetime
 import sys
 from pathlib import Path
+from typing import Sequence
 
 import yaml
 
 from costsim import io as cio
 from costsim.calibrate import calibrate, load_run, updated_profile_document
-from costsim.planfile import SCHEMA
-from costsim.runtime import parse_pairs, parse_runtime
+from costsim.contract.plan import Checkpoint, Plan, Policy, Prediction, ProfileRef, Resources, Workload
+from costsim.runtime import parse_pairs
+from costsim.spec import OWNED
 from costsim.throughput import Infeasible, step_model
 from runner.launch import Node
 from runner.plan import effective_plan, load_run_spec
 from runner.supervisor import Execution, Supervisor, prepare_run_dir
 
 
-def synthetic_plan(workload, profile, gpu: str, gpus: int, per_gpu_batch: int) -> dict:
-    """A plan.json for one profiling configuration (single node, no periodic checkpoints)."""
+def synthetic_plan(workload, profile, gpu: str, gpus: int, per_gpu_batch: int) -> Plan:
+    """The plan for one profiling configuration (single node, no periodic checkpoints)."""
     prior = profile.gpus.get(gpu)
     global_batch = gpus * per_gpu_batch
     step_s = 1.0
@@ -34,32 +36,29 @@ def synthetic_plan(workload, profile, gpu: str, gpus: int, per_gpu_batch: int) -
                                 inter_node_gbps=0).step_s
         except Infeasible:
             pass
-    return {"schema": SCHEMA,
-            "workload": {"name": f"{workload.name}-profile", "model": workload.model, "samples": global_batch * 10**6,
-                         "global_batch": global_batch, "precision": workload.precision, "source": workload.source},
-            "resources": {"offering": f"profile/{gpu}", "gpu": gpu, "gpus_per_node": gpus, "nodes": 1,
-                          "market": "owned", "fallback": None},
-            "policy": {"name": "owned", "deadline_s": 1e9, "changeover_s": 0.0},
-            "checkpoint": {"interval_s": 1e9, "keep": 1, "async": False},
-            "prediction": {"step_time_s": step_s, "samples_per_s": global_batch / step_s, "per_gpu_batch": per_gpu_batch,
-                           "accumulation": 1,
-                           "makespan_s": {"mean": None, "p50": None, "p90": None}},
-            "profile": {"id": profile.id, "sha256": profile.sha256, "path": profile.path},
-            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "costsim_version": "profile"}
+    return Plan(workload=Workload(name=f"{workload.name}-profile", model=workload.model, samples=global_batch * 10**6,
+                                  global_batch=global_batch, precision=workload.precision, source=workload.source),
+                resources=Resources(offering=f"profile/{gpu}", gpu=gpu, gpus_per_node=gpus, nodes=1, market=OWNED),
+                policy=Policy(name="owned", deadline_s=1e9),
+                checkpoint=Checkpoint(interval_s=1e9, keep=1, async_=False),
+                prediction=Prediction(step_time_s=step_s, samples_per_s=global_batch / step_s,
+                                      per_gpu_batch=per_gpu_batch),
+                profile=ProfileRef(id=profile.id, sha256=profile.sha256, path=profile.path),
+                created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                costsim_version="profile")
 
 
 def measure(workload_ref: str, *, gpus: list[int], batches: list[int], steps: int, gpu: str, out: str,
-            run_root: Path, options: list[str], runtime: list[str] = (), workload_entry: str | None = None) -> Path:
+            run_root: Path, options: list[str], runtime: Sequence[str] = (), workload_entry: str | None = None) -> Path:
     workload = cio.load_workload(workload_ref)
     profile = cio.load_profile(workload.profile)
     run_dirs = []
     for count in gpus:
         for batch in batches:
             folder = run_root / f"gpus{count}-batch{batch}"
-            doc = synthetic_plan(workload, profile, gpu, count, batch)
+            synthetic = synthetic_plan(workload, profile, gpu, count, batch)
             written = prepare_run_dir(folder, effective_plan(
-                doc, runtime=parse_pairs(runtime, base=parse_runtime(doc.get("runtime"), "profile")), steps=steps,
+                synthetic, runtime=parse_pairs(runtime, base=synthetic.runtime), steps=steps,
                 options=dict(o.split("=", 1) for o in options), workload_entry=workload_entry, final_save=False))
             print(f"runner profile: {count} x {gpu}, batch {batch} per GPU, {steps} steps", file=sys.stderr, flush=True)
             execution = Execution(spec=load_run_spec(written), node=Node(nnodes=1, node_rank=0, endpoint=None,

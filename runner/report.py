@@ -8,12 +8,11 @@ wall time with checkpoints, restarts and preemptions marked. No torch: it reads 
 
 from __future__ import annotations
 
-import json
 import statistics
 from pathlib import Path
 
 from costsim.calibrate import async_save_costs, classified_steps, steady_step_times, steady_steps_by_split
-from runner.telemetry import read_events
+from costsim.contract.telemetry import read_events, read_summary
 
 
 def measure(run_dir: Path, skip: int = 5) -> dict:
@@ -23,21 +22,19 @@ def measure(run_dir: Path, skip: int = 5) -> dict:
     if not any(e["event"] == "step" for e in events):
         raise ValueError(f"{run_dir}: no training steps in its telemetry.jsonl (not a run folder, or a run that "
                          "never trained)")
-    plan_path = run_dir / "plan.json"
-    plan = json.loads(plan_path.read_text()) if plan_path.exists() else None
-    summary = json.loads((run_dir / "summary.json").read_text()) if (run_dir / "summary.json").exists() else {}
+    summary = read_summary(run_dir)
     steady = steady_step_times(events, skip)
     world = next((e["world_size"] for e in events if e.get("world_size")), 1)
-    # The global batch: from the plan, else from the step events (a run folder kept without its plan).
-    batch = plan["workload"]["global_batch"] if plan else next(e["samples"] for e in events if e["event"] == "step")
+    # The global batch as the steps ran it (every step event carries it; a run folder needs no plan here).
+    batch = next(e["samples"] for e in events if e["event"] == "step")
     saves = [e for e in events if e["event"] == "checkpoint_save" and e.get("rank") == 0]
     loads = [e for e in events if e["event"] == "checkpoint_load" and e.get("rank") == 0]
-    step_s = statistics.fmean(steady) if steady else None   # wall time is the sum of steps
-    median_s = statistics.median(steady) if steady else None
-    end = next((e for e in reversed(events) if e["event"] == "end" and e.get("rank") == 0), {})
+    step_s = statistics.fmean(steady) if steady else 0.0   # wall time is the sum of steps
+    median_s = statistics.median(steady) if steady else 0.0
+    end: dict = next((e for e in reversed(events) if e["event"] == "end" and e.get("rank") == 0), {})
     return {
         "world_size": world, "global_batch": batch, "steps_measured": len(steady),
-        "step_time_s": step_s, "step_time_median_s": median_s,
+        "step_time_s": step_s or None, "step_time_median_s": median_s or None,
         # Steps over 1.5x the median: periodic stalls (garbage collection, allocator retries) show here.
         "slow_steps": sum(1 for t in steady if t > 1.5 * median_s) if steady else 0,
         "samples_per_s": batch / step_s if step_s else None,
@@ -140,7 +137,7 @@ def first_step_after(events: list[dict], name: str, index: int) -> float | None:
     return next((round(e["t"] - t0, 3) for e in events if e["event"] == "step" and e["t"] > t0), None)
 
 
-def restart_times(events: list[dict]) -> list[float]:
+def restart_times(events: list[dict]) -> list[float | None]:
     """From the supervisor's restart decision to the end of the first step after it: process start,
     rendezvous, model build, checkpoint load, compilation (cached or not), first step."""
     count = sum(1 for e in events if e["event"] == "restart")
@@ -173,7 +170,8 @@ def plot(run_dir: Path, out: str, smooth: int = 9) -> None:
     cuts = [minutes(e) for e in events if e["event"] == "restart"]
 
     def line(ax, points, *style, **kw):   # no line across a restart's gap
-        xs, ys = [], []
+        xs: list[float] = []
+        ys: list[float] = []
         for x, y in points:
             if xs and any(xs[-1] < cut <= x for cut in cuts):
                 xs.append(float("nan"))

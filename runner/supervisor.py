@@ -15,13 +15,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from costsim.io import write_atomic
+from costsim.contract.jsonfiles import write_atomic
+from costsim.contract.plan import Plan
+from costsim.contract.telemetry import PLAN, SUMMARY, read_events
 from runner import faults, layout
 from runner.launch import Node, TorchrunReportFilter, torchrun_argv
 from runner.plan import RunSpec
-from runner.telemetry import Telemetry, read_events
+from runner.telemetry import Telemetry
 
-SUMMARY = "summary.json"
 MAX_FAILURES_WITHOUT_PROGRESS = 3
 
 
@@ -42,7 +43,7 @@ def default_run_id(env=os.environ) -> str:
             or datetime.datetime.now().strftime("%Y%m%d-%H%M%S-") + str(os.getpid()))
 
 
-def prepare_run_dir(run_dir: Path, effective: dict) -> Path:
+def prepare_run_dir(run_dir: Path, effective: Plan) -> Path:
     """Make the run folder, prove the checkpoint folder writable, write the effective plan
     (runner.plan.effective_plan) that the workers read; returns its path."""
     checkpoints = run_dir / layout.CHECKPOINTS
@@ -53,8 +54,7 @@ def prepare_run_dir(run_dir: Path, effective: dict) -> Path:
         probe.unlink()
     except OSError as exc:
         raise PermissionError(f"{checkpoints}: checkpoint folder is not writable ({exc.strerror or exc})") from None
-    write_atomic(run_dir / "plan.json", json.dumps(effective, indent=1) + "\n")
-    return run_dir / "plan.json"
+    return effective.write(run_dir / PLAN)
 
 
 class Supervisor:
@@ -75,7 +75,7 @@ class Supervisor:
     def _worker_args(self, fault: faults.Fault | None) -> list[str]:
         """Where the effective plan is, and this attempt's drill fault: the workers read the rest there."""
         x = self.x
-        args = ["--plan", str(x.run_dir / "plan.json"), "--run-dir", str(x.run_dir), "--run-id", x.run_id]
+        args = ["--plan", str(x.run_dir / PLAN), "--run-dir", str(x.run_dir), "--run-id", x.run_id]
         return args + (["--fault", fault.encode()] if fault else [])
 
     def run(self) -> int:
@@ -85,7 +85,8 @@ class Supervisor:
         # The instance's life as the market sees it (costsim calibrate --market): from here to `exit`.
         self.telemetry.event("instance", offering=x.spec.offering, market=x.spec.market, host=socket.gethostname())
         pending = list(x.schedule)
-        attempts, restarts, stuck, newest = [], 0, 0, newest_checkpoint(x.run_dir)
+        attempts: list[dict] = []
+        restarts, stuck, newest = 0, 0, newest_checkpoint(x.run_dir)
         while True:
             fault = pending[0] if pending else None
             attempt_start = time.time()

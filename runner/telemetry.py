@@ -1,5 +1,7 @@
 """Telemetry: JSON lines in runs/<id>/telemetry.jsonl, appended by every rank and the supervisor.
 
+The file name, the event names and the reader are the contract's (costsim.contract.telemetry).
+
 Each line is written with one O_APPEND write, so lines from several processes never interleave.
 Step events are buffered and flushed about once a second (and before anything that may kill us).
 Thread-safe: the async checkpoint writer and the checksum check report from their own threads.
@@ -13,9 +15,7 @@ import threading
 import time
 from pathlib import Path
 
-from costsim.io.files import read_jsonl
-
-TELEMETRY = "telemetry.jsonl"
+from costsim.contract.telemetry import TELEMETRY, check_event
 
 
 class Telemetry:
@@ -31,7 +31,7 @@ class Telemetry:
         self._lock = threading.Lock()
 
     def event(self, event: str, *, buffered: bool = False, **figures) -> None:
-        record = {"t": time.time(), **self.base, "event": event,
+        record = {"t": time.time(), **self.base, "event": check_event(event),
                   **{k: v for k, v in figures.items() if v is not None}}
         line = json.dumps(record, separators=(",", ":")) + "\n"
         with self._lock:
@@ -52,7 +52,3 @@ class Telemetry:
         self.flush(durable=True)
         os.close(self._fd)
 
-
-def read_events(run_dir: Path) -> list[dict]:
-    """All telemetry records of a run, in file order; a torn last line is ignored."""
-    return read_jsonl(Path(run_dir) / TELEMETRY)

@@ -20,6 +20,7 @@ import os
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -43,21 +44,21 @@ def main() -> None:
     import torch.distributed as dist
 
     from costsim import io as cio
+    from costsim.contract.telemetry import read_events
     from costsim.runtime import Runtime
     from runner import train
     from runner.plan import effective_plan, load_run_spec
     from runner.profile import synthetic_plan
-    from runner.telemetry import read_events
 
     cuda = torch.cuda.is_available()
     folder = Path(args.dir or tempfile.mkdtemp(prefix="bench-ckpt-"))
     folder.mkdir(parents=True, exist_ok=True)
     workload = cio.load_workload(args.workload)
-    doc = synthetic_plan(workload, cio.load_profile(workload.profile), "H200" if cuda else "cpu", 1, args.batch)
-    doc["checkpoint"].update({"async": True, "keep": 3})
-    plan = folder / "plan.json"
+    synthetic = synthetic_plan(workload, cio.load_profile(workload.profile), "H200" if cuda else "cpu", 1, args.batch)
+    synthetic = replace(synthetic, checkpoint=replace(synthetic.checkpoint, async_=True, keep=3))
     options = dict(o.split("=", 1) for o in args.option)
-    plan.write_text(json.dumps(effective_plan(doc, runtime=Runtime(), steps=2, options=options, final_save=False)))
+    plan = effective_plan(synthetic, runtime=Runtime(), steps=2, options=options, final_save=False).write(
+        folder / "plan.json")
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29533", RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
     if cuda:
         torch.cuda.set_device(0)

@@ -16,12 +16,14 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from runner.telemetry import read_events  # noqa: E402
+from costsim.contract.plan import Plan  # noqa: E402
+from costsim.contract.telemetry import read_events  # noqa: E402
 
 WARMUP = 100
 
@@ -35,14 +37,10 @@ def planned(folder: Path) -> Path:
 
 def make_plan(folder: Path, *, interval_s: float | None, async_mode: bool) -> Path:
     out = planned(folder)
-    plan = json.loads(out.read_text())
-    if interval_s is None:
-        plan["checkpoint"]["interval_s"] = 1e9     # checkpointing off (only the final save, not measured)
-    else:
-        plan["checkpoint"]["interval_s"] = interval_s
-    plan["checkpoint"]["async"] = async_mode
-    out.write_text(json.dumps(plan))
-    return out
+    plan = Plan.read(out)
+    # no interval: checkpointing off (only the final save, which is not measured)
+    checkpoint = replace(plan.checkpoint, interval_s=1e9 if interval_s is None else interval_s, async_=async_mode)
+    return replace(plan, checkpoint=checkpoint).write(out)
 
 
 def runner_rate(plan: Path, steps: int, run_dir: Path) -> tuple[float, float]:
@@ -73,7 +71,7 @@ def main() -> None:
         tmp = Path(tmp)
         for name in ("plan", "off", "sync", "async"):
             (tmp / name).mkdir()
-        interval_s = json.loads(planned(tmp / "plan").read_text())["checkpoint"]["interval_s"]
+        interval_s = Plan.read(planned(tmp / "plan")).checkpoint.interval_s
         plans = {"off": make_plan(tmp / "off", interval_s=None, async_mode=False),
                  "sync": make_plan(tmp / "sync", interval_s=interval_s, async_mode=False),
                  "async": make_plan(tmp / "async", interval_s=interval_s, async_mode=True)}

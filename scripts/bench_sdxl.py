@@ -186,7 +186,7 @@ def _cache_state(runtime, work: Path) -> str | None:
     """cold or warm: whether the compile cache held anything when the Trainer started."""
     if runtime.compile == "off":
         return None
-    from runner.telemetry import read_events
+    from costsim.contract.telemetry import read_events
     event = next((e for e in read_events(work / "run") if e["event"] == "runtime"), {})
     return "warm" if event.get("compile_cache_bytes") else "cold"
 
@@ -197,10 +197,8 @@ def _plan(folder: Path, batch: int, gpu: str, **run) -> Path:
     from runner.plan import effective_plan
     from runner.profile import synthetic_plan
     workload = cio.load_workload("sdxl")
-    doc = synthetic_plan(workload, cio.load_profile(workload.profile), gpu, 1, batch)
-    path = folder / "plan.json"
-    path.write_text(json.dumps(effective_plan(doc, final_save=False, **run)))
-    return path
+    synthetic = synthetic_plan(workload, cio.load_profile(workload.profile), gpu, 1, batch)
+    return effective_plan(synthetic, final_save=False, **run).write(folder / "plan.json")
 
 
 def _free_port() -> int:

@@ -12,7 +12,6 @@ Usage: python scripts/calibrate_loop.py [--steps 2000] [--pairs 3] [--work DIR]
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import subprocess
 import sys
@@ -24,6 +23,8 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from costsim.contract.plan import Plan  # noqa: E402
+from costsim.contract.telemetry import read_summary  # noqa: E402
 from costsim.io.files import resolve  # noqa: E402
 
 
@@ -46,13 +47,13 @@ def main() -> None:
     workload = work / "workload.yaml"
     workload.write_text(yaml.safe_dump(doc))
 
-    def plan(out: Path, *extra: str) -> dict:
+    def plan(out: Path, *extra: str) -> Plan:
         run("costsim", "plan", "--workload", str(workload), "--trials", "10", "--out", str(out), *extra)
-        return json.loads(out.read_text())
+        return Plan.read(out)
 
     def execute(plan_path: Path, folder: Path) -> float:
         run("runner", "execute", str(plan_path), "--run-dir", str(folder))
-        return json.loads((folder / "summary.json").read_text())["wall_s"]
+        return read_summary(folder)["wall_s"]
 
     plan1 = plan(work / "plan1.json")
     a = [work / f"a{i}" for i in range(args.pairs)]
@@ -66,7 +67,7 @@ def main() -> None:
             a_walls.append(execute(work / "plan1.json", a[i + 1]))
     run("costsim", "calibrate", *map(str, a), "--out", str(work / "cal-a.yaml"))
     again = plan(work / "plan2-again.json", "--profile", str(work / "cal-a.yaml"))
-    p1, p2 = plan1["prediction"]["makespan_s"]["p50"], again["prediction"]["makespan_s"]["p50"]
+    p1, p2 = plan1.prediction.makespan_s.p50, again.prediction.makespan_s.p50
     print(f"runs of {args.steps} steps in {work}")
     print(f"A (first plan, uncalibrated profile): walls {', '.join(f'{w:.2f}' for w in a_walls)} s; "
           f"plan P50 {p1:.2f} s = {p1 / statistics.median(a_walls):.3f} x their median")

@@ -9,7 +9,6 @@ Usage: python scripts/repeat_runs.py [--workload tiny] [--runs 6] [--steps 2000]
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import subprocess
 import sys
@@ -19,6 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from costsim.contract.telemetry import read_summary  # noqa: E402
 from runner.report import measure  # noqa: E402
 
 
@@ -49,7 +49,7 @@ def main() -> None:
             subprocess.run([sys.executable, "-m", "runner", "execute", str(plan), "--run-dir", str(run_dir), *extra],
                            check=True, capture_output=True)
             report = measure(run_dir)
-            walls.append(json.loads((run_dir / "summary.json").read_text())["wall_s"])
+            walls.append(read_summary(run_dir)["wall_s"])
             starts.append(report["startup_to_first_step_s"])
             steps.append(report["step_time_s"] * 1000)
             print(f"run {i + 1}: wall {walls[-1]:.2f} s, start-up {starts[-1]:.2f} s, step {steps[-1]:.3f} ms",

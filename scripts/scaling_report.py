@@ -28,9 +28,9 @@ def report(run_root: Path, fit_max_gpus: int, prior_path: str | None = None, pre
     if not runs:
         raise SystemExit(f"{run_root}: no run folders with telemetry.jsonl")
     plan = runs[0].plan
-    prior = (io.load_profile(prior_path) if prior_path else plan_profile(runs[0])).gpus.get(plan["resources"]["gpu"])
+    prior = (io.load_profile(prior_path) if prior_path else plan_profile(runs[0])).gpus.get(plan.resources.gpu)
     if prior is None:
-        raise SystemExit(f"no prior figures for {plan['resources']['gpu']} in {plan['profile']['path']}")
+        raise SystemExit(f"no prior figures for {plan.resources.gpu} in {plan.profile.path}")
     small = [r.point for r in runs if r.point.gpus <= fit_max_gpus]
     before = fit(small, prior)
     after = fit([r.point for r in runs], prior)
@@ -50,7 +50,7 @@ def report(run_root: Path, fit_max_gpus: int, prior_path: str | None = None, pre
     forecast = [{"gpus": k, "micro_batch": m,
                  "predicted_from_small_s": predict_step_s(before.profile, replace(template, gpus=k, micro_batch=m))}
                 for k in predict for m in batches if (k, m) not in measured]
-    return {"gpu": plan["resources"]["gpu"], "fit_max_gpus": fit_max_gpus, "fitted_small": list(before.fitted),
+    return {"gpu": plan.resources.gpu, "fit_max_gpus": fit_max_gpus, "fitted_small": list(before.fitted),
             "pinned_small": before.pinned, "fitted_all": list(after.fitted), "rows": rows, "forecast": forecast}
 
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
-from runner.telemetry import read_events
+from costsim.contract.plan import Plan
+from costsim.contract.telemetry import read_events
 
 
 def tiny_plan(tmp_path: Path, *, interval_steps: int | None = 50, keep: int = 2, async_mode: bool = False) -> Path:
@@ -18,13 +20,9 @@ def tiny_plan(tmp_path: Path, *, interval_steps: int | None = 50, keep: int = 2,
         main(["plan", "--workload", "tiny", "--trials", "10", "--out", str(out), "--format", "json"])
     except SystemExit as done:
         assert done.code in (0, None)
-    plan = json.loads(out.read_text())
-    if interval_steps:
-        plan["checkpoint"]["interval_steps"] = interval_steps
-    plan["checkpoint"]["keep"] = keep
-    plan["checkpoint"]["async"] = async_mode
-    out.write_text(json.dumps(plan))
-    return out
+    plan = Plan.read(out)
+    checkpoint = replace(plan.checkpoint, interval_steps=interval_steps or None, keep=keep, async_=async_mode)
+    return replace(plan, checkpoint=checkpoint).write(out)
 
 
 def execute(plan: Path, run_dir: Path, *args: str, timeout: int = 240) -> subprocess.CompletedProcess:

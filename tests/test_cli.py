@@ -5,7 +5,7 @@ import json
 import pytest
 
 from costsim.cli import cli
-from costsim.planfile import SCHEMA, read_plan
+from costsim.contract.plan import SCHEMA, Plan
 
 FAST = ["--trials", "40", "--shortlist", "4", "--jobs", "1"]
 
@@ -27,9 +27,10 @@ def test_plan_sdxl_prints_a_ranked_table_and_writes_plan_json(run_cli, tmp_path)
         assert column in header
     chosen_rows = [line for line in result.stdout.splitlines() if line.startswith("*")]
     assert len(chosen_rows) == 1
-    plan = read_plan(out)
-    assert plan["schema"] == SCHEMA
-    assert plan["prediction"]["p_deadline"] >= plan["policy"]["p_deadline_target"]
+    assert json.loads(out.read_text())["schema"] == SCHEMA
+    plan = Plan.read(out)
+    assert plan.prediction.p_deadline >= plan.policy.p_deadline_target
+    assert Plan.from_dict(plan.to_dict()) == plan   # what is written reads back as the same plan
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "configurations simulated" in result.stderr   # progress goes to stderr
 

@@ -5,11 +5,13 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import yaml
 
+from costsim.contract.plan import Plan
 from costsim.export import skypilot_task, slurm_script
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -23,33 +25,31 @@ def sdxl_plan(tmp_path_factory):
         main(["plan", "--workload", "sdxl", "--trials", "40", "--gpu", "H200", "--out", str(out), "--format", "json"])
     except SystemExit as done:
         assert done.code in (0, None)
-    plan = json.loads(out.read_text())
-    plan["resources"]["nodes"] = 2   # exercise the multi-node fields
-    out.write_text(json.dumps(plan))
-    return out
+    plan = Plan.read(out)
+    return replace(plan, resources=replace(plan.resources, nodes=2)).write(out)   # exercise the multi-node fields
 
 
 def test_skypilot_task_fields(sdxl_plan):
-    plan = json.loads(sdxl_plan.read_text())
+    plan = Plan.read(sdxl_plan)
     task = yaml.safe_load(skypilot_task(plan, bucket="s3://ckpts"))
-    r = plan["resources"]
+    r = plan.resources
     assert task["num_nodes"] == 2
-    assert task["resources"]["accelerators"] == f"{r['gpu']}:{r['gpus_per_node']}"
-    assert task["resources"]["use_spot"] is (r["market"] == "spot")
+    assert task["resources"]["accelerators"] == f"{r.gpu}:{r.gpus_per_node}"
+    assert task["resources"]["use_spot"] is (r.market == "spot")
     assert task["resources"]["job_recovery"]["strategy"] == "FAILOVER"
     assert task["file_mounts"]["/checkpoints"] == {"source": "s3://ckpts", "mode": "MOUNT"}
     assert task["run"].startswith("runner execute plan.json --run-dir /checkpoints/runs/$SKYPILOT_TASK_ID")
 
 
 def test_slurm_script_fields_and_syntax(sdxl_plan):
-    plan = json.loads(sdxl_plan.read_text())
+    plan = Plan.read(sdxl_plan)
     script = slurm_script(plan, shared_dir="/shared")
-    p90 = plan["prediction"]["makespan_s"]["p90"]
+    p90 = plan.prediction.makespan_s.p90
     limit = next(line for line in script.splitlines() if line.startswith("#SBATCH --time="))
     hours = sum(int(x) * f for x, f in zip(limit.split("=")[1].split("-")[-1].split(":"), (3600, 60, 1)))
     days = int(limit.split("=")[1].split("-")[0]) if "-" in limit else 0
     assert days * 86400 + hours == pytest.approx(p90 * 1.25 + 1800, abs=1)
-    for line in ("#SBATCH --nodes=2", "#SBATCH --requeue", f"#SBATCH --gpus-per-node={plan['resources']['gpus_per_node']}",
+    for line in ("#SBATCH --nodes=2", "#SBATCH --requeue", f"#SBATCH --gpus-per-node={plan.resources.gpus_per_node}",
                  "#SBATCH --signal=TERM@120"):
         assert line in script
     assert 'srun --kill-on-bad-exit=0 runner execute plan.json --run-dir "$RUN_DIR"' in script
@@ -74,17 +74,17 @@ def test_skypilots_own_parser_accepts_the_task(sdxl_plan, tmp_path):
     if install.returncode != 0:
         pytest.skip(f"skypilot could not be installed here: {install.stderr[-300:]}")
     task = tmp_path / "task.yaml"
-    task.write_text(skypilot_task(json.loads(sdxl_plan.read_text())))
+    task.write_text(skypilot_task(Plan.read(sdxl_plan)))
     result = subprocess.run([str(venv / "bin" / "python"), str(ROOT / "scripts" / "skypilot_parse_check.py"), str(task),
                              str(ROOT / "data" / "catalog" / "offerings.csv")], capture_output=True, text=True,
                             env={**os.environ, "HOME": str(tmp_path / "home")}, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     parsed = json.loads(result.stdout.strip().splitlines()[-1])
-    plan = json.loads(sdxl_plan.read_text())
+    r = Plan.read(sdxl_plan).resources
     assert parsed["num_nodes"] == 2
-    assert parsed["accelerators"] == {plan["resources"]["gpu"]: plan["resources"]["gpus_per_node"]}
-    assert parsed["instance_type"] == plan["resources"]["instance"] and parsed["region"] == plan["resources"]["region"]
-    assert parsed["use_spot"] == (plan["resources"]["market"] == "spot")
+    assert parsed["accelerators"] == {r.gpu: r.gpus_per_node}
+    assert parsed["instance_type"] == r.instance and parsed["region"] == r.region
+    assert parsed["use_spot"] == (r.market == "spot")
     assert parsed["job_recovery"]["strategy"] == "FAILOVER" and "/checkpoints" in parsed["mounts"]
 
 

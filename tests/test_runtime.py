@@ -235,7 +235,7 @@ def test_calibrate_compares_an_async_plans_stall_with_async_saves_only():
     from costsim.calibrate import report_rows
     profile = cio.load_profile("sdxl-unet")
     runs = [load_run(str(RESTARTS / "drill")), load_run(str(RESTARTS / "restart"))]   # both plans: async
-    assert all(r.plan["checkpoint"]["async"] for r in runs)
+    assert all(r.plan.checkpoint.async_ for r in runs)
     rows = {row["run"]: row["checkpoint_stall_s"]["measured"] for row in report_rows(calibrate(runs[:1], profile))
             + report_rows(calibrate(runs[1:], profile))}
     assert rows["drill"] == pytest.approx(statistics.median(runs[0].async_cost_s))
@@ -245,9 +245,9 @@ def test_calibrate_compares_an_async_plans_stall_with_async_saves_only():
 
 
 def test_a_run_cut_short_is_not_compared_with_its_plans_makespan():
-    from costsim.calibrate import plan_steps, report_rows
+    from costsim.calibrate import report_rows
     run = load_run(str(READER / "drill"))   # `--steps 110` of a plan for the whole fine-tune
-    assert run.steps == 110 < plan_steps(run.plan)
+    assert run.steps == 110 < run.plan.job_steps
     result = calibrate([run], cio.load_profile("sdxl-unet"))
     row, = report_rows(result)
     assert row["wall_s"]["plan"] is None and row["wall_s"]["measured"] == run.wall_s

@@ -7,6 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from costsim import io
+from costsim.contract.plan import Checkpoint, Plan, Policy, Prediction, ProfileRef, Resources, Workload
 from costsim.fit import Point, predict_step_s
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -14,13 +15,11 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def fake_run(folder: Path, gpus: int, batch: int, step_s: float, profile_path: str) -> None:
     folder.mkdir(parents=True)
-    plan = {"schema": "costsim.plan/1", "workload": {"name": "w", "model": "tiny", "samples": 10**6,
-                                                     "global_batch": gpus * batch},
-            "resources": {"gpu": "cpu", "gpus_per_node": gpus, "nodes": 1, "offering": "x"},
-            "policy": {"name": "owned"}, "checkpoint": {"interval_s": 1e9, "keep": 1, "async": False},
-            "prediction": {"step_time_s": step_s, "samples_per_s": gpus * batch / step_s, "accumulation": 1},
-            "profile": {"path": profile_path}}
-    (folder / "plan.json").write_text(json.dumps(plan))
+    Plan(workload=Workload(name="w", model="tiny", samples=10**6, global_batch=gpus * batch),
+         resources=Resources(gpu="cpu", gpus_per_node=gpus, nodes=1, market="owned", offering="x"),
+         policy=Policy(name="owned", deadline_s=1e9), checkpoint=Checkpoint(interval_s=1e9, keep=1, async_=False),
+         prediction=Prediction(step_time_s=step_s, samples_per_s=gpus * batch / step_s),
+         profile=ProfileRef(path=profile_path)).write(folder / "plan.json")
     events = [{"t": 0.0, "event": "start", "rank": 0, "world_size": gpus, "step": 0}]
     events += [{"t": i * step_s, "event": "step", "rank": 0, "world_size": gpus, "step": i, "step_time_s": step_s}
                for i in range(1, 30)]

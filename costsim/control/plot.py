@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from costsim.contract.telemetry import read_events
 from costsim.control.journal import Journal
-from costsim.control.progress import TELEMETRY
-from costsim.io.files import read_jsonl
 from costsim.spec import ON_DEMAND, OWNED, SPOT
 
 COLOURS = {SPOT: "tab:green", ON_DEMAND: "tab:orange", OWNED: "tab:blue"}
@@ -15,7 +14,7 @@ COLOURS = {SPOT: "tab:green", ON_DEMAND: "tab:orange", OWNED: "tab:blue"}
 def progress_points(journal: Journal, run_dir: Path) -> list[tuple[float, float]]:
     """(trace hours, steps) from rank 0's step events, and each start's resumed step."""
     points = []
-    for e in read_jsonl(Path(run_dir) / TELEMETRY):
+    for e in read_events(run_dir):
         if e.get("event") in ("step", "start") and e.get("rank") in (0, None) and "step" in e:
             points.append(((e["t"] - journal.t0) * journal.time_scale / 3600.0, float(e["step"])))
     return points

@@ -12,7 +12,8 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-TELEMETRY = "telemetry.jsonl"   # runner.telemetry.TELEMETRY (the runner is not imported here: it may need torch)
+from costsim.contract.telemetry import TELEMETRY
+
 WARMUP_STEPS = 5                # steps after each start left out of the step time (as calibrate does)
 
 

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from costsim import policies
+from costsim.contract.plan import Billing, Plan
+from costsim.control.backend import Backend
 from costsim.control.controller import Clock, Controller, Figures
 from costsim.control.journal import Journal, Lock
 from costsim.control.local import LocalBackend, Processes, TraceCapacity
@@ -16,7 +18,6 @@ from costsim.control.progress import RunFolder
 from costsim.control.report import ObservedTimeline, Prices, predict, summary
 from costsim.errors import InputError
 from costsim.io.specs import load_trace
-from costsim.planfile import job_steps, read_plan
 from costsim.sim.market import TraceTimeline
 from costsim.spec import SPOT
 
@@ -41,35 +42,32 @@ class Request:
     steps: int | None = None
 
 
-def plan_figures(doc: dict, steps: int | None) -> Figures:
-    p, c = doc["prediction"], doc["checkpoint"]
-    return Figures(total_steps=steps or job_steps(doc["workload"]["samples"], doc["workload"]["global_batch"]),
-                   step_s=float(p["step_time_s"]), start_s=float(p.get("startup_s") or p.get("restart_s") or 0.0),
-                   checkpoint_s=float(p.get("checkpoint_save_s") or 0.0),
-                   checkpoint_stall_s=float(p["checkpoint_stall_s"]) if c["async"] and p.get("checkpoint_stall_s")
-                   else None, interval_s=float(c["interval_s"]), restart_s=float(p.get("restart_s") or 0.0))
+def plan_figures(plan: Plan, steps: int | None) -> Figures:
+    p, c = plan.prediction, plan.checkpoint
+    return Figures(total_steps=steps or plan.job_steps, step_s=p.step_time_s,
+                   start_s=p.startup_s or p.restart_s or 0.0, checkpoint_s=p.checkpoint_save_s or 0.0,
+                   checkpoint_stall_s=p.checkpoint_stall_s if c.async_ and p.checkpoint_stall_s else None,
+                   interval_s=c.interval_s, restart_s=p.restart_s or 0.0)
 
 
-def plan_prices(path: str, doc: dict) -> Prices:
-    r = doc["resources"]
-    per = r.get("price_per_node_h")
-    if not isinstance(per, dict) or not per:
+def plan_prices(path: str, plan: Plan) -> Prices:
+    r = plan.resources
+    if not r.price_per_node_h:
         raise InputError(path, "resources.price_per_node_h", "missing: the bill needs the plan's prices")
-    billing = r.get("billing") or {}
-    return Prices(per_node_h={k: float(v) for k, v in per.items()}, nodes=int(r["nodes"]),
-                  increment_s=float(billing.get("increment_s", 1.0)), minimum_s=float(billing.get("minimum_s", 0.0)),
-                  currency=str(r.get("currency", "USD")))
+    billing = r.billing or Billing()
+    return Prices(per_node_h=dict(r.price_per_node_h), nodes=r.nodes, increment_s=billing.increment_s,
+                  minimum_s=billing.minimum_s, currency=r.currency or "USD")
 
 
-def check_policy(path: str, doc: dict, policy: str, backend_markets: tuple[str, ...], backend: str) -> None:
+def check_policy(path: str, plan: Plan, policy: str, backend_markets: tuple[str, ...], backend: str) -> None:
     if policy not in policies.POLICIES:
         raise InputError("--policy", "policy", f"unknown {policy!r}; allowed: {', '.join(sorted(policies.POLICIES))}")
     needed = policies.POLICY_MARKETS[policy]
-    priced = set(doc["resources"].get("price_per_node_h") or {})
+    priced = set(plan.resources.price_per_node_h or {})
     missing = [m for m in needed if m not in priced]
     if missing:
         raise InputError(path, "resources.price_per_node_h", f"policy {policy} needs {', '.join(needed)}; offering "
-                         f"{doc['resources'].get('offering')} sells {', '.join(sorted(priced)) or 'nothing'}")
+                         f"{plan.resources.offering} sells {', '.join(sorted(priced)) or 'nothing'}")
     unsupported = [m for m in needed if m not in backend_markets]
     if unsupported:
         raise InputError("--backend", "backend", f"{backend} has no {', '.join(unsupported)} market "
@@ -82,11 +80,11 @@ def open_session(req: Request, say) -> tuple[Controller, Journal, Lock, dict]:
     run_dir = Path(req.run_dir or Path("runs") / f"control-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
     existing = Journal.load(run_dir) if (run_dir / "control.json").exists() else None
     plan_path = existing.plan if existing else str(Path(req.plan).resolve())
-    doc = read_plan(plan_path)
+    plan = Plan.read(plan_path)
     backend_name = existing.backend if existing else req.backend
     if backend_name not in BACKENDS:
         raise InputError("--backend", "backend", f"unknown {backend_name!r}; allowed: {', '.join(BACKENDS)}")
-    policy = existing.policy if existing else (req.policy or doc["policy"]["name"])
+    policy = existing.policy if existing else (req.policy or plan.policy.name)
     trace_path = existing.trace if existing else (req.trace if backend_name == "local" else req.reclaim_trace)
     capacity = TraceCapacity(*load_trace(trace_path)) if trace_path else None
     grace_s = None
@@ -98,8 +96,8 @@ def open_session(req: Request, say) -> tuple[Controller, Journal, Lock, dict]:
         raise InputError("--trace", "trace", f"policy {policy} uses spot: the local backend needs a capacity trace "
                          "(the simulator's format) for spot to come and go")
     markets = (LocalBackend.markets_for(capacity) if backend_name == "local" else SlurmBackend.markets)
-    check_policy(plan_path, doc, policy, markets, backend_name)
-    prices = plan_prices(plan_path, doc)
+    check_policy(plan_path, plan, policy, markets, backend_name)
+    prices = plan_prices(plan_path, plan)
     if existing is None and req.time_scale <= 0:
         raise InputError("--time-scale", "time-scale", f"got {req.time_scale}; expected > 0")
     lock = Lock(run_dir)
@@ -108,9 +106,9 @@ def open_session(req: Request, say) -> tuple[Controller, Journal, Lock, dict]:
         if grace_s is not None:   # Slurm gives the notice: its GraceTime, in wall seconds
             notice = grace_s * req.time_scale
         else:
-            notice = req.notice_s if req.notice_s is not None else float(doc["resources"].get("spot_notice_s") or 0)
-        journal = Journal(plan=plan_path, policy=policy, backend=backend_name, offering=doc["resources"]["offering"],
-                          deadline_s=req.deadline_s or float(doc["policy"]["deadline_s"]), time_scale=req.time_scale,
+            notice = req.notice_s if req.notice_s is not None else (plan.resources.spot_notice_s or 0.0)
+        journal = Journal(plan=plan_path, policy=policy, backend=backend_name, offering=plan.resources.offering,
+                          deadline_s=req.deadline_s or plan.policy.deadline_s, time_scale=req.time_scale,
                           notice_s=notice, t0=time.time(), trace=str(Path(trace_path).resolve()) if trace_path else None,
                           run_id=f"control-{os.getpid()}-{int(time.time())}", runner_args=list(req.runner_args),
                           steps=req.steps, poll_s=req.poll_s)
@@ -120,6 +118,7 @@ def open_session(req: Request, say) -> tuple[Controller, Journal, Lock, dict]:
         say(f"costsim control: picking up {run_dir} (policy {journal.policy}, {journal.backend}, "
             f"{len(journal.instances)} instance(s) so far)")
     clock = Clock(journal.t0, journal.time_scale)
+    backend: Backend
     if backend_name == "local":
         jobs = Processes(plan=Path(plan_path), run_dir=run_dir, run_id=journal.run_id, runner_args=journal.runner_args)
         backend = LocalBackend(capacity, jobs, notice_s=journal.notice_s)
@@ -127,7 +126,7 @@ def open_session(req: Request, say) -> tuple[Controller, Journal, Lock, dict]:
         backend = SlurmBackend(capacity, plan=Path(plan_path), run_dir=run_dir, run_id=journal.run_id,
                                runner_args=journal.runner_args)
     folder = RunFolder(run_dir)
-    figures = plan_figures(doc, journal.steps)
+    figures = plan_figures(plan, journal.steps)
     controller = Controller(journal, backend, folder, clock, policies.get(policy), figures, run_dir=run_dir,
                             poll_s=journal.poll_s * journal.time_scale,
                             horizon_s=4.0 * max(journal.deadline_s, figures.total_steps * figures.step_s
@@ -165,6 +164,7 @@ def finish(controller: Controller, journal: Journal, context: dict) -> dict:
     prices, run_dir = context["prices"], context["run_dir"]
     progress = controller.folder.observe()
     m = controller.measured(progress)
+    timeline: TraceTimeline | ObservedTimeline
     if journal.trace:
         timeline = TraceTimeline(*load_trace(journal.trace))
     else:

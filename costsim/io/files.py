@@ -1,22 +1,21 @@
 """The edge: every file the tool reads or writes goes through here, and nothing else parses.
 
-Errors name the file, the field and what is allowed (InputError); outputs are written atomically.
+YAML, the built-in data folder and references to it live here; the JSON helpers and `Fields` live in
+costsim.contract.jsonfiles (a torchrun worker needs them without yaml) and are re-exported. Errors
+name the file, the field and what is allowed (InputError); outputs are written atomically.
 """
 
 from __future__ import annotations
 
-import datetime
 import hashlib
-import json
 import os
-import tempfile
 from importlib import resources
 from pathlib import Path
 
 import yaml
 
+from costsim.contract.jsonfiles import Fields, read_json, read_jsonl, write_atomic  # noqa: F401 (their home)
 from costsim.errors import InputError
-from costsim.units import parse_duration_s, parse_positive, parse_probability
 
 DATA_ENV = "COSTSIM_DATA"
 
@@ -54,141 +53,8 @@ def read_yaml(path: Path) -> dict:
     return doc
 
 
-def read_json(path: Path) -> dict:
-    """A JSON object, or an InputError naming the file."""
-    try:
-        doc = json.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise InputError(str(path), "file", "not found") from None
-    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
-        raise InputError(str(path), "file", f"cannot be read ({exc.__class__.__name__})") from None
-    except json.JSONDecodeError as exc:
-        raise InputError(str(path), f"line {exc.lineno}", "not valid JSON") from None
-    if not isinstance(doc, dict):
-        raise InputError(str(path), "document", "expected a JSON object")
-    return doc
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    """The records of a JSON-lines file (telemetry), in file order; a torn line (a killed writer's
-    last) is skipped; a missing file has none."""
-    path = Path(path)
-    if not path.exists():
-        return []
-    records = []
-    for line in path.read_text().splitlines():
-        try:
-            records.append(json.loads(line))
-        except ValueError:
-            continue
-    return records
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write text to path via a temporary file in the same folder and a rename."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        os.fchmod(fd, 0o666 & ~_umask())   # mkstemp makes 0600 files; outputs follow the umask
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
 def sha256_file(path: Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
-
-class Fields:
-    """Typed access to a mapping's fields with errors that name the file and the field."""
-
-    def __init__(self, source: str, mapping: dict, prefix: str = ""):
-        self.source, self.mapping, self.prefix = str(source), mapping, prefix
-
-    def name(self, key: str) -> str:
-        return f"{self.prefix}{key}"
-
-    def has(self, key: str) -> bool:
-        return self.mapping.get(key) is not None
-
-    def raw(self, key: str, default=...):
-        if key not in self.mapping or self.mapping[key] is None or self.mapping[key] == "":
-            if default is ...:
-                raise InputError(self.source, self.name(key), "missing; add it")
-            return default
-        return self.mapping[key]
-
-    def text(self, key: str, default=...) -> str:
-        value = self.raw(key, default)
-        if value is default:
-            return value
-        if isinstance(value, (datetime.date, datetime.datetime)):
-            return value.isoformat()
-        if not isinstance(value, (str, int, float)) or isinstance(value, bool) or str(value) == "":
-            raise InputError(self.source, self.name(key), f"got {value!r}; expected text")
-        return str(value)
-
-    def duration(self, key: str, default=..., allow_zero: bool = False) -> float:
-        value = self.raw(key, default)
-        if value is default:
-            return value
-        return parse_duration_s(value, source=self.source, field=self.name(key), allow_zero=allow_zero)
-
-    def number(self, key: str, default=..., integer: bool = False, allow_zero: bool = False):
-        value = self.raw(key, default)
-        if value is default:
-            return value
-        if isinstance(value, str):
-            try:
-                value = float(value)
-            except ValueError:
-                pass
-        return parse_positive(value, source=self.source, field=self.name(key), integer=integer,
-                              allow_zero=allow_zero)
-
-    def probability(self, key: str, default=...) -> float:
-        value = self.raw(key, default)
-        return value if value is default else parse_probability(value, source=self.source, field=self.name(key))
-
-    def boolean(self, key: str, default=...) -> bool:
-        value = self.raw(key, default)
-        if not isinstance(value, bool):
-            raise InputError(self.source, self.name(key), f"got {value!r}; expected true or false")
-        return value
-
-    def mapping_of(self, key: str, default=...) -> "Fields":
-        value = self.raw(key, default)
-        if value is default:
-            return Fields(self.source, {}, self.name(key) + ".")
-        if not isinstance(value, dict):
-            raise InputError(self.source, self.name(key), "expected a mapping of fields")
-        return Fields(self.source, value, self.name(key) + ".")
-
-    def names(self, key: str) -> tuple[str, ...] | None:
-        value = self.raw(key, None)
-        if value is None:
-            return None
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise InputError(self.source, self.name(key), f"got {value!r}; expected a list of names")
-        return tuple(value)
-
-    def reject_unknown(self, allowed: set[str]) -> None:
-        for key in self.mapping:
-            if key not in allowed:
-                raise InputError(self.source, self.name(str(key)),
-                                 f"unknown field; allowed: {', '.join(sorted(allowed))}")
 
 
 def resolve(ref: str, folder: str, suffix: str = ".yaml") -> Path:

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from costsim.contract.telemetry import read_events, run_folder
 from costsim.errors import InputError
-from costsim.io.files import read_json, read_jsonl
+from costsim.io.files import read_json
 from costsim.io.specs import load_trace
 from costsim.market_fit import Span, trace_spans
 
@@ -64,10 +65,7 @@ def read_market(refs: list[str], offering: str | None = None) -> Observations:
 
 
 def _run_lives(folder: Path) -> dict[str, list[Span]]:
-    telemetry = folder / "telemetry.jsonl"
-    if not telemetry.exists():
-        raise InputError(str(folder), "telemetry.jsonl", "not found: give a run folder written by `runner execute`")
-    events = read_jsonl(telemetry)
+    events = read_events(run_folder(folder))
     lives: dict[str, list[Span]] = {}
     open_lives: dict[int, tuple[dict, float]] = {}   # node -> (its instance event, the job's last event)
 

@@ -26,7 +26,6 @@ from pathlib import Path
 
 import torch
 
-from costsim.io import data_dir
 from runner.workloads import BuildContext, Built, WorkloadOptionError, workload
 from runner.workloads.latents import FIELDS, DatasetError, LatentShards, Order, Prefetcher, expected_shapes
 
@@ -52,6 +51,7 @@ OPTIONS = {
 
 def load_config(path: Path | None = None) -> dict:
     """The UNet config: data/models/sdxl_unet_config.json unless a path is given."""
+    from costsim.io import data_dir  # yaml: only when no config is named
     return json.loads(Path(path or data_dir() / "models" / CONFIG_NAME).read_text())
 
 
@@ -156,8 +156,8 @@ def build(ctx: BuildContext) -> Built:
             model = UNet2DConditionModel.from_config(config)
     model.train()
     adamw = s["adamw"] or ("fused" if ctx.device.type == "cuda" else "foreach")
-    optimizer = torch.optim.AdamW(model.parameters(), lr=s["lr"], weight_decay=1e-2,
-                                  **{"fused": True} if adamw == "fused" else {"foreach": True})
+    optimizer = torch.optim.AdamW(model.parameters(), lr=s["lr"], weight_decay=1e-2, fused=adamw == "fused" or None,
+                                  foreach=adamw == "foreach" or None)
     scheduler = lr_schedule(optimizer, s["warmup_steps"], s["schedule"], ctx.total_steps)
     betas = torch.linspace(0.00085 ** 0.5, 0.012 ** 0.5, TRAIN_TIMESTEPS, dtype=torch.float64) ** 2
     alphas_cumprod = torch.cumprod(1.0 - betas, dim=0).to(torch.float32).to(ctx.device)
@@ -167,10 +167,10 @@ def build(ctx: BuildContext) -> Built:
 
     def draws(data: dict, indices, seed: int) -> dict:
         """Noise (with the offset) and timesteps per sample, from (seed, sample index)."""
-        b, on = len(indices), {"device": ctx.device}
-        data["noise"] = torch.empty(b, channels, size, size, **on)
-        data["timesteps"] = torch.empty(b, dtype=torch.int64, **on)
-        offset = torch.empty(b, channels, 1, 1, **on) if s["noise_offset"] else None
+        b, device = len(indices), ctx.device
+        data["noise"] = torch.empty(b, channels, size, size, device=device)
+        data["timesteps"] = torch.empty(b, dtype=torch.int64, device=device)
+        offset = torch.empty(b, channels, 1, 1, device=device) if s["noise_offset"] else None
         for row, index in enumerate(indices):
             g = generator.manual_seed(seed * 1_000_000_007 + index)
             data["noise"][row].normal_(generator=g)
@@ -194,12 +194,10 @@ def build(ctx: BuildContext) -> Built:
         per_sample = (prediction.float() - data["noise"].float()).pow(2).mean(dim=(1, 2, 3))
         return (per_sample * weight).mean()
 
-    built = Built(model=model, optimizer=optimizer, scheduler=scheduler, batch=None, loss=loss,
-                  autocast_dtype={"bf16": torch.bfloat16, "fp16": torch.float16}.get(ctx.precision))
+    built = Built(model=model, optimizer=optimizer, scheduler=scheduler, batch=_synthetic(ctx, shapes, generator),
+                  loss=loss, autocast_dtype={"bf16": torch.bfloat16, "fp16": torch.float16}.get(ctx.precision))
     if "data" in ctx.options:
-        _real_data(ctx, s, shapes, built, draws, loss)
-    else:
-        built.batch = _synthetic(ctx, shapes, generator)
+        _real_data(ctx, s, shapes, built, draws, loss)   # its own batches, validation and close
     if s["ema"] is not None:
         _ema(model, s["ema"], built)
     built.export = _exporter(model, built)
@@ -226,10 +224,11 @@ def _synthetic(ctx: BuildContext, shapes: dict, generator):
         # Drawn on the device itself: no host copy, so the host never waits for the GPU and keeps
         # queuing work ahead of it. Each sample from its own seed (seed, global index): the same
         # samples at any world size and after any resume.
-        b, on = len(indices), {"device": ctx.device}
-        data = {"latents": torch.empty(b, channels, size, size, **on), "noise": torch.empty(b, channels, size, size, **on),
-                "timesteps": torch.empty(b, dtype=torch.int64, **on), "text": torch.empty(b, 77, text_dim, **on),
-                "pooled": torch.empty(b, pooled_dim, **on)}
+        b, device = len(indices), ctx.device
+        data = {"latents": torch.empty(b, channels, size, size, device=device),
+                "noise": torch.empty(b, channels, size, size, device=device),
+                "timesteps": torch.empty(b, dtype=torch.int64, device=device),
+                "text": torch.empty(b, 77, text_dim, device=device), "pooled": torch.empty(b, pooled_dim, device=device)}
         for row, index in enumerate(indices):
             g = generator.manual_seed(ctx.seed * 1_000_000_007 + index)
             for name in ("latents", "noise", "text", "pooled"):
