@@ -59,7 +59,7 @@ def with_spot_models(offerings: list[Offering], fitted: dict[str, FittedSpotMode
     for o in offerings:
         base = o.spot_model
         entry = None if base is None else fitted.get(o.id) or fitted.get(base.name)
-        if entry is None:
+        if entry is None or base is None:
             out.append(o)
             continue
         used.add(entry.key)

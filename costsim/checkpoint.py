@@ -9,6 +9,12 @@ from __future__ import annotations
 import math
 
 
+def paid_checkpoint_s(checkpoint_s: float, stall_s: float | None) -> float:
+    """What a periodic checkpoint costs training: the async stall when saves are asynchronous
+    (`stall_s` not None), else the whole synchronous write."""
+    return stall_s if stall_s is not None else checkpoint_s
+
+
 def young_interval_s(checkpoint_s: float, mtbf_s: float) -> float:
     """Young (1974): tau = sqrt(2 * delta * M)."""
     _check_positive(checkpoint_s=checkpoint_s, mtbf_s=mtbf_s)

@@ -36,7 +36,7 @@ class Comparison:
 
 def owned_rate(strategy: fleet.Strategy, utilization: float) -> float:
     """Cost of owning per used GPU-hour at a utilisation."""
-    return cost.ownership_per_used_hour(strategy.ownership, utilization) / strategy.gpus_per_node
+    return cost.ownership_per_used_hour(strategy.owned_terms, utilization) / strategy.gpus_per_node
 
 
 def list_rate(strategy: fleet.Strategy) -> float:
@@ -59,7 +59,7 @@ def compare(scenario: Scenario, utilizations: tuple[float, ...] = ()) -> Compari
     cloud = [s for s in scenario.strategies if s.kind in ("on-demand", "spot")]
     owned = [s for s in scenario.strategies if s.kind == "owned"]
     cloud_rate = {s.name: rates[s.name] for s in cloud}
-    pairs = [BreakEven(o.name, c.name, cost.break_even_utilization(o.ownership, o.gpus_per_node, cloud_rate[c.name]))
+    pairs = [BreakEven(o.name, c.name, cost.break_even_utilization(o.owned_terms, o.gpus_per_node, cloud_rate[c.name]))
              for o in owned for c in cloud]
     sweep = {u: {**{o.name: owned_rate(o, u) for o in owned}, **cloud_rate} for u in grid}
     return Comparison(scenario=scenario, results=results, break_even=pairs, cloud_rate=cloud_rate, sweep=sweep,
@@ -71,7 +71,7 @@ def _stated(s: fleet.Strategy, scenario: Scenario, u: float) -> fleet.Result:
     owned_gpus = next((o.gpus_per_node * o.nodes for o in scenario.strategies if o.kind == "owned"), s.gpus_per_node)
     used = owned_gpus * u * scenario.horizon_s / HOURS
     if s.kind == "owned":
-        total = cost.ownership_per_hour(s.ownership, u) * s.nodes * scenario.horizon_s / HOURS
+        total = cost.ownership_per_hour(s.owned_terms, u) * s.nodes * scenario.horizon_s / HOURS
         idle = s.gpus_per_node * s.nodes * (1 - u) * scenario.horizon_s / HOURS
         return fleet.Result(name=s.name, kind=s.kind, total_cost=total, used_gpu_hours=used, utilization=u,
                             idle_paid_gpu_hours=idle)

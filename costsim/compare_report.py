@@ -58,7 +58,7 @@ def plot(comparison, path: str) -> None:
     fig, ax = plt.subplots(figsize=(9, 6))
     for st in owned:
         ax.plot(grid * 100, [owned_rate(st, u) for u in grid], lw=2, label=f"own: {st.name}")
-    colours = plt.cm.tab10.colors
+    colours = [plt.get_cmap("tab10")(i) for i in range(10)]
     for index, (name, rate) in enumerate(comparison.cloud_rate.items()):
         ax.axhline(rate, ls="--", lw=1.2, color=colours[(index + len(owned)) % len(colours)],
                    label=f"{name} ({rate:,.2f})")

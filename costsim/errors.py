@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
+
 
 class InputError(ValueError):
     """Bad user input; the CLI prints it as one line and exits with status 2."""
 
-    def __init__(self, source: str, field: str, message: str):
+    def __init__(self, source: str | os.PathLike, field: str, message: str):
         self.source = str(source)
         self.field = field
         self.message = message

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from scipy import optimize, special, stats
@@ -283,7 +284,7 @@ def model_document(records: list[dict], read_date: str, command: str) -> dict:
     for r in records:
         if r["mean_up_s"] is None:
             continue
-        entry = {"mtbf": f"{r['mean_up_s']:.6g}s"}
+        entry: dict[str, Any] = {"mtbf": f"{r['mean_up_s']:.6g}s"}
         if not r["weibull_shape_pinned"]:   # a pinned shape is no finding: the catalog's stays
             entry["weibull_shape"] = round(r["weibull_shape"], 4)
         if r["mean_outage_s"] is not None:

@@ -102,7 +102,7 @@ def intervals_for(params: JobParams, policy: str, offering: Offering, nodes: int
         return [fixed_s]
     if policy not in SPOT_POLICIES:
         return [INSURANCE_INTERVAL_S]
-    mtbf_s = offering.spot_model.mtbf_s / nodes
+    mtbf_s = offering.spot_capacity.mtbf_s / nodes
     paid_s = params.paid_checkpoint_s
     optimum = max(ckpt.daly_interval_s(max(paid_s, 1e-3), mtbf_s), MIN_INTERVAL_S)
     # With a notice long enough for an emergency save, periodic checkpoints matter less: try longer.
@@ -121,7 +121,7 @@ def analytic_estimate(params: JobParams, policy: str, offering: Offering, nodes:
         wall = params.changeover_s + ckpt.expected_wall_no_failures_s(
             params.work_s, params.checkpoint_interval_s, paid_s)
         return wall, wall * rate[POLICY_MARKETS[policy][0]]
-    model = offering.spot_model
+    model = offering.spot_capacity
     mtbf_s = model.mtbf_s / nodes
     held_s = params.changeover_s + ckpt.daly_expected_wall_s(
         params.work_s, params.checkpoint_interval_s, paid_s, mtbf_s, params.changeover_s + params.restart_s)
@@ -275,7 +275,7 @@ def plan(workload: Workload, profile: Profile, offerings: list[Offering], option
                          f"({fastest.config.params.work_s / 3600:.1f}h on {fastest.candidate.label}); "
                          "allow a later deadline, fewer samples or more nodes")
     shortlist = screen(configured, deadline_s, options.shortlist)
-    simulate = _simulator(options, progress)
+    simulate = _Simulator(options, progress)
     ranked = _rank(shortlist, simulate(shortlist), target, options.budget)
     chosen = choose(ranked)
     if chosen is not None:   # second stage: the chosen group's other checkpoint intervals
@@ -292,14 +292,17 @@ def plan(workload: Workload, profile: Profile, offerings: list[Offering], option
                       wall_s=time.perf_counter() - started, seed=options.seed)
 
 
-def _simulator(options: PlanOptions, progress):
-    def simulate(batch: list[Configured]) -> list[Stats]:
-        samples = run_many([c.config for c in batch], options.trials, options.seed, jobs=options.jobs,
-                           progress=progress)
-        simulate.events += sum(s.events for s in samples)
+class _Simulator:
+    """Simulates batches of configurations, counting the events it has simulated."""
+
+    def __init__(self, options: PlanOptions, progress):
+        self.options, self.progress, self.events = options, progress, 0
+
+    def __call__(self, batch: list[Configured]) -> list[Stats]:
+        o = self.options
+        samples = run_many([c.config for c in batch], o.trials, o.seed, jobs=o.jobs, progress=self.progress)
+        self.events += sum(s.events for s in samples)
         return [summarise(s) for s in samples]
-    simulate.events = 0
-    return simulate
 
 
 def _order(r: Ranked) -> tuple:

@@ -11,6 +11,7 @@ code paths, never code or command lines. No torch here: planning must not need i
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
+from typing import Sequence
 
 from costsim.errors import InputError
 
@@ -86,7 +87,7 @@ def parse_runtime(raw, source: str, prefix: str = "runtime", base: Runtime | Non
     return Runtime(**values)
 
 
-def parse_pairs(pairs: list[str] | tuple[str, ...], source: str = "--runtime", base: Runtime | None = None) -> Runtime:
+def parse_pairs(pairs: Sequence[str], source: str = "--runtime", base: Runtime | None = None) -> Runtime:
     """Runtime from KEY=VALUE strings (the command line), over `base`."""
     raw = {}
     for pair in pairs:

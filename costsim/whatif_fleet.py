@@ -7,6 +7,7 @@ from costsim.fleet.strategies import Strategy
 from costsim.io.files import Fields
 from costsim.io.scenario import Scenario, load_fleet, parse_strategy
 from costsim.io.specs import load_offerings, load_skus
+from costsim.spec import ON_DEMAND
 
 
 def scenario_for_hardware(fleet: str, sku: str, nodes: int, horizon_s: float) -> Scenario:
@@ -25,7 +26,7 @@ def scenario_for_hardware(fleet: str, sku: str, nodes: int, horizon_s: float) ->
                         "scaling": "idle-timeout", "idle_timeout": "30m"})
         if o.spot_per_h is not None:
             entries.append({"name": f"{o.instance}-spot", "kind": "spot", "offering": o.id})
-    cheapest = min(offerings, key=lambda o: o.on_demand_per_h / o.gpus_per_node)
+    cheapest = min(offerings, key=lambda o: o.price_per_h(ON_DEMAND) / o.gpus_per_node)
     entries.append({"name": f"hybrid-{sku}-burst-{cheapest.instance}", "kind": "hybrid", "sku": sku, "nodes": nodes,
                     "burst": {"offering": cheapest.id, "scaling": "idle-timeout", "idle_timeout": "10m"}})
     strategies: tuple[Strategy, ...] = tuple(parse_strategy(Fields("--hardware", e, f"{e['name']}."), 1.0)

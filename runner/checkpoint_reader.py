@@ -13,6 +13,7 @@ import os
 import pickle
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import IO, cast
 
 import torch
 from torch.distributed.checkpoint import FileSystemReader, default_planner
@@ -62,12 +63,10 @@ class SafeFileSystemReader(FileSystemReader):
         return metadata
 
     def read_data(self, plan, planner):
-        """The requested entries, read by a pool of threads, each tensor straight from its file slice.
-
-        DCP's reader reads one file after another in one thread. `scripts/bench_load.py`, 8 GB into one
-        H200 from the page cache (2026-11-30): 1.28 s with 8 threads against DCP's 5.48 s, 0.99x with
-        one thread; on a 2-core CPU machine 2.3x with 2 threads. (A first version that copied each
-        entry into a bytes buffer first was no faster than DCP's on the H200 host.)"""
+        """The requested entries, read by a pool of threads (DCP's own reader reads one file after
+        another in one thread), each tensor straight from its file slice, in runs of about
+        READ_BATCH_BYTES. `scripts/bench_load.py` measures it against DCP's; the figures are in
+        data/measurements/2026-11-30-h200-sdxl-reader."""
         jobs: dict[str, list] = {}
         for item in plan.items:
             info = self.storage_data[item.storage_index]
@@ -89,7 +88,7 @@ class SafeFileSystemReader(FileSystemReader):
         with ThreadPoolExecutor(max_workers=max(1, min(read_threads(), len(batches)))) as pool:
             for done in [pool.submit(self._read_batch, path, items, planner) for path, items in batches]:
                 done.result()
-        future = torch.futures.Future()
+        future: torch.futures.Future[None] = torch.futures.Future()
         future.set_result(None)
         return future
 
@@ -101,7 +100,7 @@ class SafeFileSystemReader(FileSystemReader):
                 if item.type == LoadItemType.BYTE_IO:
                     planner.load_bytes(item, io.BytesIO(data.read()))
                     continue
-                tensor = torch.load(data, map_location="cpu", weights_only=True)
+                tensor = torch.load(cast(IO[bytes], data), map_location="cpu", weights_only=True)   # a file-like slice
                 tensor = _narrow(tensor, item.storage_offsets, item.lengths)
                 target = planner.resolve_tensor(item).detach()
                 if target.size() != tensor.size():

@@ -71,7 +71,8 @@ def discover(*, nnodes: int | None, node_rank: int | None, endpoint: str | None,
                              run_id=env.get("SKYPILOT_TASK_ID"), source="skypilot"))
     if "SLURM_NODEID" in env and "SLURM_NNODES" in env:
         count = _int(env["SLURM_NNODES"], "SLURM_NNODES")
-        host = env.get("MASTER_ADDR") or (expand_slurm_nodelist(env.get("SLURM_JOB_NODELIST", "")) or [None])[0]
+        hosts = expand_slurm_nodelist(env.get("SLURM_JOB_NODELIST", ""))
+        host = env.get("MASTER_ADDR") or (hosts[0] if hosts else None)
         if count > 1 and not host:
             raise LaunchError("Slurm job of several nodes without SLURM_JOB_NODELIST or MASTER_ADDR")
         port = env.get("MASTER_PORT", str(DEFAULT_PORT))
@@ -117,6 +118,8 @@ def torchrun_argv(node: Node, *, nproc_per_node: int, run_id: str, worker_args: 
     if node.nnodes == 1:
         argv += ["--standalone"]
     else:
+        if node.endpoint is None:   # discover() gives every node of a multi-node job one
+            raise LaunchError(f"{node.nnodes} nodes and no rendezvous endpoint")
         # MIN:MAX lets the job go on with fewer nodes (elastic); a single count is a fixed gang.
         nnodes = f"{min_nodes}:{node.nnodes}" if min_nodes and min_nodes < node.nnodes else str(node.nnodes)
         argv += ["--nnodes", nnodes, "--node-rank", str(node.node_rank), "--rdzv-backend", "c10d",

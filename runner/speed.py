@@ -44,7 +44,8 @@ def prepare_model(model: torch.nn.Module, runtime: Runtime) -> int:
                                      "enable_gradient_checkpointing() (diffusers/transformers models do)")
         enable()
     if runtime.channels_last:
-        model.to(memory_format=torch.channels_last)   # parameters keep their identity: the optimizer is unaffected
+        # parameters keep their identity: the optimizer is unaffected (Module.to accepts it; its stubs do not say so)
+        model.to(memory_format=torch.channels_last)   # type: ignore[call-overload]
     if runtime.compile == "model":
         model.compile(mode=runtime.compile_mode)
         return 1
@@ -68,10 +69,9 @@ def configure_backends(runtime: Runtime) -> None:
     ddp_graph: TorchDynamo sees a compiled model run inside DDP's forward and by default splits its
     graph at the gradient buckets (`split`, its DDP optimizer) so that each bucket's all-reduce
     overlaps the rest of the backward pass. `whole` compiles one graph: the gradients are all-reduced
-    after the backward pass, but the compile caches return it whole. SDXL on 2 x H200, 16 per GPU:
-    the first step of a restart from a warm cache 24.4 s whole against 83.8 s split, the same step
-    time (0.810 s against 0.809 s). The 2-GPU whole graph is not the 1-GPU one: it did not come
-    from a 1-GPU run's cache."""
+    after the backward pass, but the compile caches return it whole, so a restart's first step is
+    much shorter at the same step time (SDXL on 2 x H200: data/measurements/2026-11-30-h200-sdxl-restart).
+    A whole graph is per world size: a 1-GPU run's cache does not serve a 2-GPU run."""
     torch.backends.cudnn.benchmark = runtime.cudnn_benchmark
     import torch._dynamo as dynamo
     dynamo.config.optimize_ddp = "no_optimization" if runtime.ddp_graph == "whole" else "ddp_optimizer"

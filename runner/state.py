@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+from typing import Any
 
 import numpy as np
 import torch
@@ -14,8 +15,9 @@ PRIVATE_PREFIX = "rng_rank"   # the one top-level entry that differs between ran
 
 def rng_state() -> dict:
     """This process's random states as tensors and numbers (no pickled objects)."""
-    np_state = np.random.get_state()
-    state = {"torch": torch.get_rng_state(),
+    np_state = np.random.get_state(legacy=True)   # ("MT19937", keys, pos, has_gauss, cached_gaussian)
+    assert isinstance(np_state, tuple)
+    state: dict[str, Any] = {"torch": torch.get_rng_state(),
              "python": torch.tensor(random.getstate()[1], dtype=torch.int64),
              "numpy_keys": torch.from_numpy(np_state[1].astype(np.int64)), "numpy_pos": int(np_state[2])}
     if torch.cuda.is_available():

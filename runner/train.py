@@ -126,7 +126,8 @@ class Trainer:
         total = None
         for micro in range(self.accumulation):
             sync = micro == self.accumulation - 1
-            no_sync = contextlib.nullcontext() if sync or self.world_size == 1 else model.no_sync()
+            no_sync = (model.no_sync() if isinstance(model, DistributedDataParallel) and not sync and self.world_size > 1
+                       else contextlib.nullcontext())
             with autocast, speed.attention(self.runtime), no_sync:
                 loss = built.loss(model, built.batch(self.split.indices(self.step, self.rank, micro))) / self.accumulation
             loss.backward()
@@ -197,9 +198,12 @@ class Trainer:
         """The held-out loss of the live weights, averaged over every rank's share (one all-reduce).
         Eager even when the model is compiled: a no-grad forward at another batch size would otherwise
         compile new graphs (minutes for the whole SDXL UNet) for a few seconds of work."""
+        validate = self.built.validate
+        if validate is None:
+            return
         started = time.monotonic()
         with torch.compiler.set_stance("force_eager"):
-            total = self.built.validate(self.built.model).detach().float().cpu()
+            total = validate(self.built.model).detach().float().cpu()
         if self.world_size > 1:
             dist.all_reduce(total, op=dist.ReduceOp.SUM)
         if self.rank == 0:
@@ -244,9 +248,12 @@ class Trainer:
     def export(self) -> None:
         """The workload's trained model into RUN/final, atomically: written to a temporary folder,
         fsynced, then renamed over any earlier export."""
+        export = self.built.export
+        if export is None:
+            return
         started = time.monotonic()
         final = Path(self.telemetry.path.parent) / layout.FINAL
-        written = layout.write_folder_atomic(final, self.built.export)
+        written = layout.write_folder_atomic(final, export)
         self.telemetry.event("export", step=self.step, path=str(final), bytes=written,
                              duration_s=time.monotonic() - started)
         print(f"runner: wrote the trained model to {final} ({written / 1e9:.2f} GB)", file=sys.stderr, flush=True)

@@ -16,8 +16,9 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
+from costsim import checkpoint as ckpt
 from costsim.control.backend import Backend
 from costsim.control.journal import Instance, Journal
 from costsim.control.progress import WARMUP_STEPS, Progress, RunFolder
@@ -78,11 +79,11 @@ class Measured:
 
     @property
     def paid_checkpoint_s(self) -> float:
-        return self.checkpoint_stall_s if self.checkpoint_stall_s is not None else self.checkpoint_s
+        return ckpt.paid_checkpoint_s(self.checkpoint_s, self.checkpoint_stall_s)
 
 
-def measured(progress: Progress, plan: Figures, scale: float, *, resumes: list[float] = (),
-             releases: list[float] = ()) -> Measured:
+def measured(progress: Progress, plan: Figures, scale: float, *, resumes: Sequence[float] = (),
+             releases: Sequence[float] = ()) -> Measured:
     """Wall-clock figures from the run folder (else the plan's) in trace seconds; `resumes` (what
     each start cost, the first start first) and `releases` are already in trace seconds."""
     step = progress.mean_step_s() or plan.step_s

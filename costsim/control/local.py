@@ -141,7 +141,7 @@ class LocalBackend:
     # -- instances -----------------------------------------------------------------------
     def start(self, market: str, t: float) -> dict:
         handle = self.jobs.start(market)
-        if market == SPOT:
+        if market == SPOT and self.capacity is not None:   # markets_for offers spot only with a trace
             handle["reclaim_at"] = self.capacity.reclaim_at(t)
         return handle
 

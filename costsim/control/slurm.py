@@ -71,12 +71,12 @@ def check_slurm(reclaim: bool = False) -> float:
 
 def _fields(text: str) -> dict[str, str]:
     """KEY=VALUE tokens of `scontrol show ... -o` (values without spaces are all we read)."""
-    return dict(m.groups() for m in re.finditer(r"(\w+)=(\S*)", text))
+    return {m.group(1): m.group(2) for m in re.finditer(r"(\w+)=(\S*)", text)}
 
 
 class SlurmBackend:
     name = "slurm"
-    markets = (SPOT, ON_DEMAND)
+    markets: tuple[str, ...] = (SPOT, ON_DEMAND)
     foresight = False   # Slurm says whether there is capacity now, never when it comes back
 
     def __init__(self, reclaim: TraceCapacity | None, *, plan: Path, run_dir: Path, run_id: str,

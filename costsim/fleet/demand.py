@@ -48,7 +48,7 @@ class Poisson:
     deadline_s: float | None = None
 
     def jobs(self, horizon_s: float, rng: np.random.Generator) -> list[Job]:
-        t, out = 0.0, []
+        t, out = 0.0, []   # type: float, list[Job]
         gpus, weights = zip(*self.gpu_choices)
         p = np.array(weights, dtype=float) / sum(weights)
         while True:

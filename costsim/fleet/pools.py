@@ -171,7 +171,10 @@ class SchedulePool:
             t = self.next_open(t - 1e-9) if self.occurrence(t) is None else t
             if t >= horizon_s:
                 return
-            window_id, open_s, close_s = self.occurrence(t)
+            occurrence = self.occurrence(t)
+            if occurrence is None:   # next_open found no window before the horizon
+                return
+            window_id, open_s, close_s = occurrence
             end = max(close_s, self.overrun_until.get(window_id, 0.0))
             self.ledger.intervals += [(open_s, min(end, horizon_s))] * self.nodes
             t = close_s

@@ -59,6 +59,27 @@ class Strategy:
     spot: SpotTerms | None = None
     burst: "Strategy | None" = None  # hybrid: the on-demand part
 
+    @property
+    def cloud_part(self) -> Strategy:
+        """The strategy whose cloud nodes serve jobs: a hybrid's burst part, else this one."""
+        if self.kind != "hybrid":
+            return self
+        if self.burst is None:
+            raise ValueError(f"hybrid strategy {self.name!r} has no burst part")
+        return self.burst
+
+    @property
+    def owned_terms(self) -> cost.Ownership:
+        if self.ownership is None:
+            raise ValueError(f"strategy {self.name!r} owns no servers")
+        return self.ownership
+
+    @property
+    def spot_terms(self) -> SpotTerms:
+        if self.spot is None:
+            raise ValueError(f"strategy {self.name!r} has no spot terms")
+        return self.spot
+
 
 @dataclass(slots=True)
 class Result:
@@ -105,15 +126,14 @@ def run(strategy: Strategy, jobs: list[Job], horizon_s: float, seed: int = 0) ->
     env = simpy.Environment()
     s = strategy
     owned = OwnedPool(env, s.nodes * s.gpus_per_node) if s.kind in ("owned", "hybrid") else None
-    burst_strategy = s.burst if s.kind == "hybrid" else s
-    cloud = cloud_pool(env, burst_strategy, horizon_s) if s.kind in ("on-demand", "hybrid") else None
+    cloud = cloud_pool(env, s.cloud_part, horizon_s) if s.kind in ("on-demand", "hybrid") else None
     result = Result(name=s.name, kind=s.kind, total_cost=0.0, used_gpu_hours=0.0, utilization=None,
                     jobs=len(jobs))
     spot_cost = [0.0]
     for index, job in enumerate(jobs):
         env.process(_serve(env, s, job, index, owned, cloud, result, spot_cost, seed))
     env.run()
-    served = jobs if s.kind != "owned" else [job for job in jobs if job.gpus <= owned.gpus]
+    served = jobs if owned is None or s.kind != "owned" else [job for job in jobs if job.gpus <= owned.gpus]
     result.used_gpu_hours = sum(job.gpus * job.duration_s for job in served) / 3600.0
     _cost(result, s, owned, cloud, spot_cost[0], horizon_s)
     return result
@@ -135,7 +155,7 @@ def _serve(env, s: Strategy, job: Job, index: int, owned, cloud, result: Result,
             result.deadline_misses += 1
             return
         use_owned = False
-    elif s.kind == "hybrid":
+    elif s.kind == "hybrid" and owned is not None:
         slack = (job.deadline_s if job.deadline_s is not None else math.inf) - job.duration_s
         use_owned = owned.predicted_start(job.gpus) - env.now <= slack
     result.burst_jobs += 1 if s.kind == "hybrid" and not use_owned else 0
@@ -143,7 +163,7 @@ def _serve(env, s: Strategy, job: Job, index: int, owned, cloud, result: Result,
         started = yield from owned.run(job.gpus, job.duration_s)
         duration = job.duration_s
     else:
-        target = s.burst if s.kind == "hybrid" else s
+        target = s.cloud_part
         duration = job.duration_s / target.speed
         started = yield from cloud.run(math.ceil(job.gpus / target.gpus_per_node), duration)
     result.waits_s.append(started - job.submit_s)
@@ -157,7 +177,7 @@ def _check_deadline(result: Result, job: Job, elapsed_s: float) -> None:
 
 def _spot_job(s: Strategy, job: Job, seed: int) -> tuple[float, float]:
     """One trial of the job model: this job on spot nodes with the strategy's fallback policy."""
-    t = s.spot
+    t = s.spot_terms
     work_s = job.duration_s / s.speed
     nodes = math.ceil(job.gpus / s.gpus_per_node)
     deadline = job.deadline_s if job.deadline_s is not None else 3.0 * work_s + s.provision_s
@@ -179,12 +199,12 @@ def _cost(result: Result, s: Strategy, owned, cloud, spot_cost: float, horizon_s
     if owned is not None:
         capacity_gpu_s = owned.gpus * horizon_s
         result.utilization = min(owned.busy_gpu_s / capacity_gpu_s, 1.0)
-        total += cost.ownership_per_hour(s.ownership, result.utilization) * horizon_h * s.nodes
+        total += cost.ownership_per_hour(s.owned_terms, result.utilization) * horizon_h * s.nodes
         idle += (capacity_gpu_s - owned.busy_gpu_s) / 3600.0
     if cloud is not None:
         if hasattr(cloud, "close"):
             cloud.close(horizon_s)
-        target = s.burst if s.kind == "hybrid" else s
+        target = s.cloud_part
         billed_node_s = sum(end - start for start, end in cloud.ledger.intervals)
         total += billed_node_s / 3600.0 * target.node_price_h
         idle += (billed_node_s - cloud.ledger.busy_node_s) * target.gpus_per_node / 3600.0

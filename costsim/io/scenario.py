@@ -191,17 +191,19 @@ def _cloud(s: Fields, name: str, kind: str, usd_rate: float | None) -> Strategy:
     offering = next((o for o in load_offerings() if o.id == offering_id), None)
     if offering is None:
         raise InputError(s.source, s.name("offering"), f"unknown {offering_id!r}; see `costsim catalog`")
+    if offering.on_demand_per_h is None:
+        raise InputError(s.source, s.name("offering"), f"{offering_id} is owned hardware: name it with kind owned")
     od = _convert(offering.on_demand_per_h, usd_rate, s, s.name("offering"))
     spot = None
     if kind == "spot":
-        if offering.spot_per_h is None:
+        if offering.spot_per_h is None or offering.spot_model is None:
             raise InputError(s.source, s.name("offering"), f"{offering_id} has no spot market")
         m = offering.spot_model
         spot = SpotTerms(spot_price_h=_convert(offering.spot_per_h, usd_rate, s, s.name("offering")),
                          on_demand_price_h=od, mtbf_s=m.mtbf_s, wait_mean_s=m.wait_mean_s, weibull_shape=m.weibull_shape,
                          notice_s=offering.spot_notice_s, checkpoint_s=s.duration("checkpoint", 60.0),
                          restart_s=s.duration("restart", 300.0, allow_zero=True))
-    return Strategy(gpus_per_node=offering.gpus_per_node, node_price_h=od if kind == "on-demand" else spot.spot_price_h,
+    return Strategy(gpus_per_node=offering.gpus_per_node, node_price_h=spot.spot_price_h if spot else od,
                     provision_s=offering.provision_s, spot=spot, **common)
 
 

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import simpy
 
+from costsim import checkpoint as ckpt
 from costsim.policies import SPOT, Decision, Policy, View
 from costsim.sim.market import Timeline
 
@@ -37,7 +39,7 @@ class JobParams:
     @property
     def paid_checkpoint_s(self) -> float:
         """What a periodic checkpoint costs training: the async stall, else the synchronous write."""
-        return self.checkpoint_stall_s if self.checkpoint_stall_s is not None else self.checkpoint_s
+        return ckpt.paid_checkpoint_s(self.checkpoint_s, self.checkpoint_stall_s)
 
 
 @dataclass(slots=True)
@@ -80,7 +82,7 @@ class Job:
         self.live_s = 0.0         # work done in the running process
         self.last_checkpoint_s = 0.0
         self.started_once = False
-        self._phase: tuple[str, object] = ("idle", None)
+        self._phase: tuple[str, Any] = ("idle", None)   # work: its start time; checkpoint: (start, work)
         self._pending: tuple[float, float] | None = None   # async write: (done at, work it saves)
         self.process = env.process(self.run())
 
@@ -138,7 +140,10 @@ class Job:
             yield from self._work_on(market)
             stint.end_s = self.env.now
         except simpy.Interrupt as interrupt:
-            yield from self._on_notice(interrupt.cause.reclaim_at)
+            notice = interrupt.cause
+            if not isinstance(notice, Notice):   # _reclaim's is the only interrupt
+                raise
+            yield from self._on_notice(notice.reclaim_at)
             stint.end_s = self.env.now
         self._log("release", market)
 

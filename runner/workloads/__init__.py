@@ -88,8 +88,8 @@ def workload(*, options: dict[str, str] | None = None,
         def build(ctx): ...
     """
     def mark(builder: Builder) -> Builder:
-        builder.options = dict(options or {})
-        builder.check = check
+        setattr(builder, "options", dict(options or {}))   # read back with getattr: any callable may be a builder
+        setattr(builder, "check", check)
         return builder
     return mark
 
