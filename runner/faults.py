@@ -63,8 +63,8 @@ class NoticeFlag:
     """Set by SIGTERM; the training loop polls it at agreed steps.
 
     Python runs a signal handler only when the main thread comes back to Python. A worker whose peer
-    died is blocked in a collective that never returns (torchrun then SIGTERMs it and waits 30 s
-    before SIGKILL: 30 s of every in-place restart, measured on H200). So the C-level handler also
+    died is blocked in a collective that never returns (torchrun then SIGTERMs it and waits before
+    SIGKILL, a wait every in-place restart would pay). So the C-level handler also
     wakes a watcher thread (signal.set_wakeup_fd); if the Python handler has not run `stuck_after_s`
     later, the main thread is stuck in native code, no emergency checkpoint can be written, and the
     worker exits at once. A live worker's main thread is back in Python within a step or a
@@ -115,10 +115,10 @@ def children(pid: int) -> list[int]:
 
 def notify_workers(agent_pid: int) -> None:
     """The spot notice (SIGTERM) to each worker of a torchrun agent, not to the agent: torchrun
-    answers a SIGTERM by signalling its workers itself and killing them 30 s later, and an SDXL
-    emergency checkpoint takes 36 s (data/measurements/2026-11-30-h200-sdxl-rescale). The workers
-    write it and exit with PREEMPTED_EXIT; the agent then ends on its own. Before the workers exist
-    (or where /proc does not list children) the agent gets it, as before."""
+    answers a SIGTERM by signalling its workers itself and killing them a fixed time later, which
+    can be shorter than an emergency checkpoint (SDXL's: data/measurements/2026-11-30-h200-sdxl-rescale).
+    The workers write it and exit with PREEMPTED_EXIT; the agent then ends on its own. Before the
+    workers exist (or where /proc does not list children) the agent gets it."""
     workers = children(agent_pid)
     for pid in workers:
         try:

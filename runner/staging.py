@@ -1,8 +1,8 @@
 """Host staging for asynchronous checkpoints: the training stall is one device-to-host copy.
 
 The host buffers (pinned, on GPUs) are allocated once, by a background thread started right after
-the first training step, when the optimizer's state exists. Pinning ~31 GB takes tens of seconds
-(measured 25-33 s on an H200 host, 2026-11-29); done inside the first save, as PyTorch's own
+the first training step, when the optimizer's state exists. Pinning SDXL's state takes tens of
+seconds (data/measurements/2026-11-29-h200-sdxl-speed); done inside the first save, as PyTorch's own
 `async_save` staging does, it is a training stall of that length after every restart. Each save then
 copies the state into the same buffers (non-blocking, one synchronisation) and hands the host copy
 to the background writer, so training may change the device tensors while the write goes on.
