@@ -47,6 +47,15 @@ class Run:
     def wall_s(self) -> float | None:
         return self.summary.get("wall_s")
 
+    @property
+    def ran_as_priced(self) -> bool:
+        """Whether its steps ran the plan's batch split (GPUs, nodes, micro-batch, accumulation): only
+        then is the plan's step time a prediction of this run's."""
+        r, p = self.plan.resources, self.plan.prediction
+        world = r.gpus_per_node * r.nodes
+        micro = p.per_gpu_batch or self.plan.workload.global_batch // (world * p.accumulation)   # older plans lack it
+        priced = (world, r.nodes, micro, p.accumulation)
+        return (self.point.gpus, self.point.nodes, self.point.micro_batch, self.point.accumulation) == priced
 
 
 def load_run(ref: str) -> Run:
@@ -249,6 +258,12 @@ def calibrate(runs: list[Run], profile: Profile) -> Calibration:
         notes.append(f"max_batch_per_gpu raised from {after.max_batch_per_gpu} to {trained}: a run trained at it")
         after = replace(after, max_batch_per_gpu=trained)
     for run in runs:
+        if not run.ran_as_priced:
+            r = run.plan.resources
+            notes.append(f"{run.name} ran {run.point.gpus} GPU(s) on {run.point.nodes} node(s) at micro-batch "
+                         f"{run.point.micro_batch} x accumulation {run.point.accumulation}, not the "
+                         f"{r.gpus_per_node * r.nodes} GPU(s) on {r.nodes} node(s) its plan priced: its step time "
+                         "is not compared with the plan's")
         if run.steps != run.plan.job_steps:
             notes.append(f"{run.name} ran {run.steps} of its plan's {run.plan.job_steps} steps: "
                          "its wall time is not compared with the plan's")
@@ -294,12 +309,14 @@ def report_rows(c: Calibration) -> list[dict]:
     rows = []
     for run in c.runs:
         pred, batch, async_mode = run.plan.prediction, run.plan.workload.global_batch, run.plan.checkpoint.async_
+        as_priced = run.ran_as_priced
         measured_wall = run.wall_s
         rows.append({
             "run": run.name, "gpus": run.point.gpus, "micro_batch": run.point.micro_batch,
-            "step_s": {"plan": pred.step_time_s, "refit": predict_step_s(c.after, run.point),
+            "step_s": {"plan": pred.step_time_s if as_priced else None, "refit": predict_step_s(c.after, run.point),
                        "measured": run.point.step_s},
-            "samples_per_s": {"plan": pred.samples_per_s, "refit": batch / predict_step_s(c.after, run.point),
+            "samples_per_s": {"plan": pred.samples_per_s if as_priced else None,
+                              "refit": batch / predict_step_s(c.after, run.point),
                               "measured": batch / run.point.step_s},
             # the plan's makespan is for its whole job: no measure of a run cut short (`--steps`)
             "wall_s": {"plan": pred.makespan_s.p50 if run.steps == run.plan.job_steps else None,

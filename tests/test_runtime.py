@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RESTARTS = ROOT / "data" / "measurements" / "2026-11-30-h200-sdxl-restart"
 READER = ROOT / "data" / "measurements" / "2026-11-30-h200-sdxl-reader"
 MEASURED = ROOT / "data" / "measurements" / "2026-11-29-h200-sdxl-speed"
+FINETUNE = ROOT / "data" / "measurements" / "2026-11-30-h200-sdxl-finetune"
 
 
 def test_defaults_are_the_plain_eager_loop():
@@ -242,6 +243,24 @@ def test_calibrate_compares_an_async_plans_stall_with_async_saves_only():
     assert min(runs[0].async_cost_s) > max(runs[0].async_stall_s)   # the stalled step and the steps beside the write
     assert runs[1].sync_save_s and not runs[1].async_stall_s
     assert rows["restart"] is None   # only a final synchronous save: no measurement of an async stall
+
+
+def test_a_run_on_other_gpus_than_its_plan_priced_is_not_compared_with_its_step_time():
+    """The shipped plan (8 x H200, micro-batch 8) run on the 2 GPUs a machine had (accumulation 4):
+    the plan's step time is for another batch split, so no error is computed against it."""
+    from costsim.calibrate import report_rows
+    profile = cio.load_profile("sdxl-unet")
+    other = load_run(str(FINETUNE / "finetune"))
+    assert not other.ran_as_priced and (other.point.gpus, other.point.accumulation) == (2, 4)
+    result = calibrate([other], profile)
+    row, = report_rows(result)
+    assert row["step_s"]["plan"] is None and row["samples_per_s"]["plan"] is None
+    assert row["step_s"]["measured"] == other.point.step_s
+    assert any("not the 8 GPU(s) on 1 node(s) its plan priced" in note for note in result.notes)
+    same = load_run(str(FINETUNE / "eager" / "data-1"))
+    assert same.ran_as_priced
+    row, = report_rows(calibrate([same], profile))
+    assert row["step_s"]["plan"] == same.plan.prediction.step_time_s
 
 
 def test_a_run_cut_short_is_not_compared_with_its_plans_makespan():
