@@ -235,7 +235,8 @@ def test_torchruns_failure_report_is_left_out_and_a_workers_traceback_kept():
                 b'  File "/x/torch/distributed/run.py", line 1032, in <module>\n', b"    main()\n",
                 b"torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n", b"=" * 60 + b"\n",
                 b"runner.train FAILED\n", b"-" * 60 + b"\n", b"  exitcode  : 1 (pid: 7)\n", b"=" * 60 + b"\n"]
-    noisy = b"E1130 api.py:1002] failed (exitcode: 78) local_rank: 0 (pid: 1) of binary: python3\n"
+    noisy = (b"E1130 api.py:1002] failed (exitcode: 78) local_rank: 0 (pid: 1) of binary: python3\n"
+             b"W1130 api.py:1028] Sending process 29378 closing signal SIGTERM\n")   # when one rank stopped first
     out = io.BytesIO()
     stream = io.BytesIO(b"runner: step 5/10\n" + b"".join(worker) + b"".join(torchrun) + noisy + b"runner: restart 1\n")
     TorchrunReportFilter(out).pump(stream)
