@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# On the GPU machine (device tool): the shipped SDXL plan as a user runs it, end to end.
+#   `costsim plan --workload sdxl --gpu H200` as written, then `runner execute plan.json` on the GPUs this
+#   node has (the plan's settings; the global batch kept by accumulation), STEPS steps with a spot notice
+#   (SIGTERM) at NOTICE: the emergency checkpoint, the restart from it, the final save; then `runner
+#   report` and `costsim calibrate` read the run folder back.
+# Everything lands in $OUT. Wheels (simpy, diffusers, accelerate, safetensors, psutil, importlib_metadata) in .whl/.
+set -uo pipefail
+STEPS=${STEPS:-24}; NOTICE=${NOTICE:-12}; OUT=${OUT:-/tmp/out}
+export PYTHONUNBUFFERED=1
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+export PYTHONPATH=/tmp/site:$PWD NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export TORCHINDUCTOR_CACHE_DIR=/tmp/inductor
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > "$OUT/gpus.txt"
+python3 -c 'import torch, diffusers; print("torch", torch.__version__, "diffusers", diffusers.__version__)' >> "$OUT/gpus.txt"
+date +%T
+python3 -m costsim plan --workload sdxl --gpu H200 --jobs 4 --out /tmp/plan.json > "$OUT/plan.txt" 2>&1
+echo "plan exit $?"; cp /tmp/plan.json "$OUT/plan.json"; date +%T
+timeout -k 30 420 python3 -m runner execute /tmp/plan.json --run-dir /tmp/run --steps "$STEPS" \
+  --inject-preemptions "term@$NOTICE" > "$OUT/execute.txt" 2>&1
+echo "execute exit $?"; date +%T
+python3 -m runner report /tmp/run > "$OUT/report.txt" 2>&1
+python3 -m costsim calibrate /tmp/run --out /tmp/calibrated.yaml > "$OUT/calibrate.txt" 2>&1
+echo "calibrate exit $?"
+# the run folder less its checkpoints and export: plan.json (the effective plan), telemetry, summary
+tar czf "$OUT/run.tgz" -C /tmp/run --exclude=checkpoints --exclude=final .
+date +%T
