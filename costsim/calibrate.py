@@ -263,7 +263,7 @@ def calibrate(runs: list[Run], profile: Profile) -> Calibration:
             notes.append(f"{run.name} ran {run.point.gpus} GPU(s) on {run.point.nodes} node(s) at micro-batch "
                          f"{run.point.micro_batch} x accumulation {run.point.accumulation}, not the "
                          f"{r.gpus_per_node * r.nodes} GPU(s) on {r.nodes} node(s) its plan priced: its step time "
-                         "is not compared with the plan's")
+                         "and wall time are not compared with the plan's")
         if run.steps != run.plan.job_steps:
             notes.append(f"{run.name} ran {run.steps} of its plan's {run.plan.job_steps} steps: "
                          "its wall time is not compared with the plan's")
@@ -318,8 +318,9 @@ def report_rows(c: Calibration) -> list[dict]:
             "samples_per_s": {"plan": pred.samples_per_s if as_priced else None,
                               "refit": batch / predict_step_s(c.after, run.point),
                               "measured": batch / run.point.step_s},
-            # the plan's makespan is for its whole job: no measure of a run cut short (`--steps`)
-            "wall_s": {"plan": pred.makespan_s.p50 if run.steps == run.plan.job_steps else None,
+            # the plan's makespan is for its whole job on what it priced: no measure of a run cut short
+            # (`--steps`) or run on other GPUs
+            "wall_s": {"plan": pred.makespan_s.p50 if run.steps == run.plan.job_steps and as_priced else None,
                        "refit": predicted_wall_s(c.after, run),
                        "measured": measured_wall},
             # like with like: an async plan's stall against async saves' stalls (a run's final
