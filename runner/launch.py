@@ -135,8 +135,10 @@ class TorchrunReportFilter:
     workers' own output, their tracebacks included, is kept."""
 
     _LOOKAHEAD = 8   # lines of a traceback read before deciding whose it is
-    # torchrun's log line for a worker that stopped on purpose (a notice, or a reason restarting cannot mend)
-    QUIET = tuple(f"failed (exitcode: {code})".encode() for code in (PREEMPTED_EXIT, FATAL_EXIT))
+    # torchrun's log lines for a worker that stopped on purpose (a notice, or a reason restarting cannot
+    # mend), and for the workers it then stops itself (when one rank stops before the others)
+    QUIET = tuple(f"failed (exitcode: {code})".encode() for code in (PREEMPTED_EXIT, FATAL_EXIT)) + (
+        b"closing signal SIGTERM",)
 
     def __init__(self, out) -> None:
         self.out = out
