@@ -10,6 +10,7 @@ import click
 
 from costsim import io, report
 from costsim.catalog import SENSITIVITY_ENDS, find_offering, offerings_for, with_spot_models
+from costsim.cliparams import DURATION, DURATION_OR_ZERO, POSITIVE
 from costsim.contract.plan import Plan
 from costsim.contract.telemetry import TELEMETRY
 from costsim.entry import run
@@ -17,33 +18,10 @@ from costsim.errors import InputError
 from costsim.planfile import plan_of, spot_model_name
 from costsim.planner import PlanOptions, plan
 from costsim.policies import POLICIES
-from costsim.units import DURATION_HELP, format_duration, parse_duration_s
+from costsim.units import format_duration
 from costsim.whatif import BareJob, bare_config, summary, workload_config
 
 FORMATS = ["table", "json", "csv"]
-
-
-class Duration(click.ParamType):
-    """A click parameter for durations: 90s, 5m, 2h, 3d, 1y; `allow_zero` for a cost that may be none."""
-
-    name = "duration"
-
-    def __init__(self, allow_zero: bool = False) -> None:
-        self.allow_zero = allow_zero
-
-    def convert(self, value, param, ctx):
-        if isinstance(value, float):
-            return value
-        try:
-            return parse_duration_s(value, source=f"--{param.name.replace('_', '-')}", field=param.name,
-                                    allow_zero=self.allow_zero)
-        except InputError:
-            self.fail(f"{value!r}: expected {'zero or ' if self.allow_zero else ''}{DURATION_HELP}", param, ctx)
-
-
-DURATION = Duration()
-DURATION_OR_ZERO = Duration(allow_zero=True)
-POSITIVE = click.FloatRange(min=0, min_open=True)
 
 
 def output_options(command):
@@ -505,7 +483,7 @@ def export_command(plan, target, out, bucket, shared_dir):
 @click.option("--notice", type=DURATION_OR_ZERO, help="local: spot notice before a reclaim, in trace time "
               "(default: the plan's spot_notice_s)")
 @click.option("--deadline", type=DURATION, help="in trace time (default: the plan's policy.deadline_s)")
-@click.option("--poll", type=POSITIVE, default=0.5, show_default=True, help="wall seconds between looks at the job "
+@click.option("--poll", type=DURATION, default="0.5s", show_default=True, help="wall time between looks at the job "
               "and the market")
 @click.option("--steps", type=click.IntRange(min=1), help="runner: stop after this many steps (the job's length)")
 @click.option("--seed", type=int, help="runner: its --seed")

@@ -9,22 +9,26 @@ from costsim.errors import InputError
 
 _SECONDS_PER = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0, "y": 365.0 * 86400.0}
 _DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([smhdwy]?)\s*$")
-DURATION_HELP = "a positive duration such as 90s, 5m, 2h, 3d, 1y (a bare number is seconds)"
+UNITS = "s, m, h, d, w, y"
+DURATION_HELP = "a positive duration with its unit, such as 90s, 5m, 2h, 3d, 1y"
 
 
 def parse_duration_s(value, *, source: str, field: str, allow_zero: bool = False) -> float:
-    """Seconds from `90s`, `5m`, `2h`, `3d`, `1y` or a bare number of seconds."""
+    """Seconds from `90s`, `5m`, `2h`, `3d`, `1w`, `1y`. A bare number is refused (36 could be seconds
+    or hours; reading it as either has surprised users): only zero, where zero is allowed, needs no unit."""
+    allowed = ("zero or " if allow_zero else "") + DURATION_HELP
     if isinstance(value, bool):
-        raise InputError(source, field, f"got {value!r}; expected {DURATION_HELP}")
-    if isinstance(value, (int, float)):
-        seconds = float(value)
-    else:
-        match = _DURATION.match(str(value))
-        if not match:
-            raise InputError(source, field, f"got {value!r}; expected {DURATION_HELP}")
-        seconds = float(match.group(1)) * _SECONDS_PER[match.group(2) or "s"]
+        raise InputError(source, field, f"got {value!r}; expected {allowed}")
+    match = _DURATION.match(str(value)) if isinstance(value, (str, int, float)) else None
+    if not match:
+        raise InputError(source, field, f"got {value!r}; expected {allowed}")
+    number, unit = float(match.group(1)), match.group(2)
+    if not unit and not (number == 0 and allow_zero):
+        shown = match.group(1)
+        raise InputError(source, field, f"got {shown} without a unit; write it with one of {UNITS} "
+                         f"(e.g. {shown}h or {shown}s)")
+    seconds = number * _SECONDS_PER[unit or "s"]
     if not math.isfinite(seconds) or seconds < 0 or (seconds == 0 and not allow_zero):
-        allowed = "zero or " + DURATION_HELP if allow_zero else DURATION_HELP
         raise InputError(source, field, f"got {value!r}; expected {allowed}")
     return seconds
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from costsim.cliparams import DURATION
 from costsim.entry import run
 from costsim.errors import InputError
 from costsim.runtime import parse_pairs
@@ -39,8 +40,8 @@ def cli():
 @click.option("--seed", type=int, default=0, show_default=True,
               help="seeds the model, the data and the drill schedule (same seed, same training)")
 @click.option("--max-restarts", type=click.IntRange(min=0), default=10, show_default=True)
-@click.option("--rdzv-timeout", type=click.FloatRange(min=1), default=60, show_default=True,
-              help="seconds a node other than 0 waits for the rendezvous to answer")
+@click.option("--rdzv-timeout", type=DURATION, default="60s", show_default=True,
+              help="how long a node other than 0 waits for the rendezvous to answer")
 @click.option("--steps", type=click.IntRange(min=1), help="stop after this many steps (drills, profiling)")
 @click.option("--workload-entry", help="module:function building your own workload (see docs/runner-workloads.md)")
 @click.option("--option", "options", multiple=True, help="KEY=VALUE passed to the workload (repeatable), e.g. "

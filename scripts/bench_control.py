@@ -104,7 +104,7 @@ def main(argv: list[str]) -> None:
         print(f"running a local drill (about two minutes) in {tmp / 'run'}", file=sys.stderr)
         subprocess.run([sys.executable, "-m", "costsim", "control", str(plan), "--policy", "greedy", "--trace",
                         str(WINDOWS / "6.json"), "--time-scale", str(SCALE), "--deadline", "16h", "--notice", "10m",
-                        "--steps", "24000", "--poll", "0.1", "--run-dir", str(tmp / "run")], check=True,
+                        "--steps", "24000", "--poll", "0.1s", "--run-dir", str(tmp / "run")], check=True,
                        capture_output=True)
         runs = [tmp / "run"]
     decision_cost()

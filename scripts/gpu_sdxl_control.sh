@@ -22,7 +22,7 @@ rm -rf "$RUN"
 trap 'cp "$RUN/control.json" "$OUT/" 2>/dev/null; python3 -m runner report "$RUN" > "$OUT/report.txt" 2>&1; tar czf "$OUT/run.tgz" -C "$RUN" telemetry.jsonl runner.log plan.json 2>/dev/null' EXIT
 date +%T
 timeout -k 90 "$LIMIT" python3 -m costsim control /tmp/plan.json --policy greedy --trace /tmp/trace.json \
-  --time-scale 6 --deadline "$DEADLINE" --notice 10m --steps "$STEPS" --poll 1 --runtime compile=off \
+  --time-scale 6 --deadline "$DEADLINE" --notice 10m --steps "$STEPS" --poll 1s --runtime compile=off \
   --run-dir "$RUN" --plot "$OUT/control.png" > "$OUT/control.txt" 2> "$OUT/control-stderr.txt"
 echo "control exit $?"; date +%T
 cat "$OUT/control.txt"

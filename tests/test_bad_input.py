@@ -122,3 +122,38 @@ def test_a_typo_in_a_profile_is_refused_not_defaulted(run_cli, tmp_path, old, ne
     assert old in text
     check(run_cli("plan", "--workload", "tiny", "--profile", write(tmp_path, text.replace(old, new, 1))),
           "w.yaml", field, "unknown field", "allowed:")
+
+
+# -- durations carry their unit (36 could be seconds or hours) -----------------------------------
+@pytest.mark.parametrize("args, flag", [
+    (("plan", "--workload", "sdxl", "--deadline", "36"), "--deadline"),
+    (("compare", "--fleet", "h100-team", "--hardware", "hgx-h100-8", "--horizon", "12"), "--horizon"),
+    (("simulate", "--work-hours", "1", "--deadline", "2h", "--checkpoint-interval", "20",
+      "--preemption-mtbf", "1h", "--spot-price", "1"), "--checkpoint-interval"),
+    (("control", "plan.json", "--deadline", "16"), "--deadline"),
+    (("control", "plan.json", "--poll", "0.1"), "--poll"),
+])
+def test_a_bare_number_for_a_duration_flag_is_refused_with_the_units(run_cli, args, flag):
+    result = run_cli(*args)
+    check(result, flag, "without a unit", "s, m, h, d, w, y")
+    number = args[args.index(flag) + 1]
+    assert f"got {number} without a unit" in result.stderr and f"{number}h" in result.stderr
+
+
+def test_a_bare_number_for_a_duration_in_a_file_is_refused_with_the_units(run_cli, tmp_path):
+    text = GOOD.replace("deadline: 36h", "deadline: 36")
+    check(run_cli("plan", "--workload", write(tmp_path, text)), "w.yaml", "deadline", "got 36 without a unit", "36h")
+
+
+def test_zero_needs_no_unit_where_zero_is_allowed(run_cli):
+    result = run_cli("simulate", "--work-hours", "1", "--deadline", "2h", "--checkpoint-interval", "20m",
+                     "--restart-cost", "0", "--preemption-mtbf", "1h", "--spot-price", "1", "--trials", "20")
+    assert result.exit_code == 0, result.stderr
+
+
+def test_runner_durations_carry_units_too():
+    from click.testing import CliRunner
+
+    from runner.cli import cli
+    result = CliRunner().invoke(cli, ["execute", "plan.json", "--rdzv-timeout", "60"])
+    assert result.exit_code == 2 and "got 60 without a unit" in result.output, result.output

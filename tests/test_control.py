@@ -248,7 +248,7 @@ def test_a_run_folder_held_by_a_live_controller_is_refused(run_cli, tmp_path):
 
 
 # -- the real drill: runner processes, checkpoints, restarts ----------------------------------------
-DRILL = ["--time-scale", "600", "--deadline", "16h", "--notice", "10m", "--poll", "0.1"]
+DRILL = ["--time-scale", "600", "--deadline", "16h", "--notice", "10m", "--poll", "0.1s"]
 
 
 def _control(plan: Path, run_dir: Path, *args: str, window: int = 6, steps: int = 24000) -> subprocess.Popen:

@@ -49,7 +49,7 @@ def test_unknown_workload_is_refused(plan, tmp_path):
 
 def test_unreachable_rendezvous(plan, tmp_path):
     result = execute(plan, tmp_path / "run", "--nnodes", "2", "--node-rank", "1", "--rdzv-endpoint", "127.0.0.1:9",
-                     "--rdzv-timeout", "2")
+                     "--rdzv-timeout", "2s")
     one_line_error(result, "cannot reach the rendezvous at 127.0.0.1:9")
 
 
