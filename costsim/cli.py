@@ -14,7 +14,7 @@ from costsim.cliparams import DURATION, DURATION_OR_ZERO, POSITIVE
 from costsim.contract.plan import Plan
 from costsim.contract.telemetry import TELEMETRY
 from costsim.entry import run
-from costsim.errors import InputError
+from costsim.errors import InputError, ModelError
 from costsim.planfile import plan_of, spot_model_name
 from costsim.planner import PlanOptions, plan
 from costsim.policies import POLICIES
@@ -102,7 +102,7 @@ def plan_command(workload, deadline, budget, risk, trials, seed, profile_ref, gp
     if sensitivity and fmt == "table":
         _print_sensitivity(_choice(result), sensitivity)
     if chosen is None:
-        raise click.ClickException(
+        raise ModelError(
             f"no candidate reaches P(deadline) >= {result.target:.2f}"
             + (f" within budget {budget}" if budget else "") + "; relax --deadline, --risk or --budget")
 

@@ -1,5 +1,12 @@
-"""The one way both command lines end: bad input is one line on stderr and exit status 2, model
-errors exit 1, and no traceback reaches the user for either."""
+"""The one way both command lines end, and their exit statuses (README "Exit statuses"):
+
+    0   done
+    1   the job failed, or the question has no answer (a ModelError: nothing meets the target)
+    2   bad input: one line on stderr naming the file or flag, the field and what is allowed
+    75  `runner execute` left on a preemption notice (EX_TEMPFAIL: start it again to resume)
+    130 interrupted (Ctrl-C)
+
+No traceback reaches the user for any of them."""
 
 from __future__ import annotations
 
@@ -9,6 +16,7 @@ import click
 
 from costsim.errors import InputError, ModelError
 
+EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
 
 
@@ -22,8 +30,8 @@ def run(group: click.Group, prog_name: str, argv: list[str] | None = None) -> No
         command = exc.ctx.command_path if exc.ctx else prog_name
         click.echo(f"error: {command}: {exc.format_message()} (see {command} --help)", err=True)
         sys.exit(EXIT_BAD_INPUT)
-    except click.ClickException as exc:
-        exc.show()
+    except click.ClickException as exc:   # one prefix for every error, click's own too
+        click.echo(f"error: {exc.format_message()}", err=True)
         sys.exit(exc.exit_code)
     except (click.Abort, KeyboardInterrupt):
         click.echo("aborted", err=True)

@@ -12,7 +12,12 @@ class InputError(ValueError):
         self.source = str(source)
         self.field = field
         self.message = message
-        super().__init__(f"{self.source}: {field}: {message}")
+        super().__init__(f"{self.source}: {message}" if _same(self.source, field) else f"{self.source}: {field}: {message}")
+
+
+def _same(source: str, field: str) -> bool:
+    """A flag and its own field (`--backend`, `backend`): named once."""
+    return source.startswith("-") and source.lstrip("-").replace("-", "_") == field.replace("-", "_")
 
 
 class ModelError(RuntimeError):
