@@ -468,9 +468,8 @@ def export_command(plan, target, out, bucket, shared_dir):
 
 @cli.command("control")
 @click.argument("plan", type=click.Path(dir_okay=False))
-@click.option("--backend", type=click.Choice(["local", "slurm"]), default="local", show_default=True,
-              help="local: this machine stands for both markets, spot follows --trace; slurm: partitions spot and "
-              "on-demand of a real Slurm (docs/control.md)")
+@click.option("--backend", type=click.Choice(["local", "slurm"]), help="local (the default): this machine stands for "
+              "both markets, spot follows --trace; slurm: partitions spot and on-demand of a real Slurm (docs/control.md)")
 @click.option("--run-dir", type=click.Path(file_okay=False), help="the job's run folder and the controller's journal "
               "(control.json); given again, the controller picks up where it was (default: runs/control-<time>)")
 @click.option("--policy", type=click.Choice(sorted(POLICIES)), help="default: the plan's policy.name")
@@ -478,13 +477,12 @@ def export_command(plan, target, out, bucket, shared_dir):
               "simulator's format, 0 = capacity)")
 @click.option("--reclaim-trace", type=click.Path(dir_okay=False), help="slurm drills: while this trace says capacity "
               "is gone, high-priority jobs take the spot partition's node and Slurm preempts the job")
-@click.option("--time-scale", type=POSITIVE, default=1.0, show_default=True,
-              help="trace seconds per wall second (a drill replays a day in minutes)")
+@click.option("--time-scale", type=POSITIVE, help="trace seconds per wall second (a drill replays a day in minutes; "
+              "default 1)")
 @click.option("--notice", type=DURATION_OR_ZERO, help="local: spot notice before a reclaim, in trace time "
               "(default: the plan's spot_notice_s)")
 @click.option("--deadline", type=DURATION, help="in trace time (default: the plan's policy.deadline_s)")
-@click.option("--poll", type=DURATION, default="0.5s", show_default=True, help="wall time between looks at the job "
-              "and the market")
+@click.option("--poll", type=DURATION, help="wall time between looks at the job and the market (default 0.5s)")
 @click.option("--steps", type=click.IntRange(min=1), help="runner: stop after this many steps (the job's length)")
 @click.option("--seed", type=int, help="runner: its --seed")
 @click.option("--nproc-per-node", type=click.IntRange(min=1), help="runner: its --nproc-per-node")
@@ -500,7 +498,7 @@ def control_command(plan, backend, run_dir, policy, trace, reclaim_trace, time_s
     --time-scale 600 --deadline 16h --notice 10m --steps 24000 --run-dir runs/drill --plot drill.png
     """
     from costsim.control import session
-    if trace and backend != "local":
+    if trace and backend == "slurm":
         raise click.UsageError("--trace is the local backend's capacity; on slurm give --reclaim-trace")
     if reclaim_trace and backend != "slurm":
         raise click.UsageError("--reclaim-trace is for --backend slurm; on local give --trace")

@@ -50,12 +50,18 @@ def cli():
               "compile=blocks, channels_last=true, sdpa=cudnn (repeatable; see docs/runner-speed.md)")
 @click.option("--market", help="the market this node was bought on, when not the plan's resources.market (a fallback; "
               "`costsim control` sets it): one the plan prices")
+@click.option("--accept-plan-change", is_flag=True, help="go on in a run folder whose job this plan changes (workload, "
+              "batch, seed, options): the earlier plan is kept in RUN/superseded-plans/ and the change recorded")
+@click.option("--check", "check_only", is_flag=True, help="check the plan, options, GPUs and run folder as for a run, "
+              "then exit without starting anything (0: it would run)")
 def execute_command(plan, run_dir, run_id, nnodes, node_rank, rdzv_endpoint, nproc_per_node, min_nodes, inject, seed,
-                    max_restarts, rdzv_timeout, steps, workload_entry, options, runtime, market):
+                    max_restarts, rdzv_timeout, steps, workload_entry, options, runtime, market, accept_plan_change,
+                    check_only):
     """Run a plan: torchrun workers, checkpoints, restarts; telemetry and summary in the run folder.
 
     Example: runner execute plan.json --inject-preemptions 3 --seed 1
     """
+    from costsim.contract.job import Finished, check_binding
     from costsim.contract.plan import Plan
     from runner import faults
     from runner.launch import LaunchError, discover, wait_for_rendezvous
@@ -93,9 +99,18 @@ def execute_command(plan, run_dir, run_id, nnodes, node_rank, rdzv_endpoint, npr
         split = spec.check_split(nproc, range(smallest, node.nnodes + 1))[node.nnodes]
         if market is not None:
             given = given.with_market(_market(plan, given, market))
-        written = prepare_run_dir(folder, effective_plan(given, runtime=settings, steps=steps, options=chosen,
-                                                         workload_entry=workload_entry, seed=seed))
+        effective = effective_plan(given, runtime=settings, steps=steps, options=chosen, workload_entry=workload_entry,
+                                   seed=seed)
+        changes = check_binding(folder, effective, accept_change=accept_plan_change)
+        if check_only:
+            click.echo(f"runner: {plan} would run in {folder}: {spec.workload} ({spec.model}), {total} steps on "
+                       f"{node.nnodes} node(s) x {nproc} process(es)", err=True)
+            return
+        written = prepare_run_dir(folder, effective, changes=tuple(changes), run_id=run_id)
         spec = load_run_spec(written)   # what the workers will read
+    except Finished as done:
+        click.echo(f"runner: {done}", err=True)
+        return
     except UnknownWorkload as exc:
         raise InputError(plan, "workload.model", str(exc)) from None
     except LaunchError as exc:

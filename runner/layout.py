@@ -1,6 +1,7 @@
 """The run folder's layout, named in one place (no torch: the supervisor and calibrate read it too).
 
-    RUN/plan.json            the plan the job runs (a copy)
+    RUN/plan.json            the job's plan, written once with its fingerprint (costsim.contract.job)
+    RUN/current-plan.json    the plan as the latest `runner execute` carries it out (its workers read it)
     RUN/telemetry.jsonl      events, appended by every process
     RUN/summary.json         what the last `runner execute` on node 0 saw
     RUN/checkpoints/step-N/  a complete checkpoint of optimizer step N

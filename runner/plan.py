@@ -1,9 +1,10 @@
 """What the runner needs from plan.json (the contract, validated once, is costsim.contract.plan).
 
-`runner execute` writes the effective plan into the run folder once: the plan with the runner
-settings in force (its own, with `--runtime` over them) and a `run` section holding the command
-line's choices (`steps`, `options`, `workload_entry`, `seed`, `final_save`). The workers read only
-that file; nothing is parsed twice or passed on as argv.
+`runner execute` writes the effective plan into the run folder (RUN/current-plan.json; RUN/plan.json
+is the job's, written once): the plan with the runner settings in force (its own, with `--runtime`
+over them) and a `run` section holding the command line's choices (`steps`, `options`,
+`workload_entry`, `seed`, `final_save`). The workers read only that file; nothing is parsed twice or
+passed on as argv.
 """
 
 from __future__ import annotations

@@ -12,12 +12,13 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from costsim.contract.job import fingerprint
 from costsim.contract.jsonfiles import write_atomic
-from costsim.contract.plan import Plan
-from costsim.contract.telemetry import PLAN, SUMMARY, read_events
+from costsim.contract.plan import Plan, RunSection
+from costsim.contract.telemetry import CURRENT_PLAN, PLAN, SUMMARY, read_events
 from runner import faults, layout
 from runner.launch import Node, TorchrunReportFilter, torchrun_argv
 from runner.plan import RunSpec
@@ -43,9 +44,11 @@ def default_run_id(env=os.environ) -> str:
             or datetime.datetime.now().strftime("%Y%m%d-%H%M%S-") + str(os.getpid()))
 
 
-def prepare_run_dir(run_dir: Path, effective: Plan) -> Path:
-    """Make the run folder, prove the checkpoint folder writable, write the effective plan
-    (runner.plan.effective_plan) that the workers read; returns its path."""
+def prepare_run_dir(run_dir: Path, effective: Plan, *, changes: tuple[str, ...] = (), run_id: str = "") -> Path:
+    """Make the run folder, prove the checkpoint folder writable, and write the plans: RUN/plan.json
+    once, the job's (with its fingerprint; an accepted change keeps the earlier one beside it), and
+    RUN/current-plan.json, the effective plan (runner.plan.effective_plan) this execute's workers
+    read; returns the latter's path. costsim.contract.job.check_binding has said the plan may run here."""
     checkpoints = run_dir / layout.CHECKPOINTS
     try:
         checkpoints.mkdir(parents=True, exist_ok=True)
@@ -54,7 +57,24 @@ def prepare_run_dir(run_dir: Path, effective: Plan) -> Path:
         probe.unlink()
     except OSError as exc:
         raise PermissionError(f"{checkpoints}: checkpoint folder is not writable ({exc.strerror or exc})") from None
-    return effective.write(run_dir / PLAN)
+    job = run_dir / PLAN
+    if changes and job.exists():
+        superseded = _free_name(run_dir / "superseded-plans", "plan")
+        superseded.parent.mkdir(exist_ok=True)
+        job.rename(superseded)
+        telemetry = Telemetry(run_dir, run_id, rank=None, world_size=None)
+        telemetry.event("plan_changed", changes=list(changes), superseded=str(superseded.relative_to(run_dir)))
+        telemetry.close()
+    if not job.exists():
+        replace(effective, run=replace(effective.run or RunSection(), fingerprint=fingerprint(effective))).write(job)
+    return effective.write(run_dir / CURRENT_PLAN)
+
+
+def _free_name(folder: Path, stem: str) -> Path:
+    n = 1
+    while (folder / f"{stem}-{n}.json").exists():
+        n += 1
+    return folder / f"{stem}-{n}.json"
 
 
 class Supervisor:
@@ -75,7 +95,7 @@ class Supervisor:
     def _worker_args(self, fault: faults.Fault | None) -> list[str]:
         """Where the effective plan is, and this attempt's drill fault: the workers read the rest there."""
         x = self.x
-        args = ["--plan", str(x.run_dir / PLAN), "--run-dir", str(x.run_dir), "--run-id", x.run_id]
+        args = ["--plan", str(x.run_dir / CURRENT_PLAN), "--run-dir", str(x.run_dir), "--run-id", x.run_id]
         return args + (["--fault", fault.encode()] if fault else [])
 
     def run(self) -> int:

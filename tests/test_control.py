@@ -218,6 +218,35 @@ def test_bad_input_is_one_line_and_starts_nothing(run_cli, tmp_path):
     assert result.exit_code == 2 and "policy greedy needs spot, on-demand" in result.stderr
 
 
+def test_a_run_picked_up_again_refuses_flags_its_journal_disagrees_with(run_cli, tmp_path):
+    """A restarted controller keeps its journal's policy, market and clock: flags that say otherwise are
+    one line naming each, not silently ignored; the same flags (or none) pick the run up."""
+    plan = _plan(run_cli, tmp_path)
+    run_dir = tmp_path / "run"
+    Journal(plan=str(plan.resolve()), policy="uniform-progress", backend="local", offering="drill/local/cpu-2proc",
+            deadline_s=16 * H, time_scale=600.0, notice_s=600.0, t0=time.time(),
+            trace=str((WINDOWS / "6.json").resolve()), runner_args=["--steps", "24000"], steps=24000).save(run_dir)
+    result = run_cli("control", str(plan), "--run-dir", str(run_dir), "--policy", "greedy",
+                     "--trace", str(WINDOWS / "7.json"), "--deadline", "16h")
+    lines = result.stderr.strip().splitlines()
+    assert result.exit_code == 2 and len(lines) == 1, result.stderr
+    assert "--policy greedy (the journal: uniform-progress)" in lines[0] and "7.json (the journal:" in lines[0]
+    assert "--deadline" not in lines[0]   # 16h is what the journal says
+    assert json.loads((run_dir / "control.json").read_text())["policy"] == "uniform-progress"
+
+
+def test_a_plan_this_host_cannot_run_is_refused_before_anything_is_billed(run_cli, tmp_path):
+    """The H200 SDXL plan on this CPU machine: what `runner execute` would refuse, refused before the
+    first instance (it used to start the job, fail, and bill the instance)."""
+    plan = tmp_path / "sdxl.json"
+    assert run_cli("plan", "--workload", "sdxl", "--gpu", "H200", "--trials", "20", "--out", str(plan)).exit_code == 0
+    result = run_cli("control", str(plan), "--policy", "on-demand", "--run-dir", str(tmp_path / "run"))
+    lines = result.stderr.strip().splitlines()
+    assert result.exit_code == 2 and len(lines) == 1, result.stderr
+    assert "runner execute would refuse" in lines[0] and "H200 GPUs and this node has none" in lines[0]
+    assert not (tmp_path / "run" / "control.json").exists() and not (tmp_path / "run" / "telemetry.jsonl").exists()
+
+
 def test_runner_market_must_be_one_the_plan_prices(run_cli, tmp_path):
     owned = _plan(run_cli, tmp_path, "tiny")
     result = subprocess.run([sys.executable, "-m", "runner", "execute", str(owned), "--market", "spot", "--run-dir",

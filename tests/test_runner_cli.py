@@ -110,9 +110,11 @@ def test_the_run_folder_holds_the_effective_plan_the_workers_read_and_a_plans_ow
     given.write_text(json.dumps(doc))
     result = execute(given, tmp_path / "run", "--steps", "20", "--seed", "4", "--runtime", "gc_every=5")
     assert result.returncode == 0, result.stderr[-2000:]
-    written = json.loads((tmp_path / "run" / "plan.json").read_text())
+    written = json.loads((tmp_path / "run" / "current-plan.json").read_text())
     assert written["run"] == {"steps": 20, "options": {}, "workload_entry": None, "seed": 4, "final_save": True}
     assert written["runtime"]["gc_every"] == 5
+    job = json.loads((tmp_path / "run" / "plan.json").read_text())   # the job's record: the same, fingerprinted
+    assert job["run"].pop("fingerprint") and job == written
     settings = [e["settings"] for e in events(tmp_path / "run", "runtime", rank=None)]
     assert len(settings) == 2 and all(s["gc_every"] == 5 for s in settings)   # both workers read it there
     assert summary(tmp_path / "run")["steps"] == 20

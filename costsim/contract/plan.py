@@ -128,6 +128,7 @@ class RunSection:
     workload_entry: str | None = None
     seed: int = 0
     final_save: bool = True
+    fingerprint: str | None = None    # of what defines the job (costsim.contract.job), in RUN/plan.json
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -197,7 +198,7 @@ class Plan:
 
 
 # Written only when set: the fields the runner adds.
-_OMIT_WHEN_NONE = {"interval_steps", "min_nodes"}
+_OMIT_WHEN_NONE = {"interval_steps", "min_nodes", "fingerprint"}
 
 
 def _section(value) -> dict[str, Any]:
@@ -313,7 +314,8 @@ def _run(f: Fields) -> RunSection:
     if entry is not None and not isinstance(entry, str):
         raise InputError(f.source, f.name("workload_entry"), f"got {entry!r}; expected module:function or null")
     return RunSection(steps=f.number("steps", None, integer=True), options=dict(options), workload_entry=entry,
-                      seed=_seed(f, "seed", 0), final_save=f.boolean("final_save", True))
+                      seed=_seed(f, "seed", 0), final_save=f.boolean("final_save", True),
+                      fingerprint=f.text("fingerprint", None))
 
 
 def _seed(f: Fields, key: str, default):

@@ -13,13 +13,16 @@ from pathlib import Path
 from costsim.contract.jsonfiles import read_jsonl
 from costsim.errors import InputError
 
-PLAN = "plan.json"             # the effective plan, written once by `runner execute` (contract.plan)
+PLAN = "plan.json"             # the job's plan, written once by the first `runner execute` (contract.job)
+CURRENT_PLAN = "current-plan.json"   # the plan as the latest `runner execute` carries it out; its workers read it
 TELEMETRY = "telemetry.jsonl"
 SUMMARY = "summary.json"       # written by the supervisor when it exits (docs/plan-json.md)
 
 # Every event a run writes, and who writes it with which figures.
 EVENTS: dict[str, str] = {
     "instance": "supervisor, once per node start: offering, market, host",
+    "plan_changed": "supervisor, when `runner execute --accept-plan-change` went on with another job's plan: "
+                    "changes (what differs), superseded (where the earlier plan.json was kept)",
     "launch": "supervisor, per torchrun launch: attempt, fault (an injected one)",
     "restart": "supervisor: attempt, restarts, reason, exit_code",
     "exit": "supervisor, last: status, restarts, ended (how the instance ended)",

@@ -7,10 +7,13 @@ journal, so a restarted controller can find the instance again).
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
+
+from costsim.errors import InputError
 
 
 @dataclass(frozen=True)
@@ -47,3 +50,15 @@ def runner_argv(plan: Path, run_dir: Path, run_id: str, market: str, runner_args
     runner options the user gave `costsim control` (never a shell string)."""
     return [sys.executable, "-m", "runner", "execute", str(plan), "--run-dir", str(run_dir), "--run-id", run_id,
             "--market", market, *runner_args]
+
+
+def check_runner(plan: Path, run_dir: Path, run_id: str, market: str, runner_args: list[str]) -> None:
+    """What `runner execute` would refuse (the plan's GPUs on this host, its options, the batch split,
+    the run folder's job), found before the first instance is bought: `runner execute --check`, whose
+    one-line error becomes ours. No torch here: the runner imports it in its own process."""
+    argv = runner_argv(plan, run_dir, run_id, market, runner_args) + ["--check"]
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    if result.returncode != 0:
+        lines = [line for line in result.stderr.splitlines() if line.strip()]
+        reason = lines[-1].removeprefix("error: ") if lines else f"exit {result.returncode}"
+        raise InputError(str(plan), "runner", f"runner execute would refuse this job here: {reason}")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from costsim import policies
 from costsim.contract.plan import Billing, Plan
-from costsim.control.backend import Backend
+from costsim.control.backend import Backend, check_runner
 from costsim.control.controller import Clock, Controller, Figures
 from costsim.control.journal import Journal, Lock
 from costsim.control.local import LocalBackend, Processes, TraceCapacity
@@ -29,17 +29,36 @@ class Request:
     """What the command line asked for (a resumed run takes its settings from the journal instead)."""
 
     plan: str
-    backend: str = "local"
+    backend: str | None = None        # None (here and below): not given; a new run takes the default
     run_dir: str | None = None
     policy: str | None = None
     trace: str | None = None
     reclaim_trace: str | None = None
-    time_scale: float = 1.0
+    time_scale: float | None = None
     notice_s: float | None = None
     deadline_s: float | None = None
-    poll_s: float = 0.5               # wall seconds between looks at the job and the market
+    poll_s: float | None = None       # wall seconds between looks at the job and the market
     runner_args: list[str] = field(default_factory=list)
     steps: int | None = None
+
+
+DEFAULT_BACKEND, DEFAULT_TIME_SCALE, DEFAULT_POLL_S = "local", 1.0, 0.5
+
+
+def disagreements(req: Request, journal: Journal) -> list[str]:
+    """What the command line asks for that the journal of the run being picked up says otherwise: a
+    resumed run keeps its policy, market, clock and job (the journal is what was billed)."""
+    trace = req.trace or req.reclaim_trace
+    given = {"plan": str(Path(req.plan).resolve()), "--backend": req.backend, "--policy": req.policy,
+             "--trace" if req.trace else "--reclaim-trace": str(Path(trace).resolve()) if trace else None,
+             "--time-scale": req.time_scale, "--notice": req.notice_s, "--deadline": req.deadline_s,
+             "--poll": req.poll_s, "--steps": req.steps, "runner options": req.runner_args or None}
+    recorded = {"plan": journal.plan, "--backend": journal.backend, "--policy": journal.policy,
+                "--trace": journal.trace, "--reclaim-trace": journal.trace, "--time-scale": journal.time_scale,
+                "--notice": journal.notice_s, "--deadline": journal.deadline_s, "--poll": journal.poll_s,
+                "--steps": journal.steps, "runner options": journal.runner_args or None}
+    return [f"{name} {value} (the journal: {recorded[name]})" for name, value in given.items()
+            if value is not None and value != recorded[name]]
 
 
 def plan_figures(plan: Plan, steps: int | None) -> Figures:
@@ -79,9 +98,12 @@ def open_session(req: Request, say) -> tuple[Controller, Journal, Lock, dict]:
     before every check has passed. A folder with a journal is picked up where it was."""
     run_dir = Path(req.run_dir or Path("runs") / f"control-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
     existing = Journal.load(run_dir) if (run_dir / "control.json").exists() else None
+    if existing is not None and existing.status == "running" and (disagree := disagreements(req, existing)):
+        raise InputError(str(run_dir / "control.json"), "journal", f"this run was started with other settings: "
+                         f"{'; '.join(disagree)}; leave them out to pick it up as it was, or give another --run-dir")
     plan_path = existing.plan if existing else str(Path(req.plan).resolve())
     plan = Plan.read(plan_path)
-    backend_name = existing.backend if existing else req.backend
+    backend_name = existing.backend if existing else (req.backend or DEFAULT_BACKEND)
     if backend_name not in BACKENDS:
         raise InputError("--backend", "backend", f"unknown {backend_name!r}; allowed: {', '.join(BACKENDS)}")
     policy = existing.policy if existing else (req.policy or plan.policy.name)
@@ -98,20 +120,23 @@ def open_session(req: Request, say) -> tuple[Controller, Journal, Lock, dict]:
     markets = (LocalBackend.markets_for(capacity) if backend_name == "local" else SlurmBackend.markets)
     check_policy(plan_path, plan, policy, markets, backend_name)
     prices = plan_prices(plan_path, plan)
-    if existing is None and req.time_scale <= 0:
-        raise InputError("--time-scale", "time-scale", f"got {req.time_scale}; expected > 0")
+    time_scale = req.time_scale or DEFAULT_TIME_SCALE
+    run_id = existing.run_id if existing else f"control-{os.getpid()}-{int(time.time())}"
+    if backend_name == "local":   # the runner runs on this host: what it would refuse, refused before any bill
+        check_runner(Path(plan_path), run_dir, run_id, plan.resources.market,
+                     existing.runner_args if existing else list(req.runner_args))
     lock = Lock(run_dir)
     lock.acquire()
     if existing is None:
         if grace_s is not None:   # Slurm gives the notice: its GraceTime, in wall seconds
-            notice = grace_s * req.time_scale
+            notice = grace_s * time_scale
         else:
             notice = req.notice_s if req.notice_s is not None else (plan.resources.spot_notice_s or 0.0)
         journal = Journal(plan=plan_path, policy=policy, backend=backend_name, offering=plan.resources.offering,
-                          deadline_s=req.deadline_s or plan.policy.deadline_s, time_scale=req.time_scale,
+                          deadline_s=req.deadline_s or plan.policy.deadline_s, time_scale=time_scale,
                           notice_s=notice, t0=time.time(), trace=str(Path(trace_path).resolve()) if trace_path else None,
-                          run_id=f"control-{os.getpid()}-{int(time.time())}", runner_args=list(req.runner_args),
-                          steps=req.steps, poll_s=req.poll_s)
+                          run_id=run_id, runner_args=list(req.runner_args),
+                          steps=req.steps, poll_s=req.poll_s or DEFAULT_POLL_S)
         journal.save(run_dir)
     else:
         journal = existing
