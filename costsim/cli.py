@@ -15,6 +15,7 @@ from costsim.contract.plan import Plan
 from costsim.contract.telemetry import TELEMETRY
 from costsim.entry import run
 from costsim.errors import InputError, ModelError
+from costsim.io.files import outside_shipped_data
 from costsim.planfile import plan_of, spot_model_name
 from costsim.planner import PlanOptions, plan
 from costsim.policies import POLICIES
@@ -79,7 +80,7 @@ def plan_command(workload, deadline, budget, risk, trials, seed, profile_ref, gp
     Example: costsim plan --workload data/workloads/sdxl.yaml --trials 400 --plot plan.png
     """
     spec = io.load_workload(workload)
-    profile = io.load_profile(profile_ref or spec.profile)
+    profile = io.load_profile_for(spec.model, profile_ref or spec.profile)
     options = PlanOptions(trials=trials, seed=seed, risk=risk, deadline_s=deadline, budget=budget,
                           shortlist=shortlist, jobs=jobs)
     catalog = offerings_for(spec, tuple(gpus) or None)
@@ -291,7 +292,8 @@ def _fmt(value) -> str:
 @click.option("--fleet", help="fleet (demand) file or built-in name, with --hardware and --horizon")
 @click.option("--hardware", help="owned SKU from data/hardware/skus.yaml, e.g. hgx-h100-8")
 @click.option("--nodes", type=click.IntRange(min=1), default=1, show_default=True, help="owned servers (with --hardware)")
-@click.option("--horizon", type=DURATION, help="how long to simulate, e.g. 3y (with --fleet)")
+@click.option("--horizon", type=DURATION, help="how long to simulate, e.g. 3y (needed with --fleet; with --scenario "
+              "it replaces the scenario's own)")
 @click.option("--utilization", help="utilisations to sweep, e.g. 0.1,0.3,0.5")
 @click.option("--plot", type=click.Path(dir_okay=False), help="draw cost per used GPU-hour vs utilisation")
 @output_options
@@ -303,13 +305,15 @@ def compare_command(scenario, fleet, hardware, nodes, horizon, utilization, plot
     from costsim.compare import compare
     from costsim.compare_report import as_json, render
     from costsim.compare_report import plot as draw
-    from costsim.io.scenario import load_scenario
+    from costsim.io.scenario import load_scenario, with_horizon
     from costsim.whatif_fleet import scenario_for_hardware
     if bool(scenario) == bool(fleet):
         raise click.UsageError("give --scenario, or --fleet with --hardware and --horizon")
     if fleet and not (hardware and horizon):
         raise click.UsageError("--fleet needs --hardware SKU and --horizon (e.g. 3y)")
     spec = load_scenario(scenario) if scenario else scenario_for_hardware(fleet, hardware, nodes, horizon)
+    if scenario and horizon:
+        spec = with_horizon(spec, horizon)
     comparison = compare(spec, _fractions(utilization))
     if plot:
         draw(comparison, plot)
@@ -343,7 +347,7 @@ def _fractions(text: str | None) -> tuple[float, ...]:
 def calibrate_command(runs, profile_ref, out, market, offering, fmt):
     """Refit throughput, checkpoint and restart figures from runs; report the prediction errors.
 
-    Example: costsim calibrate runs/a runs/b --out data/profiles/tiny-measured.yaml
+    Example: costsim calibrate runs/a runs/b --out tiny-measured.yaml
 
     Spot market: costsim calibrate --market data/traces/aws-2023-02-15 --offering aws-gpu --out fitted.yaml
     """
@@ -355,11 +359,13 @@ def calibrate_command(runs, profile_ref, out, market, offering, fmt):
         raise click.UsageError("--offering goes with --market")
     from costsim.calibrate import calibrate, load_run, plan_profile, report_rows, updated_profile_document
     loaded = [load_run(ref) for ref in runs]
-    profile = io.load_profile(profile_ref) if profile_ref else plan_profile(loaded[0])
+    profile = (io.load_profile_for(loaded[0].plan.workload.model, profile_ref, user="runs' workload") if profile_ref
+               else plan_profile(loaded[0]))
     result = calibrate(loaded, profile)
-    target = out or str(loaded[0].path / f"{Path(profile.path).stem}.calibrated.yaml")
+    target = str(outside_shipped_data(out or loaded[0].path / f"{Path(profile.path).stem}.calibrated.yaml"))
     import yaml
     io.write_atomic(target, yaml.safe_dump(updated_profile_document(profile.path, result), sort_keys=False))
+    click.echo(f"wrote the calibrated profile to {target} (plan with --profile {target})", err=True)
     rows = report_rows(result)
     if fmt == "json":
         click.echo(report.to_json({"profile": target, "gpu": result.gpu, "fitted": list(result.step_fit.fitted),
@@ -370,7 +376,6 @@ def calibrate_command(runs, profile_ref, out, market, offering, fmt):
     if fmt == "table":
         for note in result.notes:
             click.echo(f"note: {note}")
-        click.echo(f"wrote {target}")
 
 
 def _calibrate_market(refs, offering, out, fmt):
@@ -388,6 +393,7 @@ def _calibrate_market(refs, offering, out, fmt):
                          else "no spot lives in these sources")
     records = [fit_record(fit_market(label, lives, outages)) for label, (lives, outages) in sorted(observed.items())]
     if out:
+        outside_shipped_data(out)
         command = "costsim calibrate --market " + " ".join(refs) + (f" --offering {offering}" if offering else "")
         io.write_atomic(out, yaml.safe_dump(model_document(records, datetime.date.today().isoformat(), command),
                                             sort_keys=False))
@@ -457,7 +463,7 @@ def export_command(plan, target, out, bucket, shared_dir):
     """
     from costsim.export import skypilot_task, slurm_script
     doc = Plan.read(plan)
-    text = (skypilot_task(doc, plan_file=Path(plan).name, bucket=bucket) if target == "skypilot"
+    text = (skypilot_task(doc, plan_file=Path(plan).name, bucket=bucket, task_file=out) if target == "skypilot"
             else slurm_script(doc, plan_file=Path(plan).name, shared_dir=shared_dir))
     if out:
         io.write_atomic(out, text)

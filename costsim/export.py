@@ -21,13 +21,23 @@ MARGIN = 1.25            # the time limit: P90 makespan x MARGIN + 30 minutes
 MARGIN_FIXED_S = 1800.0
 
 
+# The clouds SkyPilot launches on (its `cloud:` values, SkyPilot 0.10); a plan on anything else
+# (owned hardware, the local drill offering) cannot be launched by it.
+SKYPILOT_CLOUDS = ("aws", "azure", "cudo", "do", "fluidstack", "gcp", "hyperbolic", "ibm", "kubernetes", "lambda",
+                   "nebius", "oci", "paperspace", "runpod", "scp", "vast", "vsphere")
+
+
 def skypilot_task(plan: Plan, *, plan_file: str = "plan.json", bucket: str | None = None,
-                  max_restarts_on_errors: int = 3) -> str:
+                  max_restarts_on_errors: int = 3, task_file: str | None = None) -> str:
     """SkyPilot task YAML: resources, spot and recovery, nodes, a checkpoint mount, the run step."""
     r, w = plan.resources, plan.workload
     if r.provider in (None, "owned"):
         raise InputError(plan_file, "resources.offering", f"{r.offering} is owned hardware: export it "
                          "--to slurm, or plan on a cloud offering for SkyPilot")
+    if r.provider not in SKYPILOT_CLOUDS or r.gpu.lower() == "cpu":
+        raise InputError(plan_file, "resources.offering", f"{r.offering} ({r.provider}, {r.gpu}) is not something "
+                         f"SkyPilot launches (clouds: {', '.join(SKYPILOT_CLOUDS)}, with GPUs): plan on a cloud "
+                         "offering, or export --to slurm")
     resources = {"cloud": r.provider, "region": r.region, "instance_type": r.instance,
                  "accelerators": f"{_sky_gpu(r.gpu)}:{r.gpus_per_node}",
                  "use_spot": r.market == SPOT,
@@ -39,8 +49,9 @@ def skypilot_task(plan: Plan, *, plan_file: str = "plan.json", bucket: str | Non
             "setup": SETUP,
             # SKYPILOT_TASK_ID is the same on every node and across recoveries: one run folder, resumed.
             "run": f"runner execute {shlex.quote(plan_file)} --run-dir {mount}/runs/$SKYPILOT_TASK_ID\n"}
+    launch = task_file or f"{_name(w.name)}.yaml"
     header = (f"# SkyPilot task for plan {plan_file}: {w.name} on {r.offering} ({r.market}), exported by "
-              f"costsim {plan.costsim_version or ''}.\n# Launch with: sky jobs launch {_name(w.name)}.yaml "
+              f"costsim {plan.costsim_version or ''}.\n# Launch with: sky jobs launch {launch} "
               "(managed: recovers from preemptions)\n")
     return header + yaml.dump(task, Dumper=_BlockDumper, sort_keys=False)
 

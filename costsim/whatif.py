@@ -69,7 +69,7 @@ def workload_config(workload: Workload, offering: Offering, nodes: int, policy: 
                     interval_s: float | None, deadline_s: float | None, variant: str | None = None) -> SimConfig:
     """SimConfig of a workload on one offering, as the planner would build it; `variant` picks one of
     the profile's runner configurations for the GPU (default: the main one)."""
-    profile = io.load_profile(workload.profile)
+    profile = io.load_profile_for(workload.model, workload.profile)
     gpus = profile.configurations(offering.gpu)
     if not gpus:
         why = profile.unsupported.get(offering.gpu, "no entry; add gpus." + offering.gpu)

@@ -148,7 +148,9 @@ def profile_command(workload, gpus, batch, steps, gpu_type, out, run_root, optio
     """
     import datetime
 
+    from costsim.io.files import outside_shipped_data
     from runner.profile import measure
+    outside_shipped_data(out)
     counts, batches = _integers(gpus, "--gpus"), _integers(batch, "--batch")
     parse_pairs(runtime)   # a bad setting fails here, before any run
     gpu_type = gpu_type or "cpu"

@@ -80,7 +80,7 @@ def test_deadline_shorter_than_the_work(run_cli):
 
 def test_profile_missing_for_the_gpu_type(run_cli, tmp_path):
     check(run_cli("plan", "--workload", "sdxl", "--gpu", "T4"), "sdxl-unet.yaml", "gpus", "T4")
-    profile = write(tmp_path, "id: p\nmodel: m\nsource: s\ndate: 2026-01-01\ncheckpoint_bytes: 1\n"
+    profile = write(tmp_path, "id: p\nmodel: sdxl-unet\nsource: s\ndate: 2026-01-01\ncheckpoint_bytes: 1\n"
                     "checkpoint_save: 1s\ncheckpoint_stall: 0s\nrestart: 1s\nstartup: 1s\ngpus:\n  Q1:\n"
                     "    compute_overhead: 0s\n    compute_per_sample: 1s\n    max_batch_per_gpu: 1\n", "p.yaml")
     check(run_cli("plan", "--workload", "sdxl", "--profile", profile), "p.yaml", "gpus", "add gpus.<TYPE>")
@@ -157,3 +157,25 @@ def test_runner_durations_carry_units_too():
     from runner.cli import cli
     result = CliRunner().invoke(cli, ["execute", "plan.json", "--rdzv-timeout", "60"])
     assert result.exit_code == 2 and "got 60 without a unit" in result.output, result.output
+
+
+def test_a_profile_of_another_model_is_refused(run_cli):
+    from costsim import io
+    tiny = io.load_profile("tiny").path
+    check(run_cli("plan", "--workload", "sdxl", "--profile", tiny), "tiny.yaml", "model",
+          "measures 'tiny'", "trains 'sdxl-unet'")
+
+
+def test_calibrate_never_writes_into_the_shipped_data_and_says_where_it_wrote(run_cli, tmp_path):
+    from pathlib import Path
+
+    from costsim import io
+    run = Path(__file__).resolve().parents[1] / "data" / "measurements" / "2026-11-29-h200-sdxl-speed" / \
+        "profile-1gpu-blocks-b8"
+    shipped = io.data_dir() / "profiles" / "sdxl-unet.yaml"
+    before = shipped.read_bytes()
+    check(run_cli("calibrate", str(run), "--out", str(shipped)), "--out", "shipped data")
+    assert shipped.read_bytes() == before
+    out = tmp_path / "mine.yaml"
+    result = run_cli("calibrate", str(run), "--out", str(out), "--format", "json")
+    assert result.exit_code == 0 and out.exists() and f"wrote the calibrated profile to {out}" in result.stderr

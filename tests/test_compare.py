@@ -197,3 +197,19 @@ def test_fleet_trace_with_a_bad_row(run_cli, tmp_path):
                                      "  - {name: own, kind: owned, sku: hgx-h100-8}\n")
     result = run_cli("compare", "--scenario", str(tmp_path / "s.yaml"))
     assert result.exit_code == 2 and "jobs.csv line 2" in result.stderr and "gpus" in result.stderr
+
+
+def test_horizon_flag_replaces_a_scenarios_own_or_is_refused_where_the_demand_ends(run_cli, tmp_path):
+    """--horizon with --scenario runs that long (it used to be ignored); a replayed job trace only as
+    long as it covers."""
+    year = run_cli("compare", "--scenario", "h100-team", "--format", "json").json()
+    quarter = run_cli("compare", "--scenario", "h100-team", "--horizon", "13w", "--format", "json").json()
+    assert quarter["horizon_s"] == 13 * 7 * 86400 and year["horizon_s"] == 365 * 86400
+    assert 0.15 < quarter["jobs"] / year["jobs"] < 0.35
+    (tmp_path / "jobs.csv").write_text("name,submit,gpus,duration,deadline\ntrain,0h,8,2h,6h\nlate,10h,8,1h,\n")
+    (tmp_path / "fleet.yaml").write_text("name: f\njobs:\n  - kind: trace\n    file: jobs.csv\n")
+    (tmp_path / "s.yaml").write_text("name: s\nhorizon: 24h\nfleet: fleet.yaml\nstrategies:\n"
+                                     "  - {name: own, kind: owned, sku: hgx-h100-8}\n")
+    assert run_cli("compare", "--scenario", str(tmp_path / "s.yaml"), "--horizon", "11h").exit_code == 0
+    result = run_cli("compare", "--scenario", str(tmp_path / "s.yaml"), "--horizon", "3y")
+    assert result.exit_code == 2 and "longer than the job trace" in result.stderr and "11s" not in result.stderr

@@ -64,6 +64,17 @@ def test_owned_plans_do_not_export_to_skypilot(run_cli, tmp_path):
     assert run_cli("export", str(out), "--to", "slurm").stdout.startswith("#!/bin/bash")
 
 
+def test_a_drill_plan_does_not_export_to_skypilot_and_the_header_names_the_file_written(run_cli, tmp_path, sdxl_plan):
+    drill = tmp_path / "drill.json"
+    assert run_cli("plan", "--workload", "tiny-drill", "--trials", "10", "--out", str(drill)).exit_code == 0
+    result = run_cli("export", str(drill), "--to", "skypilot")
+    assert result.exit_code == 2 and "is not something SkyPilot launches" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    out = tmp_path / "mine.yaml"
+    assert run_cli("export", str(sdxl_plan), "--to", "skypilot", "--out", str(out)).exit_code == 0
+    assert f"# Launch with: sky jobs launch {out} " in out.read_text()
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(os.environ.get("COSTSIM_ENGINE_TESTS") == "0", reason="engine tests turned off")
 def test_skypilots_own_parser_accepts_the_task(sdxl_plan, tmp_path):

@@ -69,6 +69,11 @@ class Replay:
     def jobs(self, horizon_s: float, rng: np.random.Generator) -> list[Job]:
         return [job for job in self.rows if job.submit_s < horizon_s]
 
+    @property
+    def span_s(self) -> float:
+        """The time the trace covers: up to its last job's end (a horizon past it has no demand there)."""
+        return max((job.submit_s + job.duration_s for job in self.rows), default=0.0)
+
 
 def generate(sources, horizon_s: float, seed: int) -> list[Job]:
     """Every source's jobs within the horizon, by submission time; each source has its own stream."""

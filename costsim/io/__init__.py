@@ -5,6 +5,7 @@ from costsim.io.specs import (
                               load_fitted_spot_models,
                               load_offerings,
                               load_profile,
+                              load_profile_for,
                               load_skus,
                               load_spot_models,
                               load_trace,
@@ -13,5 +14,5 @@ from costsim.io.specs import (
 )
 
 __all__ = ["data_dir", "read_json", "read_jsonl", "read_yaml", "resolve", "sha256_file", "write_atomic",
-           "load_fitted_spot_models", "load_offerings", "load_profile", "load_skus", "load_spot_models", "load_trace",
-           "load_workload", "owned_offering"]
+           "load_fitted_spot_models", "load_offerings", "load_profile", "load_profile_for", "load_skus", "load_spot_models",
+           "load_trace", "load_workload", "owned_offering"]

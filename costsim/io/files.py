@@ -33,6 +33,17 @@ def data_dir() -> Path:
     raise InputError(str(candidates[0]), "data", f"no built-in data here; set {DATA_ENV} to the data/ folder")
 
 
+def outside_shipped_data(path: str | Path, flag: str = "--out") -> Path:
+    """`path`, where a command may write it: never into costsim's own data (the built-in profiles and
+    catalog every plan reads), which an output would silently change for every later plan."""
+    target = Path(path).resolve()
+    shipped = data_dir().resolve()
+    if target == shipped or shipped in target.parents:
+        raise InputError(flag, "out", f"{path} is inside costsim's shipped data ({shipped}); write it elsewhere "
+                         "(e.g. --out my-profile.yaml) and give that file to the commands that read it (--profile)")
+    return Path(path)
+
+
 # -- generic readers -------------------------------------------------------------------------
 def read_yaml(path: Path) -> dict:
     """A YAML mapping, or an InputError naming the file."""

@@ -12,6 +12,7 @@ from costsim.fleet.demand import Job, Poisson, Recurring, Replay
 from costsim.fleet.strategies import KINDS, SCALING, SpotTerms, Strategy
 from costsim.io.files import Fields, read_yaml, resolve
 from costsim.io.specs import load_offerings, load_skus, owned_offering
+from costsim.units import format_duration
 
 YEAR_S = 365 * 86400.0
 
@@ -107,6 +108,18 @@ def load_scenario(ref: str) -> Scenario:
                     horizon_s=f.duration("horizon"), seed=int(f.raw("seed", 0)), sources=sources,
                     utilizations=utilizations, strategies=strategies,
                     notes=tuple(str(n) for n in f.raw("notes", [])), source=str(path))
+
+
+def with_horizon(scenario: Scenario, horizon_s: float, flag: str = "--horizon") -> Scenario:
+    """The scenario over another horizon: simulated demand (schedules, arrivals) and stated
+    utilisations run for as long as asked; a replayed job trace only as long as it covers."""
+    for source in scenario.sources:
+        span_s = getattr(source, "span_s", None)
+        if span_s is not None and horizon_s > span_s:
+            raise InputError(flag, "horizon", f"{format_duration(horizon_s)} is longer than the job trace "
+                             f"{source.name!r} of {scenario.source} covers ({format_duration(span_s)}): past it the "
+                             "comparison would bill capacity for demand that was never recorded")
+    return replace(scenario, horizon_s=horizon_s)
 
 
 def _relative(path: Path, ref: str) -> str:

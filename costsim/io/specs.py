@@ -103,6 +103,16 @@ def load_profile(ref: str) -> Profile:
                    path=str(path), sha256=sha256_file(path), variants=variants)
 
 
+def load_profile_for(model: str, ref: str, *, user: str = "workload") -> Profile:
+    """A profile that measures `model`: a profile of another model (a CPU drill's for SDXL) would price
+    the job at another job's speed, so it is refused, naming both."""
+    profile = load_profile(ref)
+    if profile.model != model:
+        raise InputError(profile.path, "model", f"this profile measures {profile.model!r}, the {user} trains "
+                         f"{model!r}; give a profile of {model!r} (its `model:` field)")
+    return profile
+
+
 def _gpu_configurations(g: Fields, gpu: str, shared: dict) -> tuple:
     """A GPU entry's main figures and its `variants`: other runner configurations, each a mapping of
     the fields that differ (the rest are the main entry's). The planner weighs them all: faster steps
