@@ -31,6 +31,11 @@ def output_options(command):
                         help="table for people, json or csv for programs")(command)
 
 
+def wide_option(command):
+    """--wide: every column, headers spelled out (the default table fits 120 columns)."""
+    return click.option("--wide", is_flag=True, help="every column, wider than 120 characters")(command)
+
+
 def progress_line(label: str, every_s: float = 1.0):
     """Progress on stderr: at most one line a second, and always the last."""
     last = [0.0]
@@ -73,8 +78,9 @@ def cli():
               "`costsim calibrate --market --out` (keyed by offering id or catalog model name); the plan is also "
               "made at the ends of their 95% intervals, to say whether the choice holds")
 @output_options
+@wide_option
 def plan_command(workload, deadline, budget, risk, trials, seed, profile_ref, gpus, shortlist, jobs, out,
-                 plot, spot_model, fmt):
+                 plot, spot_model, fmt, wide):
     """Rank ways to run a training job by cost and deadline risk; write the best as plan.json.
 
     Example: costsim plan --workload data/workloads/sdxl.yaml --trials 400 --plot plan.png
@@ -99,7 +105,7 @@ def plan_command(workload, deadline, budget, risk, trials, seed, profile_ref, gp
         chosen.write(out)
     if plot:
         report.plot_plan(result, plot)
-    _print_plan(result, chosen, fmt, out, plot)
+    _print_plan(result, chosen, fmt, out, plot, wide)
     if sensitivity and fmt == "table":
         _print_sensitivity(_choice(result), sensitivity)
     if chosen is None:
@@ -108,7 +114,7 @@ def plan_command(workload, deadline, budget, risk, trials, seed, profile_ref, gp
             + (f" within budget {budget}" if budget else "") + "; relax --deadline, --risk or --budget")
 
 
-def _print_plan(result, chosen, fmt, out, plot):
+def _print_plan(result, chosen, fmt, out, plot, wide=False):
     if fmt == "json":
         click.echo(report.to_json({"chosen": chosen.to_dict() if chosen else None,
                                    "candidates": [report.candidate_record(r) for r in result.ranked],
@@ -122,12 +128,14 @@ def _print_plan(result, chosen, fmt, out, plot):
         return
     w = result.workload
     click.echo(f"{w.name}: {w.samples:,} samples, global batch {w.global_batch}, deadline "
-               f"{format_duration(result.deadline_s)}, P(deadline) >= {result.target:.2f}; "
-               f"profile {result.profile.id} ({result.profile.source})")
-    click.echo(report.table(report.PLAN_HEADERS, report.plan_rows(result), "table"))
-    click.echo(f"{result.screened} candidates screened, {len(result.ranked)} simulated x {result.trials} trials "
-               f"({result.events:,} events) in {result.wall_s:.1f}s. * chosen, x misses the target. "
-               f"Prices read {_price_dates(result)}.")
+               f"{format_duration(result.deadline_s)}, P(deadline) >= {result.target:.2f}")
+    click.echo(f"profile {result.profile.id} ({result.profile.source})")
+    headers, rows, legend = report.plan_table(result, wide)
+    click.echo(report.table(headers, rows, "table"))
+    click.echo(report.wrap(legend))
+    click.echo(report.wrap(f"{result.screened} candidates screened, {len(result.ranked)} simulated x {result.trials} "
+                           f"trials ({result.events:,} events) in {result.wall_s:.1f}s. Prices read "
+                           f"{_price_dates(result)}."))
     if chosen:
         click.echo(f"wrote {out}" + (f" and {plot}" if plot else ""))
 
@@ -266,11 +274,13 @@ def simulate_command(workload, offering, nodes, variant, work_hours, deadline, c
     if fmt == "json":
         click.echo(report.to_json(doc))
         return
-    rows = [[k, *(_fmt(doc[k][q]) for q in ("mean", "p50", "p90"))] for k in ("makespan_h", "cost")]
+    rows = [[label, *(_fmt(doc[k][q]) for q in ("mean", "p50", "p90"))]
+            for k, label in (("makespan_h", "finish (h)"), ("cost", "cost"))]
     click.echo(report.table(["", "mean", "P50", "P90"], rows, fmt))
     if fmt == "table":
-        click.echo(f"deadline met in {doc['deadline_met']:.3f} of {doc['trials']} trials"
-                   + (" (one per trace file)" if traces else "") + "; "
+        met = round(doc["deadline_met"] * doc["trials"])
+        click.echo(f"deadline met in {met} of {doc['trials']} trials ({100 * doc['deadline_met']:.1f}%)"
+                   + (", one per trace file" if traces else "") + "; "
                    f"{doc['preemptions']:.2f} preemptions per trial; {doc['unfinished']} unfinished")
 
 
@@ -579,9 +589,19 @@ def catalog_command(gpu, fmt):
     if fmt == "json":
         click.echo(report.to_json(records))
         return
-    headers = ["offering", "gpu", "gpus_per_node", "on_demand_per_h", "spot_per_h", "spot_notice_s", "read_date"]
-    rows = [[r[h] if r[h] is not None else "-" for h in headers] for r in records]
-    click.echo(report.table(headers, rows, fmt))
+    keys = ["offering", "gpu", "gpus_per_node", "on_demand_per_h", "spot_per_h", "spot_notice_s", "read_date"]
+    if fmt == "csv":
+        click.echo(report.table(keys, [[r[k] if r[k] is not None else "" for k in keys] for r in records], fmt))
+        return
+    rows = [[r["offering"], r["gpu"], r["gpus_per_node"], f"{r['on_demand_per_h']:,.2f}",
+             "-" if r["spot_per_h"] is None else f"{r['spot_per_h']:,.2f}",
+             "-" if r["spot_notice_s"] is None else format_duration(r["spot_notice_s"]), r["read_date"]] for r in records]
+    currency = records[0]["currency"] if records else "USD"
+    click.echo(report.table(["offering", "GPU", "per node", f"on-demand {currency}/h", f"spot {currency}/h", "notice",
+                             "prices read"], rows, fmt))
+    if fmt == "table":
+        click.echo(report.wrap("Prices per instance-hour (per node); notice: the warning before a spot reclaim. "
+                               "--format csv or json for the full figures and sources."))
 
 
 def main(argv: list[str] | None = None) -> None:

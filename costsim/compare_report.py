@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from costsim.report import save_figure, table
+from costsim.report import save_figure, table, wrap
 from costsim.units import format_duration
 
-HEADERS = ["strategy", "kind", "total cost", "per used GPU-h", "owned util", "wait P50 h", "wait P95 h",
-           "misses", "idle paid GPU-h"]
+HEADERS = ["strategy", "kind", "total cost", "per used GPU-h", "util", "wait P50", "wait P95", "misses", "idle GPU-h"]
+LEGEND = ("per used GPU-h: total cost over the GPU-hours of work done; util: the owned GPUs' utilisation; wait: "
+          "hours a job waited for capacity (median, 95th percentile); misses: jobs that ended past their deadline, of "
+          "all jobs; idle GPU-h: GPU-hours paid for while idle.")
 
 
 def _pct(value) -> str:
@@ -32,7 +34,8 @@ def render(comparison, fmt: str) -> str:
     breaks = table(["owned", "versus", f"cloud {s.currency}/used GPU-h", "break-even utilisation"],
                    break_even_rows(comparison), fmt)
     notes = "\n".join(s.notes)
-    return "\n\n".join(part for part in (head, strategies, breaks, notes) if part)
+    legend = wrap(LEGEND) if fmt == "table" else ""
+    return "\n\n".join(part for part in (head, strategies + ("\n" + legend if legend else ""), breaks, notes) if part)
 
 
 def as_json(comparison) -> dict:

@@ -6,28 +6,41 @@ import csv
 import io
 import json
 import math
+import re
+import textwrap
 
 from tabulate import tabulate
 
 from costsim.planfile import spot_model_name
 from costsim.units import format_duration
 
-PLAN_HEADERS = ["", "offering", "GPU x per node x nodes", "policy", "ckpt", "P50 finish", "P90 finish",
-                "mean cost", "P90 cost", "P(deadline)", "saving vs OD"]
+TABLE_WIDTH = 120   # what a default table fits; --wide shows every column
 
 
-def plan_rows(result) -> list[list]:
+def plan_table(result, wide: bool = False) -> tuple[list[str], list[list], str]:
+    """The ranked candidates as (headers, rows, legend): the default fits TABLE_WIDTH; `wide` adds the
+    P50 finish, throughput and preemptions and spells the headers out."""
+    currency = result.ranked[0].configured.candidate.offering.currency if result.ranked else ""
+    headers = ["", "offering", "GPUs", "policy", "ckpt", *(["P50 finish"] if wide else []),
+               "P90 finish" if wide else "P90", f"cost {currency}" if not wide else f"mean cost {currency}",
+               "P90 cost", "P(deadline)" if wide else "P(met)", "saving",
+               *(["samples/s", "preemptions"] if wide else [])]
     rows = []
     for r in result.ranked:
         c, s = r.configured.candidate, r.stats
         mark = "*" if r is result.chosen else ("" if r.meets_target else "x")
         saving = "" if r.saving_vs_on_demand is None else f"{100 * r.saving_vs_on_demand:.0f}%"
-        runner = f" [{c.variant}]" if c.variant else ""   # the profile's runner configuration, if it has several
-        rows.append([mark, c.offering.id, f"{c.offering.gpu} x{c.offering.gpus_per_node} x{c.nodes}{runner}", c.policy,
-                     format_duration(c.checkpoint_interval_s), format_duration(s.makespan_p50_s),
-                     format_duration(s.makespan_p90_s), f"{s.cost_mean:,.2f}", f"{s.cost_p90:,.2f}",
-                     f"{s.p_deadline:.3f}", saving])
-    return rows
+        runner = f" {c.variant}" if c.variant else ""   # the profile's runner configuration, if it has several
+        rows.append([mark, c.offering.id, f"{c.offering.gpu} {c.offering.gpus_per_node}x{c.nodes}{runner}", c.policy,
+                     format_duration(c.checkpoint_interval_s),
+                     *([format_duration(s.makespan_p50_s)] if wide else []), format_duration(s.makespan_p90_s),
+                     f"{s.cost_mean:,.2f}", f"{s.cost_p90:,.2f}", f"{100 * s.p_deadline:.1f}%", saving,
+                     *([f"{r.configured.step.samples_per_s:,.1f}", f"{s.preemptions_mean:.2f}"] if wide else [])])
+    legend = ("* chosen, x misses the target. GPUs: type, per node x nodes, runner configuration (when the profile "
+              "has several); ckpt: checkpoint interval; " + ("" if wide else "P90: finish time that 90% of trials "
+              "beat; cost: mean; P(met): share of trials meeting the deadline; ") + "saving: against the cheapest "
+              "on-demand plan that meets the target" + ("" if wide else "; --wide for more columns") + ".")
+    return headers, rows, legend
 
 
 def candidate_record(r) -> dict:
@@ -42,15 +55,33 @@ def candidate_record(r) -> dict:
 
 
 
+def wrap(text: str) -> str:
+    """A note for people, in lines that fit TABLE_WIDTH."""
+    return textwrap.fill(text, TABLE_WIDTH, break_on_hyphens=False)
+
+
+_NUMBER = re.compile(r"^[-+]?[0-9][0-9,.]*(e[-+]?[0-9]+)?\s?[a-zA-Z%/]*$")
+
+
 def table(headers: list[str], rows: list[list], fmt: str) -> str:
-    """Rows as a table (tabulate's `fmt`) or CSV."""
+    """Rows as a table for people (`table`: two spaces between columns, numbers right-aligned), CSV, or
+    another of tabulate's formats."""
     if fmt == "csv":
         buffer = io.StringIO()
         writer = csv.writer(buffer, lineterminator="\n")
         writer.writerow(headers)
         writer.writerows(rows)
         return buffer.getvalue().rstrip("\n")
-    return tabulate(rows, headers=headers, tablefmt="simple" if fmt == "table" else fmt, disable_numparse=True)
+    if fmt != "table":
+        return tabulate(rows, headers=headers, tablefmt=fmt, disable_numparse=True)
+    cells = [[str(h) for h in headers]] + [["" if v is None else str(v) for v in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    filled = [[row[i] for row in cells[1:] if row[i] not in ("", "-")] for i in range(len(headers))]
+    right = [bool(column) and all(_NUMBER.match(cell) for cell in column) for column in filled]
+
+    def line(row: list[str]) -> str:
+        return "  ".join(cell.rjust(w) if r else cell.ljust(w) for cell, w, r in zip(row, widths, right)).rstrip()
+    return "\n".join([line(cells[0]), line(["-" * w for w in widths]), *(line(row) for row in cells[1:])])
 
 
 def flat_csv(records: list[dict]) -> str:

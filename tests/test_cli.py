@@ -21,12 +21,17 @@ def test_plan_sdxl_prints_a_ranked_table_and_writes_plan_json(run_cli, tmp_path)
     out, plot = tmp_path / "plan.json", tmp_path / "plan.png"
     result = run_cli("plan", "--workload", "sdxl", *FAST, "--out", str(out), "--plot", str(plot))
     assert result.exit_code == 0, result.stderr
-    header = result.stdout.splitlines()[1]
-    for column in ("offering", "policy", "P50 finish", "P90 finish", "mean cost", "P90 cost", "P(deadline)",
-                   "saving vs OD"):
+    lines = result.stdout.splitlines()
+    header = lines[2]
+    for column in ("offering", "GPUs", "policy", "ckpt", "P90", "cost USD", "P90 cost", "P(met)", "saving"):
         assert column in header
-    chosen_rows = [line for line in result.stdout.splitlines() if line.startswith("*")]
+    chosen_rows = [line for line in lines if line.startswith("*  ")]
     assert len(chosen_rows) == 1
+    assert max(len(line) for line in lines if not line.startswith("wrote ")) <= 120   # the table and its notes
+    assert any(line.startswith("* chosen, x misses the target") for line in lines)   # the legend
+    wide = run_cli("plan", "--workload", "sdxl", *FAST, "--out", str(out), "--wide").stdout.splitlines()
+    for column in ("P50 finish", "P90 finish", "mean cost USD", "P(deadline)", "samples/s", "preemptions"):
+        assert column in wide[2]
     assert json.loads(out.read_text())["schema"] == SCHEMA
     plan = Plan.read(out)
     assert plan.prediction.p_deadline >= plan.policy.p_deadline_target
@@ -119,7 +124,7 @@ def test_simulate_table_output(run_cli):
     result = run_cli("simulate", "--work-hours", "2", "--deadline", "3h", "--checkpoint-interval", "30m",
                      "--policy", "on-demand", "--on-demand-price", "2", "--trials", "3")
     assert result.exit_code == 0
-    assert "makespan_h" in result.stdout and "deadline met in 1.000 of 3 trials" in result.stdout
+    assert "finish (h)" in result.stdout and "deadline met in 3 of 3 trials (100.0%)" in result.stdout
 
 
 def test_catalog_lists_dated_prices_and_filters_by_gpu(run_cli):
@@ -129,7 +134,8 @@ def test_catalog_lists_dated_prices_and_filters_by_gpu(run_cli):
     assert all(r["read_date"] and r["source"] for r in rows)
     assert {r["offering"].split("/")[0] for r in rows} >= {"aws", "gcp", "azure", "lambda"}
     table = run_cli("catalog")
-    assert "read_date" in table.stdout and "p5.48xlarge" in table.stdout
+    assert "prices read" in table.stdout and "p5.48xlarge" in table.stdout
+    assert max(len(line) for line in table.stdout.splitlines()) <= 120
 
 
 def test_outputs_are_written_with_the_users_umask(run_cli, tmp_path):

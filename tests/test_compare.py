@@ -128,6 +128,7 @@ def test_compare_h100_team_table_json_and_plot(run_cli, tmp_path):
     plot = tmp_path / "c.png"
     table = run_cli("compare", "--scenario", "h100-team", "--plot", str(plot))
     assert table.exit_code == 0 and "break-even utilisation" in table.stdout
+    assert max(len(line) for line in table.stdout.splitlines()) <= 120 and "idle GPU-h: GPU-hours" in table.stdout
     assert plot.read_bytes()[:4] == b"\x89PNG"
     doc = run_cli("compare", "--scenario", "h100-team", "--format", "json").json()
     kinds = {s["kind"] for s in doc["strategies"]}
