@@ -267,6 +267,10 @@ def calibrate(runs: list[Run], profile: Profile) -> Calibration:
         if run.steps != run.plan.job_steps:
             notes.append(f"{run.name} ran {run.steps} of its plan's {run.plan.job_steps} steps: "
                          "its wall time is not compared with the plan's")
+        restarts, lost = run.summary.get("restarts", 0), run.summary.get("lost_steps", 0)
+        if restarts or lost:
+            notes.append(f"{run.name}'s refit wall time counts its own {restarts} restart(s) and {lost} steps trained "
+                         "again after them, as they happened (the plan's makespan prices preemptions by its model)")
     loo = {}
     if len(runs) >= 2:
         for i, run in enumerate(runs):
@@ -297,11 +301,14 @@ def _overheads(runs: list[Run], before: GpuProfile, notes: list[str]) -> dict:
 
 
 def predicted_wall_s(p: GpuProfile, run: Run) -> float:
-    """Failure-free wall time of a run under a profile: start-up, steps, interval saves, final save."""
+    """A run's wall time under a profile: start-up, steps, interval saves, final save, and the run's own
+    failures as they happened (its restarts, and the steps it trained again after them)."""
     async_mode = run.plan.checkpoint.async_
     per_save = p.checkpoint_stall_s if async_mode else p.checkpoint_save_s
     final = p.checkpoint_save_s if run.final_save else 0.0
-    return p.startup_s + run.steps * predict_step_s(p, run.point) + run.interval_saves * per_save + final
+    step_s = predict_step_s(p, run.point)
+    failures_s = run.summary.get("restarts", 0) * p.restart_s + run.summary.get("lost_steps", 0) * step_s
+    return p.startup_s + run.steps * step_s + run.interval_saves * per_save + final + failures_s
 
 
 def report_rows(c: Calibration) -> list[dict]:

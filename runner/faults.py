@@ -93,12 +93,19 @@ class NoticeFlag:
             os._exit(STUCK_EXIT)
 
 
+DRILL_MARK = "runner: drill: injected"   # the one line an injected fault prints (runner.launch drops what follows)
+
+
 def fire(fault: Fault, *, local_rank: int, local_world_size: int) -> None:
     """Carry out an injected fault on this node: `kill` its last worker, or `term`: the notice to
-    every worker of this node (from local rank 0), as the supervisor passes on a real one."""
+    every worker of this node (from local rank 0), as the supervisor passes on a real one. The worker
+    that fires it says so in one line first: the peers' errors that follow a kill are its doing."""
     if fault.kind == "kill" and local_rank == local_world_size - 1:
+        os.write(2, f"{DRILL_MARK} kill at step {fault.step} (local rank {local_rank}: SIGKILL, no checkpoint)\n".encode())
         os.kill(os.getpid(), signal.SIGKILL)
     elif fault.kind == "term" and local_rank == 0:
+        os.write(2, f"{DRILL_MARK} notice at step {fault.step} (SIGTERM to every worker: emergency checkpoint)\n"
+                 .encode())
         notify_workers(os.getppid())
 
 

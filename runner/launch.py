@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Mapping
 
-from runner.faults import FATAL_EXIT, PREEMPTED_EXIT
+from runner.faults import DRILL_MARK, FATAL_EXIT, PREEMPTED_EXIT
 
 DEFAULT_PORT = 29500
 
@@ -144,9 +144,18 @@ class TorchrunReportFilter:
         self.out = out
         self.pending: list[bytes] = []
         self.borders = -1   # >= 0 while dropping torchrun's report: the '=====' lines seen
+        self.drilled = False   # an injected fault fired: what the peers and torchrun say next is its doing
 
     def feed(self, line: bytes) -> None:
         if any(marker in line for marker in self.QUIET):
+            return
+        if self.drilled:
+            return
+        if DRILL_MARK.encode() in line:
+            self.flush()
+            self.drilled = True
+            self.out.write(line[line.index(DRILL_MARK.encode()):])
+            self.out.flush()
             return
         if self.borders >= 0:
             if line.startswith(b"====="):

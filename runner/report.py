@@ -145,13 +145,91 @@ def restart_times(events: list[dict]) -> list[float | None]:
 
 
 def table(figures: dict) -> str:
-    """The figures as `name: value` lines, and the summary's one line."""
-    lines = [f"{key:>30}: {value}" for key, value in figures.items() if key != "summary"]
-    s = figures["summary"]
+    """The figures for people: one row a figure, with units, rounded; `--format json` has them all."""
+    f, rows = figures, []
+    s = f["summary"]
     if s:
-        lines.append(f"{'summary':>30}: status {s.get('status')}, {s.get('steps')} steps, {s.get('restarts')} restarts, "
-                     f"{s.get('lost_steps')} lost steps, wall {s.get('wall_s', 0):.1f}s")
-    return "\n".join(lines)
+        rows.append(("run", f"{s.get('status')}: {s.get('steps')} steps, {s.get('restarts')} restarts, "
+                            f"{s.get('lost_steps')} steps lost to preemptions, wall {_duration(s.get('wall_s'))}"))
+    rows.append(("batch", f"{f['global_batch']} samples a step on {f['world_size']} process(es)"))
+    if f["step_time_s"]:
+        rows += [("step time", f"{_seconds(f['step_time_s'])} mean, {_seconds(f['step_time_median_s'])} median over "
+                               f"{f['steps_measured']} steady steps ({f['slow_steps']} over 1.5x the median)"),
+                 ("throughput", f"{f['samples_per_s']:,.1f} samples/s ({f['samples_per_s_per_gpu']:,.1f} per process)")]
+    for split in f["by_split"] if len(f["by_split"]) > 1 else []:
+        rows.append((f"  on {split['world_size']} x {split['micro_batch']} x {split['accumulation']}",
+                     f"{_seconds(split['step_time_s'])} a step, {split['samples_per_s']:,.1f} samples/s "
+                     f"({split['steps_measured']} steps)"))
+    if f["checkpoint_bytes"]:
+        rows.append(("checkpoint", _bytes(f["checkpoint_bytes"])))
+    rows += [(name, _series(values)) for name, values in (
+        ("sync saves", f["sync_save_s"]), ("async stalls", f["async_stall_s"]), ("async writes", f["async_write_s"]),
+        ("async cost", f["async_cost_s"]), ("loads", f["load_s"])) if values]
+    if f["step_time_while_writing_ratio"]:
+        rows.append(("steps while writing", f"{f['step_time_while_writing_ratio']:.2f}x a steady step"))
+    if f["startup_to_first_step_s"] is not None:
+        rows.append(("start to first step", _duration(f["startup_to_first_step_s"])
+                     + _phases(f["startup_phases_s"][0] if f["startup_phases_s"] else None)))
+    for i, (total, phases) in enumerate(zip(f["restart_to_first_step_s"], f["restart_phases_s"]), start=1):
+        rows.append((f"restart {i}", f"{_duration(total)} to the first step" + _phases(phases)))
+    if f["runtime"]:
+        rows.append(("runner settings", ", ".join(f"{k}={v}" for k, v in f["runtime"].items())))
+    end = f["end_of_run"]
+    if end.get("peak_reserved_gb") is not None:
+        rows.append(("GPU memory", f"peak {end.get('peak_allocated_gb', 0):.1f} GB allocated, "
+                                   f"{end['peak_reserved_gb']:.1f} GB reserved, {end.get('alloc_retries', 0)} retries"))
+    if end.get("final_loss") is not None:
+        rows.append(("final loss", f"{end['final_loss']:.4g} (rank 0)"))
+    if f["validation_loss"]:
+        rows.append(("validation loss", ", ".join(f"{loss:.4g} at step {step}" for step, loss in f["validation_loss"])
+                     + f" ({_duration(f['validation_s'])} in all)"))
+    if f["exported"]:
+        e = f["exported"]
+        rows.append(("exported", f"{e['path']}, {_bytes(e['bytes'])} in {_duration(e['duration_s'])}"))
+    width = max(len(name) for name, _ in rows)
+    return "\n".join(_wrapped(name.ljust(width), value) for name, value in rows)
+
+
+def _wrapped(name: str, value: str) -> str:
+    import textwrap
+    return textwrap.fill(value, 120, initial_indent=f"{name}  ", subsequent_indent=" " * (len(name) + 2))
+
+
+def _seconds(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value * 1000:.3g} ms" if value < 1 else f"{value:.3g} s"
+
+
+def _duration(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.1f} s" if value < 120 else f"{value / 60:.1f} min" if value < 7200 else f"{value / 3600:.2f} h"
+
+
+def _bytes(value: float) -> str:
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if value >= size:
+            return f"{value / size:.3g} {unit}"
+    return f"{value:.0f} B"
+
+
+def _series(values: list[float]) -> str:
+    """n values as count, mean and range in seconds."""
+    if len(values) == 1:
+        return _seconds(values[0])
+    return f"{len(values)}, mean {_seconds(statistics.fmean(values))} ({_seconds(min(values))} to {_seconds(max(values))})"
+
+
+PHASES = (("noticed_s", "noticed"), ("start_and_build_s", "start and build"), ("load_s", "load"),
+          ("first_step_s", "first step"), ("later_warmup_excess_s", "warm-up"))
+
+
+def _phases(phases: dict | None) -> str:
+    if not phases:
+        return ""
+    parts = [f"{label} {_duration(phases[key])}" for key, label in PHASES if phases.get(key)]
+    return f" ({', '.join(parts)})" if parts else ""
 
 
 def plot(run_dir: Path, out: str, smooth: int = 9) -> None:

@@ -83,8 +83,12 @@ def test_the_table_and_the_plot_show_validation_losses_and_the_export(tmp_path):
     result = subprocess.run([sys.executable, "-m", "runner", "report", str(tmp_path), "--plot", str(plot)],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
-    assert "validation_loss: [(10, 0.8), (20, 0.6)]" in result.stdout
-    assert "'bytes': 1234" in result.stdout
+    rows = {line[:20].strip(): line[21:] for line in result.stdout.splitlines()}
+    assert rows["validation loss"] == "0.8 at step 10, 0.6 at step 20 (0.4 s in all)"
+    assert rows["exported"] == "RUN/final, 1.23 kB in 0.1 s"
+    assert rows["step time"].startswith("500 ms mean, 500 ms median")
+    assert max(len(line) for line in result.stdout.splitlines()) <= 120
+    assert "{" not in result.stdout and "None" not in result.stdout   # no Python reprs for people
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     missing = subprocess.run([sys.executable, "-m", "runner", "report", str(tmp_path / "nothing")],
                              capture_output=True, text=True, timeout=60)

@@ -43,6 +43,10 @@ def test_three_sigkills_resume_to_the_same_final_state(plan, clean, tmp_path):
         assert 0 <= killed_at - resumed_from <= INTERVAL   # at most one checkpoint interval lost
     assert s["lost_steps"] == sum(k - r for k, r in zip(kills, resumed))
     assert "runner: restart 3: preempted" in result.stderr
+    # A drill as intended reads as one line per fault, not the peers' tracebacks.
+    assert [line.split(" (")[0] for line in result.stderr.splitlines() if "drill: injected" in line] == \
+        [f"runner: drill: injected kill at step {k}" for k in kills]
+    assert "Traceback" not in result.stderr and "Connection reset" not in result.stderr
 
 
 def test_sigterm_notice_checkpoints_and_loses_no_step(plan, clean, tmp_path):

@@ -241,3 +241,17 @@ def test_torchruns_failure_report_is_left_out_and_a_workers_traceback_kept():
     stream = io.BytesIO(b"runner: step 5/10\n" + b"".join(worker) + b"".join(torchrun) + noisy + b"runner: restart 1\n")
     TorchrunReportFilter(out).pump(stream)
     assert out.getvalue() == b"runner: step 5/10\n" + b"".join(worker) + b"runner: restart 1\n"
+
+
+def test_an_injected_fault_is_one_line_and_what_its_peers_say_after_it_is_dropped():
+    import io
+
+    from runner.launch import TorchrunReportFilter
+    peer = [b"[rank0]:Traceback (most recent call last):\n", b'[rank0]:  File "/x/runner/train.py", line 133\n',
+            b"[rank0]:RuntimeError: [pair.cc:537] Read error [127.0.0.1]:9102: Connection reset by peer.\n",
+            b"E1201 api.py:1002] failed (exitcode: -9) local_rank: 1 (pid: 12331) of binary: python3\n"]
+    out = io.BytesIO()
+    stream = io.BytesIO(b"runner: step 30/300\n[rank1]:runner: drill: injected kill at step 33 (local rank 1)\n"
+                        + b"".join(peer))
+    TorchrunReportFilter(out).pump(stream)
+    assert out.getvalue() == b"runner: step 30/300\nrunner: drill: injected kill at step 33 (local rank 1)\n"
