@@ -58,18 +58,34 @@ def plot(comparison, path: str) -> None:
     s = comparison.scenario
     owned = [st for st in s.strategies if st.kind == "owned"]
     grid = np.linspace(0.03, 1.0, 200)
-    fig, ax = plt.subplots(figsize=(9, 6))
+    fig, ax = plt.subplots(figsize=(10, 6))
+    # Owned options whose cost per used GPU-hour is the same curve (1 or 2 of one server) are one line.
+    curves: list[tuple[list[str], list[float]]] = []
     for st in owned:
-        ax.plot(grid * 100, [owned_rate(st, u) for u in grid], lw=2, label=f"own: {st.name}")
+        ys = [owned_rate(st, u) for u in grid]
+        same = next((c for c in curves if np.allclose(c[1], ys, rtol=1e-9)), None)
+        if same is not None:
+            same[0].append(st.name)
+        else:
+            curves.append(([st.name], ys))
     colours = [plt.get_cmap("tab10")(i) for i in range(10)]
+    for index, (names, ys) in enumerate(curves):
+        ax.plot(grid * 100, ys, lw=2.5, color=colours[index % 10], label="own: " + " = ".join(names))
+    used = {r.name: r.utilization for r in comparison.results if r.kind == "owned" and r.utilization is not None}
+    for name, u in used.items():
+        if s.sources:   # simulated demand: where this team's owned GPUs would sit
+            ax.axvline(100 * u, color="grey", lw=0.8, ls=":")
+            ax.annotate(f"{name}: {100 * u:.0f}% used", (100 * u, 0.98), xycoords=("data", "axes fraction"), fontsize=7,
+                        rotation=90, xytext=(2, 0), textcoords="offset points", va="top")
+    # Each cloud option: its line, and in the legend its rate and the break-even with owning (no labels on
+    # the chart: break-evens a point apart would print over one another).
     for index, (name, rate) in enumerate(comparison.cloud_rate.items()):
-        ax.axhline(rate, ls="--", lw=1.2, color=colours[(index + len(owned)) % len(colours)],
-                   label=f"{name} ({rate:,.2f})")
-    for b in comparison.break_even:
-        if b.utilization is not None:
-            ax.plot(b.utilization * 100, comparison.cloud_rate[b.versus], "o", c="k", ms=5)
-            ax.annotate(f"{100 * b.utilization:.0f}%", (b.utilization * 100, comparison.cloud_rate[b.versus]),
-                        fontsize=7, xytext=(3, 3), textcoords="offset points")
+        evens = sorted({100 * b.utilization for b in comparison.break_even
+                        if b.versus == name and b.utilization is not None})
+        labels = sorted({f"{e:.0f}%" for e in evens})
+        even = f", break-even {'/'.join(labels)}" if evens else ", owning never pays"
+        ax.axhline(rate, ls="--", lw=1.2, color=colours[(index + len(curves)) % 10], label=f"{name}: {rate:,.2f}{even}")
+        ax.plot(evens, [rate] * len(evens), "o", c="k", ms=4, zorder=3)
     top = max(list(comparison.cloud_rate.values()) + [owned_rate(st, 0.5) for st in owned]) * 2.5
     ax.set_ylim(0, top)
     ax.set_xlabel("utilisation of the owned GPUs (%)")

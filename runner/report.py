@@ -245,7 +245,8 @@ def plot(run_dir: Path, out: str, smooth: int = 9) -> None:
     t0 = next((e["t"] for e in events if e["event"] in ("launch", "start")), events[0]["t"] if events else 0.0)
     minutes = lambda e: (e["t"] - t0) / 60.0  # noqa: E731
     steps = [e for e in events if e["event"] == "step" and e.get("rank") == 0]
-    cuts = [minutes(e) for e in events if e["event"] == "restart"]
+    # no line across a gap: a restart, or another `runner execute` on the folder (each launches anew)
+    cuts = [minutes(e) for e in events if e["event"] in ("restart", "launch")]
 
     def line(ax, points, *style, **kw):   # no line across a restart's gap
         xs: list[float] = []
@@ -264,8 +265,9 @@ def plot(run_dir: Path, out: str, smooth: int = 9) -> None:
         if e["event"] == "progress" and e.get("loss_rank0") is not None and e["step"] not in seen:
             seen.add(e["step"])
             train.append((minutes(e), e["loss_rank0"]))
-    if train:
-        line(loss_ax, train, ".-", ms=3, lw=0.8, label="training loss (rank 0, every 5 s)")
+    if train:   # a short run has a handful of points: large enough to see
+        line(loss_ax, train, "o-" if len(train) < 30 else ".-", ms=5 if len(train) < 30 else 3, lw=0.8,
+             label="training loss (rank 0, every 5 s)")
     held_out = [(minutes(e), e["loss"]) for e in events if e["event"] == "validation" and e.get("rank") == 0]
     if held_out:
         line(loss_ax, held_out, "o-", ms=4, color="tab:purple", label="validation loss")
