@@ -213,7 +213,8 @@ def _price_dates(result) -> str:
 @click.option("--spot-price", type=click.FloatRange(min=0), help="per instance-hour")
 @click.option("--trials", type=click.IntRange(min=1), default=1000, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--per-trial", is_flag=True, help="list every trial's cost and finish time")
+@click.option("--per-trial", is_flag=True, help="list every trial: cost, finish, preemptions and when it first went "
+              "on-demand (a fallback policy's switch)")
 @click.option("--spot-model", "spot_model", type=click.Path(dir_okay=False), help="a fitted spot model file "
               "(`costsim calibrate --market --out`): with --workload its entry for the offering, else its one model "
               "in place of --preemption-mtbf/--capacity-wait/--weibull-shape")
@@ -274,6 +275,10 @@ def simulate_command(workload, offering, nodes, variant, work_hours, deadline, c
     if fmt == "json":
         click.echo(report.to_json(doc))
         return
+    if per_trial:
+        _print_trials(doc["per_trial"], traces, fmt)
+        if fmt == "csv":
+            return
     rows = [[label, *(_fmt(doc[k][q]) for q in ("mean", "p50", "p90"))]
             for k, label in (("makespan_h", "finish (h)"), ("cost", "cost"))]
     click.echo(report.table(["", "mean", "P50", "P90"], rows, fmt))
@@ -282,6 +287,24 @@ def simulate_command(workload, offering, nodes, variant, work_hours, deadline, c
         click.echo(f"deadline met in {met} of {doc['trials']} trials ({100 * doc['deadline_met']:.1f}%)"
                    + (", one per trace file" if traces else "") + "; "
                    f"{doc['preemptions']:.2f} preemptions per trial; {doc['unfinished']} unfinished")
+
+
+def _print_trials(trials: list[dict], traces: list[str], fmt: str) -> None:
+    """One row a trial (its trace file, when trials replay traces); then when on-demand usually began."""
+    hours = lambda h: "never" if h is None else f"{h:.2f}"  # noqa: E731
+    rows = [[i if not traces else Path(traces[i % len(traces)]).name, hours(t["makespan_h"]), f"{t['cost']:,.2f}",
+             "yes" if t["met_deadline"] else "no", t["preemptions"], hours(t["on_demand_from_h"])]
+            for i, t in enumerate(trials)]
+    click.echo(report.table(["trial", "finish h", "cost", "met", "preemptions", "on-demand from h"], rows, fmt))
+    if fmt == "table":
+        switched = sorted(t["on_demand_from_h"] for t in trials if t["on_demand_from_h"] is not None)
+        if switched:
+            quartiles = [switched[int(q * (len(switched) - 1))] for q in (0.25, 0.5, 0.75)]
+            click.echo(f"on-demand in {len(switched)} of {len(trials)} trials, from {quartiles[1]:.2f} h at the median "
+                       f"(quartiles {quartiles[0]:.2f}-{quartiles[2]:.2f} h)")
+        else:
+            click.echo(f"on-demand in none of {len(trials)} trials")
+        click.echo()
 
 
 def _trace_files(paths: list[str]) -> list[str]:

@@ -19,7 +19,7 @@ from costsim import policies
 from costsim.sim.job import JobParams
 from costsim.sim.market import HazardModel, HazardTimeline, Timeline, TraceTimeline
 from costsim.sim.trial import MarketPrice, TrialOutcome, run_trial
-from costsim.spec import Stats
+from costsim.spec import ON_DEMAND, Stats
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -44,6 +44,7 @@ class Samples:
     preemptions: np.ndarray
     events: int
     logs: list = field(default_factory=list)
+    on_demand_from_s: np.ndarray | None = None   # when each trial first started on-demand (inf: never)
 
 
 def timeline_for(config: SimConfig, seed: int, trial: int) -> Timeline:
@@ -69,6 +70,8 @@ def run_trials(config: SimConfig, trials: int, seed: int, record_log: bool = Fal
         preemptions=np.array([o.preemptions for o in outcomes]),
         events=sum(o.events for o in outcomes),
         logs=[o.record.log for o in outcomes] if record_log else [],
+        on_demand_from_s=np.array([next((s.start_s for s in o.record.stints if s.market == ON_DEMAND), math.inf)
+                                   for o in outcomes]),
     )
 
 

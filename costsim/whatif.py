@@ -108,8 +108,11 @@ def summary(config: SimConfig, trials: int, seed: int, per_trial: bool) -> dict:
            "trials": trials, "preemptions": float(samples.preemptions.mean()),
            "unfinished": int((~np.isfinite(hours)).sum()), "events": samples.events}
     if per_trial:
-        doc["per_trial"] = [{"cost": float(c), "makespan_h": _none_if_inf(float(h)), "met_deadline": bool(m)}
-                            for c, h, m in zip(samples.cost, hours, samples.met)]
+        assert samples.on_demand_from_s is not None
+        doc["per_trial"] = [{"cost": float(c), "makespan_h": _none_if_inf(float(h)), "met_deadline": bool(m),
+                             "preemptions": int(n), "on_demand_from_h": _none_if_inf(float(od) / 3600.0)}
+                            for c, h, m, n, od in zip(samples.cost, hours, samples.met, samples.preemptions,
+                                                      samples.on_demand_from_s)]
     return doc
 
 

@@ -159,3 +159,22 @@ def test_simulate_takes_many_trace_files_after_one_flag_or_a_folder(run_cli, tmp
     assert run_cli(*base, "--trace", str(tmp_path)).json()["trials"] == 3
     stray = run_cli(*base, files[0])
     assert stray.exit_code == 2 and "trace files follow --trace" in stray.stderr
+
+
+def test_simulate_per_trial_lists_each_trial_and_when_it_went_on_demand(run_cli):
+    """Greedy on 20 real windows: --per-trial lists one row per window with the time it first went
+    on-demand, which the JSON carries too (the table used to be the same with or without it)."""
+    from pathlib import Path
+    windows = sorted((Path(__file__).resolve().parents[1] / "data" / "traces" / "cbl-us-west-2a-v100").glob("*.json"))
+    args = ["simulate", "--work-hours", "12.9", "--deadline", "16h", "--changeover", "50m", "--checkpoint-interval",
+            "20m", "--policy", "greedy", "--spot-price", "0.97", "--on-demand-price", "3.06",
+            "--trace", *map(str, windows[:20])]
+    table = run_cli(*args, "--per-trial")
+    assert table.exit_code == 0, table.stderr
+    rows = [line for line in table.stdout.splitlines() if line.split(" ")[0].endswith(".json")]
+    assert len(rows) == 20
+    trials = run_cli(*args, "--per-trial", "--format", "json").json()["per_trial"]
+    switched = [t["on_demand_from_h"] for t in trials if t["on_demand_from_h"] is not None]
+    assert 0 < len(switched) <= 20 and f"on-demand in {len(switched)} of 20 trials" in table.stdout
+    assert all(0 <= h <= t["makespan_h"] for t in trials if (h := t["on_demand_from_h"]) is not None)
+    assert "trial" not in run_cli(*args).stdout   # without the flag: the summary only
