@@ -60,7 +60,7 @@ def wrap(text: str) -> str:
     return textwrap.fill(text, TABLE_WIDTH, break_on_hyphens=False)
 
 
-_NUMBER = re.compile(r"^[-+]?[0-9][0-9,.]*(e[-+]?[0-9]+)?\s?[a-zA-Z%/]*$")
+_NUMBER = re.compile(r"^[-+]?[0-9][0-9,.]*(e[-+]?[0-9]+)?\s?[a-zA-Z%/]{0,3}$")
 
 
 def table(headers: list[str], rows: list[list], fmt: str) -> str:

@@ -177,4 +177,4 @@ def test_simulate_per_trial_lists_each_trial_and_when_it_went_on_demand(run_cli)
     switched = [t["on_demand_from_h"] for t in trials if t["on_demand_from_h"] is not None]
     assert 0 < len(switched) <= 20 and f"on-demand in {len(switched)} of 20 trials" in table.stdout
     assert all(0 <= h <= t["makespan_h"] for t in trials if (h := t["on_demand_from_h"]) is not None)
-    assert "trial" not in run_cli(*args).stdout   # without the flag: the summary only
+    assert "on-demand from h" not in run_cli(*args).stdout   # without the flag: the summary only
