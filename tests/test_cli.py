@@ -93,7 +93,7 @@ def test_simulate_bare_flags_json_contract(run_cli):
     doc = result.json()
     assert set(doc["makespan_h"]) == {"mean", "p50", "p90"} and set(doc["cost"]) == {"mean", "p50", "p90"}
     assert doc["trials"] == 200 and len(doc["per_trial"]) == 200
-    assert set(doc["per_trial"][0]) == {"cost", "makespan_h", "met_deadline"}
+    assert set(doc["per_trial"][0]) == {"cost", "makespan_h", "met_deadline", "preemptions", "on_demand_from_h"}
     assert doc["deadline_met"] == pytest.approx(sum(t["met_deadline"] for t in doc["per_trial"]) / 200)
     assert doc["preemptions"] > 0
 
