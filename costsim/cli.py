@@ -227,7 +227,7 @@ def simulate_command(workload, offering, nodes, variant, work_hours, deadline, c
     """Simulate one configuration many times: what-if questions and checks of the model.
 
     Example: costsim simulate --work-hours 48 --deadline 52h --checkpoint-interval 1h --changeover 6m
-    --policy uniform-progress --trace trace1.json trace2.json --spot-price 0.9 --on-demand-price 3.06
+    --policy uniform-progress --trace data/traces/cbl-us-west-2a-v100 --spot-price 0.9 --on-demand-price 3.06
     """
     if more_traces and not traces:
         raise click.UsageError(f"unexpected argument {more_traces[0]!r}; trace files follow --trace")
@@ -380,7 +380,7 @@ def _fractions(text: str | None) -> tuple[float, ...]:
 def calibrate_command(runs, profile_ref, out, market, offering, fmt):
     """Refit throughput, checkpoint and restart figures from runs; report the prediction errors.
 
-    Example: costsim calibrate runs/a runs/b --out tiny-measured.yaml
+    Example: costsim calibrate runs/demo --out tiny-measured.yaml
 
     Spot market: costsim calibrate --market data/traces/aws-2023-02-15 --offering aws-gpu --out fitted.yaml
     """
