@@ -616,10 +616,10 @@ def catalog_command(gpu, fmt):
     if fmt == "csv":
         click.echo(report.table(keys, [[r[k] if r[k] is not None else "" for k in keys] for r in records], fmt))
         return
-    rows = [[r["offering"], r["gpu"], r["gpus_per_node"], f"{r['on_demand_per_h']:,.2f}",
-             "-" if r["spot_per_h"] is None else f"{r['spot_per_h']:,.2f}",
-             "-" if r["spot_notice_s"] is None else format_duration(r["spot_notice_s"]), r["read_date"]] for r in records]
-    currency = records[0]["currency"] if records else "USD"
+    rows = [[o.id, o.gpu, o.gpus_per_node, f"{o.on_demand_per_h:,.2f}",
+             "-" if o.spot_per_h is None else f"{o.spot_per_h:,.2f}",
+             "-" if o.spot_notice_s is None else format_duration(o.spot_notice_s), o.read_date] for o in offerings]
+    currency = offerings[0].currency if offerings else "USD"
     click.echo(report.table(["offering", "GPU", "per node", f"on-demand {currency}/h", f"spot {currency}/h", "notice",
                              "prices read"], rows, fmt))
     if fmt == "table":
