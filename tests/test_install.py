@@ -5,6 +5,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -26,10 +27,15 @@ def test_a_wheel_installed_elsewhere_plans_the_shipped_workload(tmp_path):
     assert built.returncode == 0, built.stderr[-2000:]
     wheel = next((tmp_path / "dist").glob("costsim-*.whl"))
     # The venv sees this interpreter's packages (numpy, scipy, simpy...: nothing is downloaded) but
-    # gets its own costsim, from the wheel.
+    # gets its own costsim, from the wheel. This interpreter may itself be a venv's, whose packages
+    # --system-site-packages would not show (it shows the base interpreter's): a .pth names them.
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True, timeout=120)
     python = venv / "bin" / "python"
+    own = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                         capture_output=True, text=True, check=True, timeout=60).stdout.strip()
+    outer = dict.fromkeys(sysconfig.get_paths()[key] for key in ("purelib", "platlib"))
+    (Path(own) / "outer-interpreter.pth").write_text("".join(f"{path}\n" for path in outer))
     installed = subprocess.run([str(python), "-m", "pip", "install", "--no-deps", "--no-index", "-q", str(wheel)],
                                capture_output=True, text=True, timeout=300)
     assert installed.returncode == 0, installed.stderr[-2000:]
