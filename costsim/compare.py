@@ -7,14 +7,19 @@ costs its hourly cost of ownership spread over the used hours and the cloud its 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+
+import numpy as np
 
 from costsim import cost
+from costsim.errors import InputError
 from costsim.fleet import strategies as fleet
-from costsim.fleet.demand import generate
+from costsim.fleet.demand import WEEK_S, Replay, generate, resampled_weeks
 from costsim.io.scenario import Scenario
 
 HOURS = 3600.0
+YEAR_S = 365 * 86400.0
+MIN_WEEKS = 2   # fewer whole weeks than this and resampling them says nothing
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +37,48 @@ class Comparison:
     cloud_rate: dict[str, float]               # strategy -> cost per used (reference) GPU-hour
     sweep: dict[float, dict[str, float]] = field(default_factory=dict)   # utilisation -> strategy -> rate
     jobs: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Band:
+    """5th and 95th percentiles over resampled histories: yearly cost per strategy, break-even per pair."""
+
+    draws: int
+    yearly_cost: dict[str, tuple[float, float]]
+    break_even: dict[tuple[str, str], tuple[float | None, float | None]]
+
+
+def yearly(result: fleet.Result, horizon_s: float) -> float:
+    """A strategy's cost over a year of this demand."""
+    return result.total_cost * YEAR_S / horizon_s
+
+
+def resampled_band(scenario: Scenario, draws: int, progress=None) -> Band:
+    """The comparison over `draws` histories made of the real one's weeks drawn with replacement: how
+    much of the answer is the particular weeks this team happened to have."""
+    (history,) = scenario.sources
+    if scenario.horizon_s < MIN_WEEKS * WEEK_S:
+        raise InputError("--resample", "resample", f"the history spans {scenario.horizon_s / 86400:.1f} days; "
+                         f"resampling its weeks needs at least {MIN_WEEKS} (give --resample 0)")
+    rng = np.random.default_rng([scenario.seed, 7])
+    costs: dict[str, list[float]] = {}
+    evens: dict[tuple[str, str], list[float]] = {}
+    for draw in range(draws):
+        jobs, span_s = resampled_weeks(list(history.rows), scenario.horizon_s, rng)
+        one = compare(replace(scenario, sources=(Replay(name=history.name, rows=tuple(jobs)),), horizon_s=span_s))
+        for r in one.results:
+            costs.setdefault(r.name, []).append(yearly(r, span_s))
+        for b in one.break_even:
+            evens.setdefault((b.owned, b.versus), []).append(math.inf if b.utilization is None else b.utilization)
+        if progress:
+            progress(draw + 1, draws)
+
+    def band(values: list[float]) -> tuple[float, float]:
+        low, high = np.quantile(values, [0.05, 0.95])
+        return float(low), float(high)
+    return Band(draws=draws, yearly_cost={name: band(v) for name, v in costs.items()},
+                break_even={pair: tuple(None if math.isinf(x) else x for x in band(v))   # type: ignore[misc]
+                            for pair, v in evens.items()})
 
 
 def owned_rate(strategy: fleet.Strategy, utilization: float) -> float:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from costsim.compare import yearly
 from costsim.report import save_figure, table, wrap
 from costsim.units import format_duration
 
-HEADERS = ["strategy", "kind", "total cost", "per used GPU-h", "util", "wait P50", "wait P95", "misses", "idle GPU-h"]
-LEGEND = ("per used GPU-h: total cost over the GPU-hours of work done; util: the owned GPUs' utilisation; wait: "
-          "hours a job waited for capacity (median, 95th percentile); misses: jobs that ended past their deadline, of "
-          "all jobs; idle GPU-h: GPU-hours paid for while idle.")
+HEADERS = ["strategy", "kind", "cost/year", "per used GPU-h", "util", "wait P50", "wait P95", "misses", "idle GPU-h"]
+LEGEND = ("cost/year: the horizon's cost over a year; per used GPU-h: cost over the GPU-hours of work done; util: the "
+          "owned GPUs' utilisation; wait: hours a job waited for capacity (median, 95th percentile); misses: jobs that "
+          "ended past their deadline, of all jobs; idle GPU-h: GPU-hours paid for while idle.")
 
 
 def _pct(value) -> str:
@@ -16,39 +17,86 @@ def _pct(value) -> str:
 
 
 def strategy_rows(comparison) -> list[list]:
-    return [[r.name, r.kind, f"{r.total_cost:,.0f}", f"{r.cost_per_used_gpu_hour:,.2f}", _pct(r.utilization),
+    horizon = comparison.scenario.horizon_s
+    return [[r.name, r.kind, f"{yearly(r, horizon):,.0f}", f"{r.cost_per_used_gpu_hour:,.2f}", _pct(r.utilization),
              f"{d['wait_p50_h']:.2f}", f"{d['wait_p95_h']:.2f}", f"{r.deadline_misses}/{r.jobs}" if r.jobs else "",
              f"{r.idle_paid_gpu_hours:,.0f}"] for r in comparison.results for d in [r.as_dict()]]
 
 
-def break_even_rows(comparison) -> list[list]:
-    return [[b.owned, b.versus, f"{comparison.cloud_rate[b.versus]:,.2f}",
-             "never" if b.utilization is None else _pct(b.utilization)] for b in comparison.break_even]
+def break_even_rows(comparison, band=None) -> list[list]:
+    rows = []
+    for b in comparison.break_even:
+        row = [b.owned, b.versus, f"{comparison.cloud_rate[b.versus]:,.2f}",
+               "never" if b.utilization is None else _pct(b.utilization)]
+        if band is not None:
+            low, high = band.break_even[(b.owned, b.versus)]
+            row.append(f"{_pct(low) if low is not None else 'never'} to {_pct(high) if high is not None else 'never'}")
+        rows.append(row)
+    return rows
 
 
-def render(comparison, fmt: str) -> str:
+def band_rows(comparison, band) -> list[list]:
+    horizon = comparison.scenario.horizon_s
+    return [[r.name, f"{yearly(r, horizon):,.0f}", f"{band.yearly_cost[r.name][0]:,.0f}",
+             f"{band.yearly_cost[r.name][1]:,.0f}"] for r in comparison.results]
+
+
+def render(comparison, fmt: str, history=None, band=None) -> str:
     s = comparison.scenario
     head = (f"{s.name}: {s.description}\n{format_duration(s.horizon_s)} horizon, money in {s.currency}; "
-            + (f"{comparison.jobs} jobs simulated" if s.sources else "stated utilisation, no simulated demand"))
+            + (f"{comparison.jobs} jobs " + ("replayed" if history else "simulated") if s.sources
+               else "stated utilisation, no simulated demand"))
+    if price_sources(s):
+        head += f"\ncloud prices: {'; '.join(price_sources(s))}"
     strategies = table(HEADERS, strategy_rows(comparison), fmt)
-    breaks = table(["owned", "versus", f"cloud {s.currency}/used GPU-h", "break-even utilisation"],
-                   break_even_rows(comparison), fmt)
+    break_headers = ["owned", "versus", f"cloud {s.currency}/used GPU-h", "break-even utilisation"]
+    breaks = table(break_headers + (["90% band"] if band else []), break_even_rows(comparison, band), fmt)
     notes = "\n".join(s.notes)
     legend = wrap(LEGEND) if fmt == "table" else ""
-    return "\n\n".join(part for part in (head, strategies + ("\n" + legend if legend else ""), breaks, notes) if part)
+    head = "\n".join(wrap(line) for line in head.splitlines()) if fmt == "table" else head
+    parts = [head, strategies + ("\n" + legend if legend else ""), breaks]
+    if band is not None:
+        parts.append(table(["strategy", "cost/year", "5th percentile", "95th percentile"], band_rows(comparison, band), fmt)
+                     + (f"\n{wrap(BAND_NOTE.format(draws=band.draws))}" if fmt == "table" else ""))
+    return "\n\n".join(part for part in (*parts, notes) if part)
 
 
-def as_json(comparison) -> dict:
+def price_sources(scenario) -> list[str]:
+    """Which catalog (and read date) the cloud strategies' prices come from."""
+    parts = [st for st in scenario.strategies] + [st.burst for st in scenario.strategies if st.burst is not None]
+    return sorted({st.prices for st in parts if st.prices})
+
+
+BAND_NOTE = ("Band: the comparison over {draws} histories made of this one's weeks drawn with replacement (how much "
+             "of the answer is the particular weeks this team had).")
+
+
+def as_json(comparison, history=None, band=None) -> dict:
     s = comparison.scenario
-    return {"currency": s.currency, "scenario": s.name, "horizon_s": s.horizon_s, "jobs": comparison.jobs,
-            "strategies": [r.as_dict() for r in comparison.results],
-            "break_even": [{"owned": b.owned, "versus": b.versus, "utilization": b.utilization}
-                           for b in comparison.break_even],
-            "sweep": [{"utilization": u, "cost_per_used_gpu_hour": rates} for u, rates in comparison.sweep.items()]}
+    doc = {"currency": s.currency, "scenario": s.name, "horizon_s": s.horizon_s, "jobs": comparison.jobs,
+           "prices": price_sources(s),
+           "strategies": [{**r.as_dict(), "cost_per_year": yearly(r, s.horizon_s)} for r in comparison.results],
+           "break_even": [{"owned": b.owned, "versus": b.versus, "utilization": b.utilization}
+                          for b in comparison.break_even],
+           "sweep": [{"utilization": u, "cost_per_used_gpu_hour": rates} for u, rates in comparison.sweep.items()]}
+    if history is not None:
+        doc["history"] = {"source": history.source, "records": history.records, "jobs": len(history.jobs),
+                          "dropped": dict(history.dropped), "merged_runs": history.merged_runs,
+                          "span_s": history.span_s, "gpu_hours": sum(j.gpus * j.duration_s for j in history.jobs) / 3600}
+    if band is not None:
+        doc["band"] = {"draws": band.draws, "quantiles": [0.05, 0.95],
+                       "cost_per_year": {name: list(v) for name, v in band.yearly_cost.items()},
+                       "break_even": [{"owned": o, "versus": c, "utilization": list(v)}
+                                      for (o, c), v in band.break_even.items()]}
+    return doc
 
 
-def plot(comparison, path: str) -> None:
-    """Cost per used GPU-hour against utilisation: owning as a curve, each cloud option as a line."""
+def plot(comparison, path: str, history=None, band=None) -> None:
+    """Cost per used GPU-hour against utilisation (owning a curve, each cloud option a line); with a
+    history, its weekly demand against each owned fleet's capacity and every option's cumulative cost."""
+    if history is not None:
+        _plot_history(comparison, path, history)
+        return
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -93,6 +141,66 @@ def plot(comparison, path: str) -> None:
     ax.set_title(f"{s.name}: owning vs cloud (dots: break-even)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
+    fig.tight_layout()
+    save_figure(fig, path)
+    plt.close(fig)
+
+
+def _plot_history(comparison, path: str, history) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from costsim.fleet.demand import WEEK_S
+    s = comparison.scenario
+    weeks = max(1, int(np.ceil(s.horizon_s / WEEK_S)))
+    demand = np.zeros(weeks)
+    for job in history.jobs:   # GPU-hours by the week they ran in (a job spread over its run)
+        start, end = job.submit_s, job.submit_s + job.duration_s
+        for week in range(int(start // WEEK_S), min(int(end // WEEK_S), weeks - 1) + 1):
+            overlap = min(end, (week + 1) * WEEK_S) - max(start, week * WEEK_S)
+            demand[week] += job.gpus * max(overlap, 0.0) / 3600.0
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 8))
+    top.bar(np.arange(weeks) + 0.5, demand, width=0.8, color="tab:blue", alpha=0.7, label="GPU-hours demanded")
+    colours = [plt.get_cmap("tab10")(i) for i in range(1, 10)]
+    owned = [st for st in s.strategies if st.kind in ("owned", "hybrid")]
+    for index, st in enumerate(dict((st.nodes * st.gpus_per_node, st) for st in owned).values()):
+        capacity = st.nodes * st.gpus_per_node * WEEK_S / 3600.0
+        top.axhline(capacity, color=colours[index % 9], lw=1.5, label=f"capacity of {st.nodes * st.gpus_per_node} owned "
+                    f"GPUs ({capacity:,.0f} GPU-h a week)")
+        cheapest = min(comparison.cloud_rate, key=comparison.cloud_rate.get, default=None)
+        even = next((b.utilization for b in comparison.break_even if b.versus == cheapest and b.utilization is not None
+                     and next(o for o in s.strategies if o.name == b.owned).nodes == st.nodes), None)
+        if even is not None:   # the weekly demand at which owning pays against the cheapest cloud option
+            top.axhline(even * capacity, color=colours[index % 9], ls=":", lw=1.2,
+                        label=f"break-even against {cheapest}, the cheapest cloud option ({100 * even:.0f}% used)")
+    top.set_xlabel("week of the history")
+    top.set_ylabel("GPU-hours")
+    top.set_title(f"{s.name}: weekly demand against owned capacity")
+    top.legend(fontsize=7, loc="upper right")
+    days = np.linspace(0.0, s.horizon_s, 200)
+    for index, result in enumerate(comparison.results):
+        spent = [result.spent_by(t) for t in days]
+        bottom.plot(days / 86400.0, spent, lw=2.2 if result.kind in ("owned", "hybrid") else 1.2,
+                    ls="-" if result.kind in ("owned", "hybrid") else "--", color=plt.get_cmap("tab20")(index % 20),
+                    label=f"{result.name}: {spent[-1]:,.0f}")
+    cheapest_cloud = min((r for r in comparison.results if r.kind in ("on-demand", "spot")),
+                         key=lambda r: r.total_cost, default=None)
+    for result in (r for r in comparison.results if r.kind == "owned"):
+        if cheapest_cloud is None:
+            break
+        gap = [result.spent_by(t) - cheapest_cloud.spent_by(t) for t in days]
+        crossings = [i for i in range(1, len(days)) if (gap[i - 1] > 0) != (gap[i] > 0)]
+        for i in crossings:   # where owning and the cheapest cloud option have cost the same so far
+            bottom.plot(days[i] / 86400.0, result.spent_by(days[i]), "o", color="k", ms=6, zorder=4)
+            bottom.annotate(f"break-even: day {days[i] / 86400.0:.0f}", (days[i] / 86400.0, result.spent_by(days[i])),
+                            fontsize=7, xytext=(4, -10), textcoords="offset points")
+    bottom.set_xlabel("days since the first job of the history")
+    bottom.set_ylabel(f"cumulative cost ({s.currency})")
+    bottom.set_title("cumulative cost (owned: solid; cloud: dashed)")
+    bottom.grid(alpha=0.3)
+    bottom.legend(fontsize=6, loc="upper left", ncol=2)
     fig.tight_layout()
     save_figure(fig, path)
     plt.close(fig)

@@ -81,3 +81,20 @@ def generate(sources, horizon_s: float, seed: int) -> list[Job]:
     for index, source in enumerate(sources):
         jobs += source.jobs(horizon_s, np.random.default_rng([seed, index]))
     return sorted(jobs, key=lambda job: (job.submit_s, job.name))
+
+
+WEEK_S = 7 * 86400.0
+
+
+def resampled_weeks(jobs: list[Job], span_s: float, rng: np.random.Generator) -> tuple[list[Job], float]:
+    """A history of as many whole weeks as `jobs` spans, each drawn with replacement from its weeks
+    (a block bootstrap: a week keeps its days, nights and bursts). Returns the jobs and the span."""
+    weeks = max(1, int(span_s // WEEK_S))
+    by_week: list[list[Job]] = [[] for _ in range(weeks)]
+    for job in jobs:
+        by_week[min(int(job.submit_s // WEEK_S), weeks - 1)].append(job)
+    out = []
+    for slot, week in enumerate(rng.integers(0, weeks, size=weeks)):
+        shift = (slot - int(week)) * WEEK_S
+        out += [Job(job.name, job.submit_s + shift, job.gpus, job.duration_s, job.deadline_s) for job in by_week[week]]
+    return sorted(out, key=lambda job: (job.submit_s, job.name)), weeks * WEEK_S

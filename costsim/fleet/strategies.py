@@ -58,6 +58,7 @@ class Strategy:
     ownership: cost.Ownership | None = None
     spot: SpotTerms | None = None
     burst: "Strategy | None" = None  # hybrid: the on-demand part
+    prices: str = ""                 # where its price comes from: "<catalog>, read <date>" (cloud offerings)
 
     @property
     def cloud_part(self) -> Strategy:
@@ -94,6 +95,12 @@ class Result:
     idle_paid_gpu_hours: float = 0.0
     burst_jobs: int = 0
     unserved: int = 0       # jobs larger than the owned capacity (owned only): counted as misses
+    spend: list[tuple[float, float, float]] = field(default_factory=list)   # (from_s, to_s, amount), spread evenly
+
+    def spent_by(self, t: float) -> float:
+        """Cumulative cost at time t (the plot's lines)."""
+        return sum(amount * min(max((t - start) / (end - start), 0.0), 1.0) if end > start else amount * (t >= start)
+                   for start, end, amount in self.spend)
 
     @property
     def cost_per_used_gpu_hour(self) -> float:
@@ -144,6 +151,7 @@ def _serve(env, s: Strategy, job: Job, index: int, owned, cloud, result: Result,
     if s.kind == "spot":
         makespan, paid = _spot_job(s, job, seed * 1_000_003 + index)
         spot_cost[0] += paid
+        result.spend.append((env.now, env.now + makespan, paid))
         yield env.timeout(makespan)
         result.waits_s.append(0.0)
         _check_deadline(result, job, makespan)
@@ -199,7 +207,9 @@ def _cost(result: Result, s: Strategy, owned, cloud, spot_cost: float, horizon_s
     if owned is not None:
         capacity_gpu_s = owned.gpus * horizon_s
         result.utilization = min(owned.busy_gpu_s / capacity_gpu_s, 1.0)
-        total += cost.ownership_per_hour(s.owned_terms, result.utilization) * horizon_h * s.nodes
+        owning = cost.ownership_per_hour(s.owned_terms, result.utilization) * horizon_h * s.nodes
+        total += owning
+        result.spend.append((0.0, horizon_s, owning))
         idle += (capacity_gpu_s - owned.busy_gpu_s) / 3600.0
     if cloud is not None:
         if hasattr(cloud, "close"):
@@ -207,6 +217,7 @@ def _cost(result: Result, s: Strategy, owned, cloud, spot_cost: float, horizon_s
         target = s.cloud_part
         billed_node_s = sum(end - start for start, end in cloud.ledger.intervals)
         total += billed_node_s / 3600.0 * target.node_price_h
+        result.spend += [(start, end, (end - start) / 3600.0 * target.node_price_h) for start, end in cloud.ledger.intervals]
         idle += (billed_node_s - cloud.ledger.busy_node_s) * target.gpus_per_node / 3600.0
     result.total_cost = total
     result.idle_paid_gpu_hours = idle
