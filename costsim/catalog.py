@@ -10,9 +10,11 @@ from costsim.errors import InputError
 from costsim.spec import FittedSpotModel, Offering, SpotModel, Workload
 
 
-def offerings_for(workload: Workload, gpus: tuple[str, ...] | None = None) -> list[Offering]:
-    """Cloud offerings of the allowed providers and GPU types, and the workload's owned servers."""
-    catalog = io.load_offerings()
+def offerings_for(workload: Workload, gpus: tuple[str, ...] | None = None,
+                  catalog: list[Offering] | None = None) -> list[Offering]:
+    """Cloud offerings of the allowed providers and GPU types (of `catalog`, else the shipped one), and
+    the workload's owned servers."""
+    catalog = catalog if catalog is not None else io.load_offerings()
     cloud = catalog
     providers = {o.provider for o in cloud}
     if workload.clouds is not None:
@@ -35,9 +37,9 @@ def offerings_for(workload: Workload, gpus: tuple[str, ...] | None = None) -> li
     return offerings
 
 
-def find_offering(offering_id: str, workload: Workload | None = None) -> Offering:
+def find_offering(offering_id: str, workload: Workload | None = None, catalog: list[Offering] | None = None) -> Offering:
     """One offering by id (provider/region/instance, or owned/SKU)."""
-    pool = io.load_offerings()
+    pool = list(catalog) if catalog is not None else io.load_offerings()
     if workload is not None:
         skus = io.load_skus()
         pool += [io.owned_offering(o.sku, o.nodes, skus, workload.source) for o in workload.owned]

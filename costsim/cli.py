@@ -15,6 +15,7 @@ from costsim.contract.plan import Plan
 from costsim.contract.telemetry import TELEMETRY
 from costsim.entry import run
 from costsim.errors import InputError, ModelError
+from costsim.io.catalog import load_catalog
 from costsim.io.files import outside_shipped_data
 from costsim.planfile import plan_of, spot_model_name
 from costsim.planner import PlanOptions, plan
@@ -31,12 +32,18 @@ def output_options(command):
                         help="table for people, json or csv for programs")(command)
 
 
+def catalog_option(command):
+    """--catalog: prices from an overlay made by `costsim catalog --import` instead of the shipped catalog."""
+    return click.option("--catalog", "catalog_ref", type=click.Path(), help="a price catalog overlay made by "
+                        "`costsim catalog --import` (default: the shipped catalog)")(command)
+
+
 def wide_option(command):
     """--wide: every column, headers spelled out (the default table fits 120 columns)."""
     return click.option("--wide", is_flag=True, help="every column, wider than 120 characters")(command)
 
 
-def progress_line(label: str, every_s: float = 1.0):
+def progress_line(label: str, every_s: float = 1.0, what: str = "configurations simulated"):
     """Progress on stderr: at most one line a second, and always the last."""
     last = [0.0]
 
@@ -44,7 +51,7 @@ def progress_line(label: str, every_s: float = 1.0):
         now = time.monotonic()
         if done == total or now - last[0] >= every_s:
             last[0] = now
-            click.echo(f"{label}: {done}/{total} configurations simulated", err=True)
+            click.echo(f"{label}: {done}/{total} {what}", err=True)
     return report_progress
 
 
@@ -77,10 +84,11 @@ def cli():
 @click.option("--spot-model", "spot_model", type=click.Path(dir_okay=False), help="spot capacity models fitted by "
               "`costsim calibrate --market --out` (keyed by offering id or catalog model name); the plan is also "
               "made at the ends of their 95% intervals, to say whether the choice holds")
+@catalog_option
 @output_options
 @wide_option
 def plan_command(workload, deadline, budget, risk, trials, seed, profile_ref, gpus, shortlist, jobs, out,
-                 plot, spot_model, fmt, wide):
+                 plot, spot_model, catalog_ref, fmt, wide):
     """Rank ways to run a training job by cost and deadline risk; write the best as plan.json.
 
     Example: costsim plan --workload data/workloads/sdxl.yaml --trials 400 --plot plan.png
@@ -89,7 +97,7 @@ def plan_command(workload, deadline, budget, risk, trials, seed, profile_ref, gp
     profile = io.load_profile_for(spec.model, profile_ref or spec.profile)
     options = PlanOptions(trials=trials, seed=seed, risk=risk, deadline_s=deadline, budget=budget,
                           shortlist=shortlist, jobs=jobs)
-    catalog = offerings_for(spec, tuple(gpus) or None)
+    catalog = offerings_for(spec, tuple(gpus) or None, load_catalog(catalog_ref))
     fitted = io.load_fitted_spot_models(spot_model) if spot_model else None
     offerings = with_spot_models(catalog, fitted) if fitted else catalog
     result = plan(spec, profile, offerings, options, progress=progress_line("plan"))
@@ -134,7 +142,7 @@ def _print_plan(result, chosen, fmt, out, plot, wide=False):
     click.echo(report.table(headers, rows, "table"))
     click.echo(report.wrap(legend))
     click.echo(report.wrap(f"{result.screened} candidates screened, {len(result.ranked)} simulated x {result.trials} "
-                           f"trials ({result.events:,} events) in {result.wall_s:.1f}s. Prices read "
+                           f"trials ({result.events:,} events) in {result.wall_s:.1f}s. Prices: "
                            f"{_price_dates(result)}."))
     if chosen:
         click.echo(f"wrote {out}" + (f" and {plot}" if plot else ""))
@@ -185,8 +193,13 @@ def _print_sensitivity(base: dict | None, sensitivity: dict) -> None:
 
 
 def _price_dates(result) -> str:
-    dates = sorted({r.configured.candidate.offering.read_date for r in result.ranked})
-    return ", ".join(dates)
+    """Which catalog the prices come from and when each was read."""
+    read: dict[str, set[str]] = {}
+    for r in result.ranked:
+        o = r.configured.candidate.offering
+        read.setdefault("owned servers' TCO" if o.owned_per_h is not None else f"{o.catalog} catalog", set()).add(
+            o.read_date)
+    return "; ".join(f"{name}, read {', '.join(sorted(dates))}" for name, dates in sorted(read.items()))
 
 
 @cli.command("simulate")
@@ -219,11 +232,12 @@ def _price_dates(result) -> str:
               "(`costsim calibrate --market --out`): with --workload its entry for the offering, else its one model "
               "in place of --preemption-mtbf/--capacity-wait/--weibull-shape")
 @click.argument("more_traces", nargs=-1, type=click.Path())
+@catalog_option
 @output_options
 def simulate_command(workload, offering, nodes, variant, work_hours, deadline, checkpoint_interval, checkpoint_cost,
                      checkpoint_stall, restart_cost, changeover, notice, preemption_mtbf, capacity_wait,
                      weibull_shape, traces, policy, on_demand_price, spot_price, trials, seed, per_trial, spot_model,
-                     more_traces, fmt):
+                     more_traces, catalog_ref, fmt):
     """Simulate one configuration many times: what-if questions and checks of the model.
 
     Example: costsim simulate --work-hours 48 --deadline 52h --checkpoint-interval 1h --changeover 6m
@@ -238,7 +252,7 @@ def simulate_command(workload, offering, nodes, variant, work_hours, deadline, c
         if not offering:
             raise click.UsageError("--workload needs --offering (an id from `costsim catalog`)")
         spec = io.load_workload(workload)
-        chosen = find_offering(offering, spec)
+        chosen = find_offering(offering, spec, load_catalog(catalog_ref))
         if spot_model:
             chosen = with_spot_models([chosen], io.load_fitted_spot_models(spot_model))[0]
         config = workload_config(spec, chosen, nodes, policy, checkpoint_interval, deadline, variant)
@@ -323,34 +337,78 @@ def _fmt(value) -> str:
 @cli.command("compare")
 @click.option("--scenario", help="scenario file or built-in name (seed-a100, h100-team, rtx4090-workstation)")
 @click.option("--fleet", help="fleet (demand) file or built-in name, with --hardware and --horizon")
+@click.option("--history", type=click.Path(dir_okay=False), help="the team's real demand: `sacct -a -P` output or a "
+              "CSV (docs/compare.md); with --hardware, or with --scenario in place of its fleet")
+@click.option("--history-format", type=click.Choice(["sacct", "csv"]), help="default: sacct when the header has '|'")
+@click.option("--timezone", default="UTC", show_default=True, help="the history's time zone where its times have no "
+              "offset (Slurm prints local time), e.g. Europe/Berlin")
+@click.option("--skip-bad", is_flag=True, help="skip history rows that do not parse (counted) instead of stopping")
+@click.option("--resample", type=click.IntRange(min=0), default=20, show_default=True, help="with --history: "
+              "histories made of its weeks drawn with replacement, for a 90%% band (0: none)")
 @click.option("--hardware", help="owned SKU from data/hardware/skus.yaml, e.g. hgx-h100-8")
 @click.option("--nodes", type=click.IntRange(min=1), default=1, show_default=True, help="owned servers (with --hardware)")
 @click.option("--horizon", type=DURATION, help="how long to simulate, e.g. 3y (needed with --fleet; with --scenario "
-              "it replaces the scenario's own)")
+              "it replaces the scenario's own; a history covers what it covers)")
 @click.option("--utilization", help="utilisations to sweep, e.g. 0.1,0.3,0.5")
-@click.option("--plot", type=click.Path(dir_okay=False), help="draw cost per used GPU-hour vs utilisation")
+@click.option("--plot", type=click.Path(dir_okay=False), help="draw cost per used GPU-hour vs utilisation (with "
+              "--history: weekly demand against capacity and cumulative cost)")
+@catalog_option
 @output_options
-def compare_command(scenario, fleet, hardware, nodes, horizon, utilization, plot, fmt):
+def compare_command(scenario, fleet, history, history_format, timezone, skip_bad, resample, hardware, nodes, horizon,
+                    utilization, plot, catalog_ref, fmt):
     """Buy vs cloud: cost of each strategy for a team's demand, and break-even utilisation.
 
     Example: costsim compare --scenario h100-team --plot compare.png
+
+    From the team's Slurm accounting: costsim compare --history data/history/example-sacct.txt --hardware hgx-h100-8
     """
-    from costsim.compare import compare
+    from costsim.compare import compare, resampled_band
     from costsim.compare_report import as_json, render
     from costsim.compare_report import plot as draw
     from costsim.io.scenario import load_scenario, with_horizon
-    from costsim.whatif_fleet import scenario_for_hardware
-    if bool(scenario) == bool(fleet):
-        raise click.UsageError("give --scenario, or --fleet with --hardware and --horizon")
-    if fleet and not (hardware and horizon):
-        raise click.UsageError("--fleet needs --hardware SKU and --horizon (e.g. 3y)")
-    spec = load_scenario(scenario) if scenario else scenario_for_hardware(fleet, hardware, nodes, horizon)
-    if scenario and horizon:
+    if sum(map(bool, (scenario and not history, fleet, history))) != 1:
+        raise click.UsageError("give --scenario, --fleet (with --hardware and --horizon), or --history (with "
+                               "--hardware or --scenario)")
+    loaded, prices = None, load_catalog(catalog_ref)
+    if history:
+        spec, loaded = _history_scenario(history, history_format, timezone, skip_bad, scenario, hardware, nodes,
+                                         prices)
+    elif fleet:
+        from costsim.whatif_fleet import scenario_for_hardware
+        if not (hardware and horizon):
+            raise click.UsageError("--fleet needs --hardware SKU and --horizon (e.g. 3y)")
+        spec = scenario_for_hardware(fleet, hardware, nodes, horizon, catalog=prices)
+    else:
+        spec = load_scenario(scenario, prices)
+    if horizon and not fleet:
         spec = with_horizon(spec, horizon)
     comparison = compare(spec, _fractions(utilization))
+    band = None
+    if loaded is not None and resample:
+        band = resampled_band(spec, resample, progress=progress_line("compare", what="resampled histories compared"))
     if plot:
-        draw(comparison, plot)
-    click.echo(report.to_json(as_json(comparison)) if fmt == "json" else render(comparison, fmt))
+        draw(comparison, plot, history=loaded, band=band)
+    click.echo(report.to_json(as_json(comparison, loaded, band)) if fmt == "json" else render(comparison, fmt, loaded, band))
+
+
+def _history_scenario(path, fmt, timezone, skip_bad, scenario, hardware, nodes, prices):
+    """The comparison's scenario with the history as its demand, over the history's span."""
+    from dataclasses import replace as with_fields
+
+    from costsim.fleet.demand import Replay
+    from costsim.io.history import load_history
+    from costsim.io.scenario import load_scenario
+    from costsim.whatif_fleet import scenario_for_hardware
+    if bool(scenario) == bool(hardware):
+        raise click.UsageError("--history needs --hardware SKU (owned vs every cloud offering of its GPU) or "
+                               "--scenario (its strategies, with the history as demand)")
+    loaded = load_history(path, fmt=fmt, tz=timezone, skip_bad=skip_bad)
+    sources = (Replay(name="history", rows=tuple(loaded.jobs)),)
+    if hardware:
+        spec = scenario_for_hardware(Path(path).name, hardware, nodes, loaded.span_s, sources=sources, catalog=prices)
+    else:
+        spec = with_fields(load_scenario(scenario, prices), sources=sources, horizon_s=loaded.span_s)
+    return with_fields(spec, description=f"{spec.description}; demand: {loaded.summary()}"), loaded
 
 
 def _fractions(text: str | None) -> tuple[float, ...]:
@@ -593,13 +651,28 @@ def _control_rows(doc: dict) -> list[list[str]]:
 
 @cli.command("catalog")
 @click.option("--gpu", help="only this GPU type, e.g. H100")
+@click.option("--import", "import_dir", type=click.Path(file_okay=False), help="read SkyPilot's catalog files "
+              "(DIR/<cloud>/vms.csv, e.g. ~/.sky/catalogs/v8) into a dated overlay of the shipped catalog (--out)")
+@click.option("--out", type=click.Path(file_okay=False), help="with --import: the overlay folder to write "
+              "(default: catalog-<today>)")
+@catalog_option
 @output_options
-def catalog_command(gpu, fmt):
-    """List cloud offerings with their dated prices (USD per instance-hour).
+def catalog_command(gpu, import_dir, out, catalog_ref, fmt):
+    """List cloud offerings with their dated prices (USD per instance-hour), or import the user's own.
 
     Example: costsim catalog --gpu H100
+
+    Your own SkyPilot's prices: costsim catalog --import ~/.sky/catalogs/v8 --out my-prices
+
+    (then `--catalog my-prices` on plan, simulate and compare)
     """
-    offerings = io.load_offerings()
+    if import_dir:
+        if catalog_ref:
+            raise click.UsageError("--import makes an overlay of the shipped catalog; --catalog reads one: not both")
+        return _import_catalog(import_dir, out)
+    if out:
+        raise click.UsageError("--out goes with --import")
+    offerings = load_catalog(catalog_ref)
     if gpu:
         known = sorted({o.gpu for o in offerings})
         if gpu not in known:
@@ -608,11 +681,12 @@ def catalog_command(gpu, fmt):
     records = [{"offering": o.id, "gpu": o.gpu, "gpus_per_node": o.gpus_per_node, "on_demand_per_h": o.on_demand_per_h,
                 "spot_per_h": o.spot_per_h, "spot_notice_s": o.spot_notice_s,
                 "spot_model": o.spot_model.name if o.spot_model else None, "provision_s": o.provision_s,
-                "currency": o.currency, "read_date": o.read_date, "source": o.source} for o in offerings]
+                "currency": o.currency, "read_date": o.read_date, "source": o.source, "catalog": o.catalog}
+               for o in offerings]
     if fmt == "json":
         click.echo(report.to_json(records))
         return
-    keys = ["offering", "gpu", "gpus_per_node", "on_demand_per_h", "spot_per_h", "spot_notice_s", "read_date"]
+    keys = ["offering", "gpu", "gpus_per_node", "on_demand_per_h", "spot_per_h", "spot_notice_s", "read_date", "catalog"]
     if fmt == "csv":
         click.echo(report.table(keys, [[r[k] if r[k] is not None else "" for k in keys] for r in records], fmt))
         return
@@ -623,8 +697,23 @@ def catalog_command(gpu, fmt):
     click.echo(report.table(["offering", "GPU", "per node", f"on-demand {currency}/h", f"spot {currency}/h", "notice",
                              "prices read"], rows, fmt))
     if fmt == "table":
-        click.echo(report.wrap("Prices per instance-hour (per node); notice: the warning before a spot reclaim. "
-                               "--format csv or json for the full figures and sources."))
+        click.echo(report.wrap(f"Catalog: {catalog_ref or 'built-in'}. Prices per instance-hour (per node); notice: "
+                               "the warning before a spot reclaim. --format csv or json for the full figures and "
+                               "sources."))
+
+
+def _import_catalog(source: str, out: str | None) -> None:
+    import datetime
+
+    from costsim.io.catalog import import_skypilot
+    target = outside_shipped_data(out or f"catalog-{datetime.date.today().isoformat()}")
+    done = import_skypilot(Path(source).expanduser(), target)
+    click.echo(f"read {len(done.files)} SkyPilot catalog file(s): {', '.join(str(f) for f in done.files)}")
+    click.echo(f"{len(done.updated)} offerings priced from them; {len(done.not_quoted)} not in them (shipped prices "
+               f"kept); {len(done.mismatched)} with other GPUs there (kept)")
+    for line in done.mismatched:
+        click.echo(f"  other GPUs: {line}")
+    click.echo(f"wrote {target}: plan with `costsim plan --catalog {target}` (compare and simulate take it too)")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -44,7 +44,7 @@ def plan_of(result, ranked) -> Plan:
                             gpus_per_node=o.gpus_per_node, nodes=c.nodes, market=markets[0],
                             fallback=ON_DEMAND if SPOT in markets and ON_DEMAND in markets else None,
                             price_per_node_h={m: o.price_per_h(m) for m in o.markets}, currency=o.currency,
-                            price_read_date=o.read_date, spot_model=spot_model_name(o, c.policy),
+                            price_read_date=o.read_date, catalog=o.catalog, spot_model=spot_model_name(o, c.policy),
                             billing=Billing(increment_s=o.billing_increment_s, minimum_s=o.billing_minimum_s),
                             spot_notice_s=o.spot_notice_s if SPOT in o.markets else None),
         policy=Policy(name=c.policy, deadline_s=result.deadline_s, changeover_s=params.changeover_s,

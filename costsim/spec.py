@@ -92,6 +92,7 @@ class Offering:
     currency: str = "USD"
     source: str = ""
     read_date: str = ""
+    catalog: str = "built-in"          # the price catalog: the shipped one, or an overlay folder (--catalog)
 
     @property
     def markets(self) -> tuple[str, ...]:

@@ -37,6 +37,10 @@ SUBSTITUTIONS = [
     (r"--steps 24000", "--steps 2400", "the drill's 24,000 steps take about 100 s; 2,400 show the same command"),
     (r"runs/<id>", "runs/demo", "a run folder: the one `runner execute plan.json --run-dir runs/demo` made"),
     (r"SOURCE\.\.\.", "data/traces/aws-2023-02-15", "the shipped traces"),
+    (r"--history history\.txt", "--history data/history/example-sacct.txt", "the reader's own sacct dump: the "
+     "shipped example"),
+    (r"~/\.sky/catalogs/v8", "sky-catalog", "the reader's SkyPilot catalog: one in its layout made from the shipped "
+     "catalog (tests/test_catalog_import.py)"),
     (r"--offering ID", "--offering aws-gpu", "a label for the traces"),
     (r"\[--out FILE\]", "--out fitted.yaml", "a spot model file"),
     (r"--spot-model FILE", "--spot-model fitted.yaml", "the file `costsim calibrate --market --out` wrote"),
@@ -52,6 +56,7 @@ NOT_HERE = {
     r"^python3 -m pip install torch==2\.13\.0": "the test command: this suite",
     r"^sky jobs launch": "needs a cloud account; SkyPilot's own parser loads the task (test_export)",
     r"^sbatch ": "needs a Slurm with GPU nodes; the exported script runs on a one-host Slurm (test_export)",
+    r"^sacct ": "needs a Slurm with accounting; test_history runs it against the one-host Slurm's slurmdbd",
     r"--backend slurm": "needs a Slurm with spot and on-demand partitions (test_control's engine drill)",
     r"^bash scripts/slurm_control_cluster\.sh": "starts a Slurm as root (test_control's engine drill)",
     r"--nnodes 2": "two nodes; two node ranks on loopback run in test_runner_multinode",
@@ -65,7 +70,7 @@ PREREQUISITES = {
     "plan.json": ["costsim", "plan", "--workload", "sdxl", "--out", "plan.json"],
     "runs/demo": ["runner", "execute", "tiny.json", "--run-dir", "runs/demo", "--steps", "60"],
 }
-EXAMPLE_LINE = re.compile(r"^ {4}((?:costsim|runner|python3|bash|sky|sbatch) .*)$")
+EXAMPLE_LINE = re.compile(r"^ {4}((?:costsim|runner|python3|bash|sky|sbatch|sacct) .*)$")
 
 
 def documented(path: Path) -> list[str]:
@@ -93,7 +98,7 @@ def in_help() -> list[str]:
     for text in texts:
         for paragraph in re.split(r"\n\s*\n", text):
             joined = " ".join(line.strip() for line in paragraph.splitlines())
-            match = re.match(r"^[A-Z][A-Za-z ]*: ((?:costsim|runner) .*)$", joined)
+            match = re.match(r"^[A-Z][A-Za-z' ]*: ((?:costsim|runner) .*)$", joined)
             if match:
                 out.append(match.group(1))
     return out
@@ -130,6 +135,8 @@ def workspace(tmp_path_factory):
     save_images(folder / "photos", 8)
     plan = sdxl_plan(folder / "sdxl-plan")
     (folder / "sdxl-tiny.json").write_text(plan.read_text())
+    from tests.test_catalog_import import skypilot_folder
+    skypilot_folder(folder / "sky-catalog")
     return folder
 
 

@@ -60,6 +60,7 @@ class Resources:
     price_per_node_h: dict[str, float] | None = None
     currency: str | None = None
     price_read_date: str | None = None
+    catalog: str | None = None        # the price catalog: built-in, or the overlay folder given with --catalog
     spot_model: str | None = None
     billing: Billing | None = None
     spot_notice_s: float | None = None
@@ -256,7 +257,8 @@ def _resources(f: Fields) -> Resources:
                      market=market, offering=f.text("offering", ""), provider=f.text("provider", None),
                      region=f.text("region", None), instance=f.text("instance", None), fallback=fallback,
                      price_per_node_h=prices, currency=f.text("currency", None),
-                     price_read_date=f.text("price_read_date", None), spot_model=f.text("spot_model", None),
+                     price_read_date=f.text("price_read_date", None), catalog=f.text("catalog", None),
+                     spot_model=f.text("spot_model", None),
                      billing=billing, spot_notice_s=_optional_number(f, "spot_notice_s"), min_nodes=min_nodes)
 
 

@@ -12,6 +12,7 @@ from costsim.fleet.demand import Job, Poisson, Recurring, Replay
 from costsim.fleet.strategies import KINDS, SCALING, SpotTerms, Strategy
 from costsim.io.files import Fields, read_yaml, resolve
 from costsim.io.specs import load_offerings, load_skus, owned_offering
+from costsim.spec import Offering
 from costsim.units import format_duration
 
 YEAR_S = 365 * 86400.0
@@ -87,8 +88,9 @@ def load_job_trace(path: Path) -> list[Job]:
 
 
 # -- scenarios -------------------------------------------------------------------------------
-def load_scenario(ref: str) -> Scenario:
-    """A compare scenario from data/scenarios/NAME.yaml or a path."""
+def load_scenario(ref: str, catalog: list[Offering] | None = None) -> Scenario:
+    """A compare scenario from data/scenarios/NAME.yaml or a path; cloud prices from `catalog` (else
+    the shipped one)."""
     path = resolve(ref, "scenarios")
     f = Fields(path, read_yaml(path))
     f.reject_unknown({"name", "description", "currency", "horizon", "seed", "fleet", "utilization", "usd_rate",
@@ -98,8 +100,8 @@ def load_scenario(ref: str) -> Scenario:
     entries = f.raw("strategies")
     if not isinstance(entries, list) or not entries:
         raise InputError(path, "strategies", "expected a list of strategies")
-    strategies = tuple(parse_strategy(Fields(path, e if isinstance(e, dict) else {}, f"strategies[{i}]."), rate)
-                       for i, e in enumerate(entries))
+    strategies = tuple(parse_strategy(Fields(path, e if isinstance(e, dict) else {}, f"strategies[{i}]."), rate,
+                                      catalog) for i, e in enumerate(entries))
     sources = load_fleet(_relative(path, f.text("fleet"))) if f.has("fleet") else ()
     utilizations = _utilizations(f)
     if not sources and not utilizations:
@@ -147,7 +149,7 @@ def _utilizations(f: Fields) -> tuple[float, ...]:
     return tuple(float(v) for v in values)
 
 
-def parse_strategy(s: Fields, usd_rate: float | None) -> Strategy:
+def parse_strategy(s: Fields, usd_rate: float | None, catalog: list[Offering] | None = None) -> Strategy:
     kind = s.text("kind")
     if kind not in KINDS:
         raise InputError(s.source, s.name("kind"), f"got {kind!r}; allowed: {', '.join(KINDS)}")
@@ -157,9 +159,9 @@ def parse_strategy(s: Fields, usd_rate: float | None) -> Strategy:
     if kind == "hybrid":
         base = _owned(s, name, usd_rate)
         burst = parse_strategy(Fields(s.source, {"name": name + "-burst", "kind": "on-demand",
-                                                 **s.mapping_of("burst").mapping}, s.name("burst.")), usd_rate)
+                                                 **s.mapping_of("burst").mapping}, s.name("burst.")), usd_rate, catalog)
         return replace(base, kind="hybrid", burst=burst)
-    return _cloud(s, name, kind, usd_rate)
+    return _cloud(s, name, kind, usd_rate, catalog)
 
 
 def _convert(value: float, usd_rate: float | None, s: Fields, field_name: str) -> float:
@@ -189,7 +191,7 @@ def _owned(s: Fields, name: str, usd_rate: float | None) -> Strategy:
     return Strategy(name=name, kind="owned", gpus_per_node=s.number("gpus", integer=True), nodes=nodes, ownership=own)
 
 
-def _cloud(s: Fields, name: str, kind: str, usd_rate: float | None) -> Strategy:
+def _cloud(s: Fields, name: str, kind: str, usd_rate: float | None, catalog: list[Offering] | None) -> Strategy:
     scaling = s.text("scaling", "idle-timeout") if kind == "on-demand" else "idle-timeout"
     if scaling not in SCALING:
         raise InputError(s.source, s.name("scaling"), f"got {scaling!r}; allowed: {', '.join(SCALING)}")
@@ -201,7 +203,7 @@ def _cloud(s: Fields, name: str, kind: str, usd_rate: float | None) -> Strategy:
         return Strategy(gpus_per_node=gpus, node_price_h=s.number("per_gpu_hour") * gpus,
                         provision_s=s.duration("provision", 0.0, allow_zero=True), **common)
     offering_id = s.text("offering")
-    offering = next((o for o in load_offerings() if o.id == offering_id), None)
+    offering = next((o for o in (catalog if catalog is not None else load_offerings()) if o.id == offering_id), None)
     if offering is None:
         raise InputError(s.source, s.name("offering"), f"unknown {offering_id!r}; see `costsim catalog`")
     if offering.on_demand_per_h is None:
@@ -217,7 +219,8 @@ def _cloud(s: Fields, name: str, kind: str, usd_rate: float | None) -> Strategy:
                          notice_s=offering.spot_notice_s, checkpoint_s=s.duration("checkpoint", 60.0),
                          restart_s=s.duration("restart", 300.0, allow_zero=True))
     return Strategy(gpus_per_node=offering.gpus_per_node, node_price_h=spot.spot_price_h if spot else od,
-                    provision_s=offering.provision_s, spot=spot, **common)
+                    provision_s=offering.provision_s, spot=spot, prices=f"{offering.catalog} catalog, read "
+                    f"{offering.read_date}", **common)
 
 
 def _windows(s: Fields) -> tuple[tuple[float, float], ...]:

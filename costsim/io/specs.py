@@ -212,8 +212,9 @@ def load_fitted_spot_models(path: str | Path) -> dict[str, FittedSpotModel]:
     return result
 
 
-def load_offerings(path: Path | None = None) -> list[Offering]:
-    """Cloud offerings from the dated price catalog (data/catalog/offerings.csv)."""
+def load_offerings(path: Path | None = None, catalog: str = "built-in") -> list[Offering]:
+    """Cloud offerings from the dated price catalog (data/catalog/offerings.csv, or an overlay's, named
+    `catalog`: costsim.io.catalog)."""
     path = path or data_dir() / "catalog" / "offerings.csv"
     spot_models = load_spot_models()
     try:
@@ -225,10 +226,10 @@ def load_offerings(path: Path | None = None) -> list[Offering]:
     missing = [c for c in OFFERING_COLUMNS if c not in (reader.fieldnames or [])]
     if missing:
         raise InputError(str(path), "header", f"missing columns: {', '.join(missing)}")
-    return [_offering(path, numbered[i + 1][0], row, spot_models) for i, row in enumerate(reader)]
+    return [_offering(path, numbered[i + 1][0], row, spot_models, catalog) for i, row in enumerate(reader)]
 
 
-def _offering(path, line: int, row: dict, spot_models: dict[str, SpotModel]) -> Offering:
+def _offering(path, line: int, row: dict, spot_models: dict[str, SpotModel], catalog: str) -> Offering:
     f = Fields(f"{path} line {line}", row)
     spot_price = f.number("spot_usd_h", None)
     spot_model = None
@@ -247,7 +248,7 @@ def _offering(path, line: int, row: dict, spot_models: dict[str, SpotModel]) -> 
         provision_s=f.number("provision_s", allow_zero=True),
         billing_increment_s=f.number("billing_increment_s"),
         billing_minimum_s=f.number("billing_minimum_s", allow_zero=True),
-        source=f.text("source"), read_date=f.text("read_date"),
+        source=f.text("source"), read_date=f.text("read_date"), catalog=catalog,
     )
 
 
