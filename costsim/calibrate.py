@@ -12,12 +12,13 @@ from pathlib import Path
 from costsim import io
 from costsim.contract.plan import Plan
 from costsim.contract.telemetry import PLAN, TELEMETRY, read_events, read_summary, run_folder
+from costsim.contract.timing import WARMUP_STEPS, exit_s, start_cost_s
 from costsim.errors import InputError
 from costsim.fit import Fit, Point, fit, predict_step_s
 from costsim.runtime import Runtime, parse_runtime
 from costsim.spec import GpuProfile, Profile
 
-SKIP_AFTER_START = 5
+SKIP_AFTER_START = WARMUP_STEPS   # the contract's warm-up (costsim.contract.timing)
 
 
 @dataclass(slots=True)
@@ -194,7 +195,7 @@ def _first_step_overhead(events: list[dict], since: int, steady_s: float,
             steps.append(e)
             if len(steps) == warmup:
                 break
-    return steps[-1]["t"] - events[since]["t"] - len(steps) * steady_s if steps else None
+    return start_cost_s(events[since]["t"], steps[-1]["t"], len(steps), steady_s) if steps else None
 
 
 def _fixed_overhead(events: list[dict], steady_s: float) -> float | None:
@@ -204,7 +205,7 @@ def _fixed_overhead(events: list[dict], steady_s: float) -> float | None:
     if launch is None or end is None or done is None or any(e["event"] == "restart" for e in events):
         return None
     start = _first_step_overhead(events, launch, steady_s)
-    return None if start is None else start + (done - end)
+    return None if start is None else start + exit_s(end, done)   # the planner has one figure for both
 
 
 def _restarts(events: list[dict], steady_s: float) -> list[float]:

@@ -220,7 +220,8 @@ def _price_dates(result) -> str:
 @click.option("--capacity-wait", type=DURATION_OR_ZERO, default="0s", help="mean wait for spot capacity after one")
 @click.option("--weibull-shape", type=POSITIVE, default=1.0, show_default=True, help="1 = exponential")
 @click.option("--trace", "traces", multiple=True, type=click.Path(),
-              help="capacity trace JSON (or a folder of them), one trial each; more files may follow it")
+              help="capacity trace JSON (a folder of them, or a bundle FILE.json.gz of windows, FILE.json.gz#N for "
+              "one), one trial each; more files may follow it")
 @click.option("--policy", type=click.Choice(sorted(POLICIES)), default="spot-only", show_default=True)
 @click.option("--on-demand-price", type=click.FloatRange(min=0), help="per instance-hour")
 @click.option("--spot-price", type=click.FloatRange(min=0), help="per instance-hour")
@@ -322,12 +323,25 @@ def _print_trials(trials: list[dict], traces: list[str], fmt: str) -> None:
 
 
 def _trace_files(paths: list[str]) -> list[str]:
-    """Files as given; a folder stands for the *.json files in it, in name order."""
+    """Traces as given; a folder stands for the *.json files in it, in name order, and a bundle
+    (FILE.json.gz) for each of its windows (FILE.json.gz#N)."""
+    from costsim.io.specs import trace_bundle_size
     files = []
     for path in paths:
         folder = Path(path)
-        files += sorted(str(p) for p in folder.glob("*.json")) if folder.is_dir() else [path]
+        if folder.is_dir():
+            files += sorted((str(p) for p in folder.glob("*.json")), key=_natural)
+        elif (size := trace_bundle_size(path)) is not None:
+            files += [f"{path}#{i}" for i in range(size)]
+        else:
+            files.append(path)
     return files
+
+
+def _natural(name: str) -> tuple:
+    """10.json after 9.json."""
+    stem = Path(name).stem
+    return (0, int(stem), name) if stem.isdigit() else (1, 0, name)
 
 
 def _fmt(value) -> str:

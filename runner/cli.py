@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from costsim.cliparams import DURATION
+from costsim.contract.timing import WARMUP_STEPS
 from costsim.entry import run
 from costsim.errors import InputError
 from costsim.runtime import parse_pairs
@@ -169,7 +170,7 @@ def profile_command(workload, gpus, batch, steps, gpu_type, out, run_root, optio
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @click.option("--plot", type=click.Path(dir_okay=False), help="write loss, step time and samples/s over wall time "
               "(checkpoints, restarts, preemptions marked) to this PNG")
-@click.option("--skip", type=click.IntRange(min=0), default=5, show_default=True,
+@click.option("--skip", type=click.IntRange(min=0), default=WARMUP_STEPS, show_default=True,
               help="steps after each start left out of the steady step time")
 def report_command(run_dir, fmt, plot, skip):
     """What a run folder measured: step time, samples/s, checkpoints, restarts, loss, the export.

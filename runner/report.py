@@ -13,9 +13,10 @@ from pathlib import Path
 
 from costsim.calibrate import async_save_costs, classified_steps, steady_step_times, steady_steps_by_split
 from costsim.contract.telemetry import read_events, read_summary
+from costsim.contract.timing import WARMUP_STEPS
 
 
-def measure(run_dir: Path, skip: int = 5) -> dict:
+def measure(run_dir: Path, skip: int = WARMUP_STEPS) -> dict:
     """Every figure of the run folder's telemetry (ValueError when it has none)."""
     run_dir = Path(run_dir)
     events = read_events(run_dir)
@@ -83,7 +84,7 @@ def peak_growth(events: list[dict]) -> list[tuple]:
     return growth
 
 
-def writing_slowdown(events: list[dict], skip: int = 5) -> float | None:
+def writing_slowdown(events: list[dict], skip: int = WARMUP_STEPS) -> float | None:
     """Mean step time beside an async save's background write over the mean of the other steady steps."""
     steps = classified_steps(events, skip)
     during = [t for t, window in steps if window is not None]
@@ -93,7 +94,7 @@ def writing_slowdown(events: list[dict], skip: int = 5) -> float | None:
     return round(statistics.fmean(during) / statistics.fmean(steady), 3)
 
 
-def restart_phases(events: list[dict], median_s: float | None = None, warmup: int = 5,
+def restart_phases(events: list[dict], median_s: float | None = None, warmup: int = WARMUP_STEPS,
                    mark: str = "restart") -> list[dict]:
     """Per restart (or per `launch`): failure noticed (preemption -> restart decision), process start
     and model build (-> the workers' runtime event), checkpoint load, first step (start -> end of the

@@ -56,19 +56,50 @@ def test_notice_shorter_than_the_save_loses_the_work():
 
 
 def test_greedy_falls_back_to_on_demand_when_the_slack_runs_out():
-    # Spot only in the first 1200 s, then never: 3000 s of work, deadline 4000 s.
+    # Spot only in the first 1200 s, then never: 3000 s of work, deadline 5000 s, no notice (a reclaim
+    # may lose an interval of 900 s). Committing to on-demand from idle costs 180 (changeover and
+    # restart) + the work + ceil(work/900) periodic saves of 60 + the final save; on spot, the 900 s a
+    # reclaim could lose as well. At 0: 5000 - 180 - (900 + 180 + 3000 + 240) = 500 s to spare: spot.
     trace = [0, 0] + [1] * 20
-    out = run_trial(params(deadline_s=4000, notice_s=0), policies.get("greedy"), TraceTimeline(trace, 600),
+    out = run_trial(params(deadline_s=5000, notice_s=0), policies.get("greedy"), TraceTimeline(trace, 600),
                     PRICES, record_log=True)
-    # Spot: progress at 60, checkpoint 900 at 1020, reclaimed at 1200 (180 s lost). Slack then:
-    # 4000 - 1200 - 2100 left - (2100/900*60 = 140 periodic + 60 final save) - 180 changeover = 320,
-    # so it waits until the slack only covers one start-up: 1200 + (320 - 180) = 1340.
-    on_demand_start = 1340
-    assert (on_demand_start, "start", "on-demand") in out.record.log
+    # Reclaimed at 1200 with 2100 s left (180 lost since the checkpoint at 1020): a spot start would
+    # still fit until 5000 - 180 - (900 + 180 + 2100 + 180 + 60) = 1400, then no longer: on-demand.
+    on_demand_start = 1400
+    assert out.record.log == [
+        (0, "start", "spot"), (60, "progress", "spot"), (1020, "checkpoint", ""), (1200, "notice", ""),
+        (1200, "preempted", "spot"), (1200, "release", "spot"), (1200, "wait", ""),
+        (on_demand_start, "start", "on-demand"), (1580, "progress", "on-demand"), (2540, "checkpoint", ""),
+        (3500, "checkpoint", ""), (3860, "checkpoint", ""), (3860, "release", "on-demand"), (3860, "done", "")]
     finish = on_demand_start + 180 + 2100 + 3 * 60   # checkpoints at 1800, 2700 and 3000 of work
-    assert out.makespan_s == pytest.approx(finish)
-    assert out.met_deadline
+    assert out.makespan_s == pytest.approx(finish) and out.met_deadline
     assert out.cost == pytest.approx(1200 / 3600 * 1.0 + (finish - on_demand_start) / 3600 * 3.0)
+
+
+def test_greedy_does_not_start_spot_when_a_reclaim_could_cost_more_than_the_slack():
+    # Deadline 4000 s: 520 s to spare on-demand, but a reclaim without notice could lose 900 s.
+    out = run_trial(params(deadline_s=4000, notice_s=0), policies.get("greedy"), TraceTimeline([0] * 20, 600),
+                    PRICES, record_log=True)
+    assert out.record.log[0] == (0, "start", "on-demand") and out.met_deadline
+    # With a notice that fits the emergency save nothing is lost to a reclaim: spot is safe again.
+    noticed = run_trial(params(deadline_s=4000, notice_s=60), policies.get("greedy"), TraceTimeline([0] * 20, 600),
+                        PRICES, record_log=True)
+    assert noticed.record.log[0] == (0, "start", "spot")
+
+
+def test_release_counts_against_the_deadline_and_a_reclaim_during_it_preempts_nothing():
+    # The case: work 1000 s, deadline 2000 s, release 200 s: on-demand ends at 2100 would miss,
+    # so a policy told of the release starts at once and the job ends at 1000 + 10 + 200.
+    p = JobParams(work_s=1000, deadline_s=2000, checkpoint_interval_s=2000, checkpoint_s=10, release_s=200)
+    out = run_trial(p, policies.get("greedy"), Timeline(), PRICES, record_log=True)
+    assert out.makespan_s == pytest.approx(1210) and out.met_deadline
+    # spot reclaimed at 1200 (notice at 1140) while the job exits (its final save done at 1110): the
+    # job is done, nothing preempted or lost; the reclaim ends its exit early
+    q = JobParams(work_s=1100, deadline_s=4000, checkpoint_interval_s=2000, checkpoint_s=10, release_s=300,
+                  notice_s=60)
+    spot = run_trial(q, policies.get("spot-only"), TraceTimeline([0, 0, 1, 1, 1, 1, 1], 600), PRICES,
+                     record_log=True)
+    assert spot.preemptions == 0 and spot.lost_work_s == 0 and spot.makespan_s == pytest.approx(1200)
 
 
 def test_spot_only_is_stranded_when_capacity_never_returns():

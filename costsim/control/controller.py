@@ -19,13 +19,16 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from costsim import checkpoint as ckpt
+from costsim.contract.timing import WARMUP_STEPS, exit_s, start_cost_s
 from costsim.control.backend import Backend
 from costsim.control.journal import Instance, Journal
-from costsim.control.progress import WARMUP_STEPS, Progress, RunFolder
-from costsim.policies import SPOT, Decision, Policy, View
+from costsim.control.progress import Progress, RunFolder
+from costsim.policies import SPOT, Decision, Figures, Policy, View, build_view
 
 _EPS = 1e-6
 PROGRESS_EVERY_S = 30.0  # wall seconds between progress lines on stderr
+UNSEEN_RESTART = 2.0     # a restart not yet measured is taken as this many times its estimate (the margin)
+STEP_QUANTILE = 0.9      # the margin's step time: this quantile of the recent steady steps
 STOP_TIMEOUT_S = 600.0   # wall seconds a job asked to leave has to checkpoint and exit (SDXL: about 40)
 
 
@@ -53,7 +56,7 @@ class Clock:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Figures:
+class PlanFigures:
     """The job's figures before this run measured its own (the plan's), in wall seconds."""
 
     total_steps: int
@@ -63,6 +66,7 @@ class Figures:
     checkpoint_stall_s: float | None   # async checkpoints: the stall
     interval_s: float         # between periodic checkpoints (the runner's clock)
     restart_s: float = 0.0    # a restart from a checkpoint (the plan's): the floor until one is measured
+    release_s: float = 0.0    # the job's exit after its last save, until one is measured
 
 
 @dataclass(frozen=True)
@@ -74,19 +78,38 @@ class Measured:
     checkpoint_s: float
     checkpoint_stall_s: float | None
     interval_s: float
-    release_s: float = 0.0   # leaving an instance (a move, or the end) until it is released
+    release_s: float = 0.0   # the job's exit: from its last save to the instance's release
     start_s: float | None = None   # what the first start cost (no checkpoint to load); None: as a restart
+    step_high_s: float | None = None   # a high quantile of recent step times (the margin's)
+    restart_seen: bool = False         # whether a restart has been measured (else the figure is a guess)
 
     @property
     def paid_checkpoint_s(self) -> float:
         return ckpt.paid_checkpoint_s(self.checkpoint_s, self.checkpoint_stall_s)
 
+    def figures(self, total_steps: int, steps_left: float, notice_s: float, with_margin: bool = True) -> Figures:
+        """The policies' record of figures (costsim.policies.Figures), with a margin for what is not
+        known: the steps left at a high quantile of the step times so far, and an unseen restart at
+        UNSEEN_RESTART times its estimate."""
+        first = self.resume_s if self.start_s is None else min(self.start_s, self.resume_s)
+        restart = max(0.0, self.resume_s - first)
+        margin = 0.0
+        if with_margin:
+            margin = steps_left * max(0.0, (self.step_high_s or self.step_s) - self.step_s)
+            if not self.restart_seen:
+                margin += (UNSEEN_RESTART - 1.0) * self.resume_s
+        return Figures(work_total_s=total_steps * self.step_s, changeover_s=first, restart_s=restart,
+                       release_s=self.release_s, checkpoint_s=self.checkpoint_s,
+                       checkpoint_stall_s=self.checkpoint_stall_s, interval_s=self.interval_s, notice_s=notice_s,
+                       margin_s=margin)
 
-def measured(progress: Progress, plan: Figures, scale: float, *, resumes: Sequence[float] = (),
+
+def measured(progress: Progress, plan: PlanFigures, scale: float, *, resumes: Sequence[float] = (),
              releases: Sequence[float] = ()) -> Measured:
     """Wall-clock figures from the run folder (else the plan's) in trace seconds; `resumes` (what
     each start cost, the first start first) and `releases` are already in trace seconds."""
-    step = progress.mean_step_s() or plan.step_s
+    step = progress.recent_step_s() or plan.step_s
+    high = progress.step_quantile_s(STEP_QUANTILE)
     save = progress.mean_save_s() or plan.checkpoint_s
     stall = None if plan.checkpoint_stall_s is None else (progress.mean_stall_s() or plan.checkpoint_stall_s)
     first = resumes[0] if resumes else (progress.mean_first_step_s() or plan.start_s) * scale
@@ -96,7 +119,8 @@ def measured(progress: Progress, plan: Figures, scale: float, *, resumes: Sequen
         resume = max(first, plan.restart_s * scale)
     return Measured(step_s=step * scale, resume_s=resume, start_s=first, checkpoint_s=save * scale,
                     checkpoint_stall_s=None if stall is None else stall * scale, interval_s=plan.interval_s * scale,
-                    release_s=sum(releases) / len(releases) if releases else 0.0)
+                    release_s=sum(releases) / len(releases) if releases else plan.release_s * scale,
+                    step_high_s=None if high is None else max(high, step) * scale, restart_seen=len(resumes) > 1)
 
 
 def resume_times(journal: Journal, progress: Progress, clock, step_s: float) -> list[float]:
@@ -111,30 +135,36 @@ def resume_times(journal: Journal, progress: Progress, clock, step_s: float) -> 
         warm = next((w for w in warms if instance.start_s <= w <= end), None)
         first = next((f for f in firsts if instance.start_s <= f <= end), None)
         if warm is not None:
-            out.append(max(warm - instance.start_s - WARMUP_STEPS * step_s, 0.0))
+            out.append(start_cost_s(instance.start_s, warm, WARMUP_STEPS, step_s))
         elif first is not None:
             out.append(first - instance.start_s)
     return out
 
 
 def release_times(journal: Journal, progress: Progress, clock) -> list[float]:
-    """From leaving each instance (the controller's move, or the job's `end`) to its release, trace s."""
+    """The job's exit on each instance it left (costsim.contract.timing.exit_s), trace seconds: from its
+    last save (the final one before `end`, or the save the controller's move asked for) to the release."""
     out = []
+    saves = sorted(clock.trace(t) for t in progress.notice_saved_at)
     for instance in journal.instances:
         if instance.end_s is None:
             continue
         if instance.ended == "stopped" and instance.handle.get("stopping") is not None:
-            out.append(instance.end_s - instance.handle["stopping"])
+            stopping = instance.handle["stopping"]
+            saved = [t for t in saves if stopping <= t <= instance.end_s]
+            out.append(exit_s(saved[-1] if saved else stopping, instance.end_s))
         elif instance.ended == "finished" and progress.end_t is not None:
-            out.append(instance.end_s - clock.trace(progress.end_t))
-    return [max(0.0, x) for x in out]
+            out.append(exit_s(clock.trace(progress.end_t), instance.end_s))
+    return out
 
 
 class Controller:
-    def __init__(self, journal: Journal, backend: Backend, folder: RunFolder, clock: Clock, policy: Policy, plan: Figures,
-                 *, run_dir: Path, poll_s: float, horizon_s: float, say: Callable[[str], None] | None = None):
+    def __init__(self, journal: Journal, backend: Backend, folder: RunFolder, clock: Clock, policy: Policy,
+                 plan: PlanFigures, *, run_dir: Path, poll_s: float, horizon_s: float,
+                 say: Callable[[str], None] | None = None, margin: bool = True):
         self.j, self.backend, self.folder, self.clock = journal, backend, folder, clock
         self.policy, self.plan, self.run_dir = policy, plan, run_dir
+        self.margin = margin          # off only where the figures are exact (the decisions test's virtual job)
         self.poll_s, self.horizon_s = poll_s, horizon_s
         self.say = say or (lambda line: print(line, file=sys.stderr, flush=True))
         self.decision: Decision | None = None
@@ -161,13 +191,14 @@ class Controller:
         return min(step, float(self.plan.total_steps))
 
     def view(self, t: float, progress: Progress, running: str | None) -> View:
+        """The policy's View, built as the simulator builds it (costsim.policies.build_view), from the
+        figures measured so far and a margin for their spread."""
         m = self.measured(progress)
         live = self.live_step(t, progress, self.j.current)
-        left_s = (self.plan.total_steps - live) * m.step_s
-        return View(t=t, deadline_s=self.j.deadline_s, work_total_s=self.plan.total_steps * m.step_s,
-                    work_left_s=left_s, at_risk_s=max(0.0, live - progress.checkpoint_step) * m.step_s,
-                    finish_overhead_s=left_s / m.interval_s * m.paid_checkpoint_s + m.checkpoint_s,
-                    resume_s=m.resume_s, running=running, spot_available_at=self.backend.spot_available_at(t))
+        figures = m.figures(self.plan.total_steps, self.plan.total_steps - live, self.j.notice_s, self.margin)
+        return build_view(figures, t=t, deadline_s=self.j.deadline_s, live_work_s=live * m.step_s,
+                          durable_work_s=min(float(progress.checkpoint_step), live) * m.step_s, running=running,
+                          spot_available_at=self.backend.spot_available_at(t))
 
     # -- the loop ---------------------------------------------------------------------------
     def run(self) -> Journal:

@@ -13,8 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from costsim.contract.telemetry import TELEMETRY
+from costsim.contract.timing import WARMUP_STEPS, is_steady
 
-WARMUP_STEPS = 5                # steps after each start left out of the step time (as calibrate does)
+RECENT_STEPS = 200              # the steady steps the step time now is taken over
+NOTICE_REASONS = ("notice", "preemption")   # a save on a notice (the contract's name, and older runs')
 
 
 @dataclass
@@ -33,12 +35,27 @@ class Progress:
     save_s: list[float] = field(default_factory=list)         # checkpoint saves: their full duration
     stall_s: list[float] = field(default_factory=list)        # async saves: the training stall
     exits: list[float] = field(default_factory=list)   # when each supervisor wrote its `exit`
+    notice_saved_at: list[float] = field(default_factory=list)   # when each save on a notice (a move) ended
     _since_start: int = 0
     _awaiting_first: float | None = None
     _paid_save_step: int | None = None
 
     def mean_step_s(self) -> float | None:
         return statistics.fmean(self.step_times) if self.step_times else None
+
+    def recent_step_s(self) -> float | None:
+        """The step time now: the mean of the last RECENT_STEPS steady steps, or of all of them when
+        that is higher (a machine that slows down shows at once; one that speeds up only slowly)."""
+        if not self.step_times:
+            return None
+        return max(statistics.fmean(self.step_times[-RECENT_STEPS:]), statistics.fmean(self.step_times))
+
+    def step_quantile_s(self, q: float) -> float | None:
+        """A quantile of the last RECENT_STEPS steady steps (the margin's step time)."""
+        recent = self.step_times[-RECENT_STEPS:]
+        if len(recent) < 2:
+            return None
+        return statistics.quantiles(recent, n=100, method="inclusive")[min(98, max(0, round(q * 100) - 1))]
 
     def mean_first_step_s(self) -> float | None:
         return statistics.fmean(self.first_steps) if self.first_steps else None
@@ -95,11 +112,14 @@ class RunFolder:
                 p.first_step_at.append(e["t"])
                 p._awaiting_first = None
             # Steady steps only: not the warm-up, not the step that paid a checkpoint (counted in save_s).
-            if p._since_start > WARMUP_STEPS and "step_time_s" in e and p.step != p._paid_save_step:
+            paid = frozenset() if p._paid_save_step is None else frozenset({p._paid_save_step})
+            if "step_time_s" in e and is_steady(p._since_start, p.step, paid):
                 p.step_times.append(float(e["step_time_s"]))
         elif kind == "checkpoint_save" and e.get("rank") == 0:
             p.checkpoint_step = max(p.checkpoint_step, int(e["step"]))
             p._paid_save_step = int(e["step"]) + 1
+            if e.get("reason") in NOTICE_REASONS:
+                p.notice_saved_at.append(e["t"])
             if e.get("reason") in (None, "interval"):   # not the final save nor the one on a notice
                 p.save_s.append(float(e["duration_s"]))
                 if e.get("mode") == "async" and e.get("stall_s") is not None:

@@ -294,8 +294,41 @@ def owned_offering(sku: str, nodes: int, skus: dict, source: str) -> Offering:
 
 
 # -- traces ----------------------------------------------------------------------------------
+BUNDLE_SUFFIX = ".json.gz"   # many windows in one file; FILE.json.gz#N names window N
+
+
+def trace_bundle_size(path: str | Path) -> int | None:
+    """How many windows a bundle holds (None for a plain trace file)."""
+    return len(_bundle(Path(path))["windows"]) if str(path).endswith(BUNDLE_SUFFIX) else None
+
+
+def _bundle(path: Path) -> dict:
+    import gzip
+    import json
+    try:
+        doc = json.loads(gzip.decompress(path.read_bytes()))
+    except FileNotFoundError:
+        raise InputError(str(path), "file", "not found") from None
+    except (OSError, ValueError):
+        raise InputError(str(path), "file", "not a gzipped JSON trace bundle") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("windows"), list) or "gap_seconds" not in doc:
+        raise InputError(str(path), "windows", "expected {gap_seconds, windows: ['0101...', ...]}")
+    return doc
+
+
 def load_trace(path: str | Path) -> tuple[list[int], float]:
-    """A 1-node capacity trace: (ticks with 0 = available and 1 = not, seconds per tick)."""
+    """A 1-node capacity trace: (ticks with 0 = available and 1 = not, seconds per tick), from a JSON
+    trace file, or window N of a bundle (`FILE.json.gz#N`)."""
+    text = str(path)
+    if BUNDLE_SUFFIX + "#" in text:
+        file, _, index = text.rpartition("#")
+        doc = _bundle(Path(file))
+        if not index.isdigit() or int(index) >= len(doc["windows"]):
+            raise InputError(file, "window", f"got #{index}; the bundle has windows 0 to {len(doc['windows']) - 1}")
+        window = doc["windows"][int(index)]
+        if not window or set(window) - {"0", "1"}:
+            raise InputError(file, f"windows[{index}]", "ticks must be '0' (spot available) or '1' (not)")
+        return [int(c) for c in window], float(doc["gap_seconds"])
     f = Fields(path, read_json(Path(path)))
     gap_s = f.mapping_of("metadata").number("gap_seconds")
     ticks = f.raw("data")

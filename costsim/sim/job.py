@@ -15,7 +15,7 @@ from typing import Any
 import simpy
 
 from costsim import checkpoint as ckpt
-from costsim.policies import SPOT, Decision, Policy, View
+from costsim.policies import SPOT, Decision, Figures, Policy, View, build_view
 from costsim.sim.market import Timeline
 
 _EPS = 1e-6
@@ -40,6 +40,14 @@ class JobParams:
     def paid_checkpoint_s(self) -> float:
         """What a periodic checkpoint costs training: the async stall, else the synchronous write."""
         return ckpt.paid_checkpoint_s(self.checkpoint_s, self.checkpoint_stall_s)
+
+    @property
+    def figures(self) -> Figures:
+        """What a policy knows of this job: its figures, exactly (the simulator has no spread to allow for)."""
+        return Figures(work_total_s=self.work_s, changeover_s=self.changeover_s, restart_s=self.restart_s,
+                       release_s=self.release_s, checkpoint_s=self.checkpoint_s,
+                       checkpoint_stall_s=self.checkpoint_stall_s, interval_s=self.checkpoint_interval_s,
+                       notice_s=self.notice_s)
 
 
 @dataclass(slots=True)
@@ -76,6 +84,7 @@ class Job:
     def __init__(self, env: simpy.Environment, params: JobParams, policy: Policy,
                  spot: Timeline, record_log: bool = False):
         self.env, self.p, self.policy, self.spot = env, params, policy, spot
+        self.figures = params.figures
         self.record = JobRecord()
         self.record_log = record_log
         self.durable_s = 0.0      # work saved in a complete checkpoint
@@ -94,13 +103,8 @@ class Job:
     def _view(self, running: str | None) -> View:
         now = self.env.now
         self._settle(now)
-        work_left_s = self.p.work_s - self.live_s
-        paid_s = self.p.paid_checkpoint_s
-        overhead_s = work_left_s / self.p.checkpoint_interval_s * paid_s + self.p.checkpoint_s
-        return View(t=now, deadline_s=self.p.deadline_s, work_total_s=self.p.work_s,
-                    work_left_s=work_left_s, at_risk_s=self.live_s - self.durable_s,
-                    finish_overhead_s=overhead_s, resume_s=self.p.changeover_s + self.p.restart_s,
-                    running=running, spot_available_at=self.spot.next_available(now))
+        return build_view(self.figures, t=now, deadline_s=self.p.deadline_s, live_work_s=self.live_s,
+                          durable_work_s=self.durable_s, running=running, spot_available_at=self.spot.next_available(now))
 
     def _decide(self, running: str | None) -> Decision:
         decision = self.policy(self._view(running))
@@ -175,9 +179,7 @@ class Job:
                 decision = self._decide(market)
             if decision.market != market:
                 yield from self._checkpoint(final=True)
-                if p.release_s > 0:
-                    self._phase = ("release", None)
-                    yield env.timeout(p.release_s)
+                yield from self._release()
                 return
             live = self.live_s
             to_checkpoint = self.last_checkpoint_s + interval_s - live
@@ -202,9 +204,13 @@ class Job:
             self._phase = ("stall", None)
             yield timeout(stall_s)
             self._pending = (env.now + p.checkpoint_s, live)
-        if p.release_s > 0:   # the work is done; the instance goes when the job has exited
-            self._phase = ("release", None)
-            yield env.timeout(p.release_s)
+        yield from self._release()   # the work is done; the instance goes when the job has exited
+
+    def _release(self):
+        """The job's exit after its last save: the instance is released when it ends."""
+        if self.p.release_s > 0:
+            self._phase = ("release", self.env.now + self.p.release_s)
+            yield self.env.timeout(self.p.release_s)
 
     def _checkpoint(self, final: bool):
         """A periodic (or final) checkpoint of the live work; sync, or async behind a stall."""
@@ -243,6 +249,9 @@ class Job:
         now = self.env.now
         self._log("notice")
         phase, detail = self._phase
+        if phase == "release":   # the job has saved and is exiting: the reclaim only ends the exit early
+            yield self.env.timeout(max(0.0, min(detail, reclaim_at) - now))
+            return
         if phase == "work":
             self.live_s += now - detail
         window_s = reclaim_at - now
