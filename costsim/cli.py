@@ -642,25 +642,44 @@ def control_command(plan, backend, run_dir, policy, trace, reclaim_trace, time_s
     if fmt == "json":
         click.echo(report.to_json(journal.to_dict()))
     else:
-        click.echo(report.table(["", "actual", "predicted", "error"], _control_rows(doc), fmt))
+        click.echo(report.table(CONTROL_HEADERS, _control_rows(doc), fmt))
         if fmt == "table":
-            click.echo(f"{journal.status}; {doc['restarts']} restarts, {doc['preemptions']} preemptions; "
-                       f"journal {Path(context['run_dir']) / 'control.json'}")
+            click.echo(report.wrap(CONTROL_LEGEND))
+            margin = doc.get("margin_max_s")
+            click.echo(f"{journal.status}; {doc['restarts']} restarts, {doc['preemptions']} preemptions, "
+                       f"{doc['moves']} moves" + (f", margin up to {margin / 3600:.2f} h" if margin else "")
+                       + f"; journal {Path(context['run_dir']) / 'control.json'}")
     if journal.status != "done":
         raise SystemExit(1)
 
 
 def _control_rows(doc: dict) -> list[list[str]]:
-    predicted, error = doc.get("predicted") or {}, doc["error"]
+    """Actual against the three predictions: as known (the controller's own information at each decision:
+    measures the controller), hindsight (the run's final figures: the path), the plan's band."""
+    known, hindsight, band = doc.get("predicted") or {}, doc.get("hindsight") or {}, doc.get("plan") or {}
     hours = lambda s: "never" if s is None else f"{s / 3600:.2f} h"  # noqa: E731
-    rows = [["cost", f"{doc['cost']:.2f} {doc['bill']['currency']}",
-             "-" if not predicted else f"{predicted['cost']:.2f}", _pct(error["cost_rel"])],
-            ["finish", hours(doc["finish_s"]), hours(predicted.get("finish_s")), _pct(error["finish_rel"])],
-            ["deadline", hours(doc["deadline_s"]), "", "met" if doc["deadline_met"] else "missed"]]
+    money = lambda x: "-" if x is None else f"{x:.2f}"  # noqa: E731
+    rows = [["cost", f"{doc['cost']:.2f} {doc['bill']['currency']}", money(known.get("cost")),
+             _pct(doc["error"]["cost_rel"]), money(hindsight.get("cost")), _pct(doc["error_hindsight"]["cost_rel"]),
+             f"{money(band.get('cost_p50'))} / {money(band.get('cost_p90'))}" if band else "-"],
+            ["finish", hours(doc["finish_s"]), hours(known.get("finish_s")) if known else "-",
+             _pct(doc["error"]["finish_rel"]), hours(hindsight.get("finish_s")) if hindsight else "-",
+             _pct(doc["error_hindsight"]["finish_rel"]),
+             f"{hours(band.get('finish_p50_s'))} / {hours(band.get('finish_p90_s'))}" if band else "-"],
+            ["deadline", hours(doc["deadline_s"]), "met" if known.get("deadline_met") else "missed" if known else "-",
+             "", "", "", "", ]]
+    rows[-1][1] += " (met)" if doc["deadline_met"] else " (missed)"
     for market, entry in sorted(doc["bill"]["markets"].items()):
-        predicted_h = sum(s["end_s"] - s["start_s"] for s in predicted.get("markets", []) if s["market"] == market)
-        rows.append([f"{market} hours", f"{entry['hours']:.2f}", f"{predicted_h / 3600:.2f}" if predicted else "-", ""])
+        predicted_h = sum(s["end_s"] - s["start_s"] for s in known.get("markets", []) if s["market"] == market)
+        rows.append([f"{market} hours", f"{entry['hours']:.2f}", f"{predicted_h / 3600:.2f}" if known else "-",
+                     "", "", "", ""])
     return rows
+
+
+CONTROL_HEADERS = ["", "actual", "as known", "error", "hindsight", "error", "plan P50 / P90"]
+CONTROL_LEGEND = ("as known: the simulator on the same capacity, each decision on the figures the controller had then "
+                  "(its error measures the controller); hindsight: with the run's final figures (measures the path); "
+                  "plan: the plan's band for this policy.")
 
 
 @cli.command("catalog")

@@ -153,7 +153,7 @@ def controlled(ticks, gap_s, policy, *, total_steps, step_s, startup_s, interval
     jobs = VirtualJobs(clock, total_steps=total_steps, step_s=step_s, startup_s=startup_s, interval_s=interval_s,
                        checkpoint_s=checkpoint_s, restart_s=restart_s, release_s=release_s)
     backend = LocalBackend(TraceCapacity(ticks, gap_s), jobs, notice_s=notice_s)
-    journal = Journal(plan="-", policy=policy, backend="local", offering="virtual", deadline_s=deadline_s,
+    journal = Journal(plan_file="-", policy=policy, backend="local", offering="virtual", deadline_s=deadline_s,
                       time_scale=1.0, notice_s=notice_s, t0=0.0)
     figures = PlanFigures(total_steps=total_steps, step_s=step_s, start_s=startup_s, checkpoint_s=checkpoint_s,
                           checkpoint_stall_s=None, interval_s=interval_s, restart_s=startup_s + restart_s,
@@ -216,7 +216,7 @@ def test_controller_makes_the_simulators_decisions_on_real_windows(policy):
 
 
 def test_journal_round_trips_and_lock_is_exclusive(tmp_path):
-    journal = Journal(plan="p.json", policy="greedy", backend="local", offering="o", deadline_s=10.0, time_scale=2.0,
+    journal = Journal(plan_file="p.json", policy="greedy", backend="local", offering="o", deadline_s=10.0, time_scale=2.0,
                       notice_s=1.0, t0=5.0)
     journal.decide(0.0, "spot", "spot available")
     journal.report = {"cost": 1.5}
@@ -268,7 +268,7 @@ def test_a_run_picked_up_again_refuses_flags_its_journal_disagrees_with(run_cli,
     one line naming each, not silently ignored; the same flags (or none) pick the run up."""
     plan = _plan(run_cli, tmp_path)
     run_dir = tmp_path / "run"
-    Journal(plan=str(plan.resolve()), policy="uniform-progress", backend="local", offering="drill/local/cpu-2proc",
+    Journal(plan_file=str(plan.resolve()), policy="uniform-progress", backend="local", offering="drill/local/cpu-2proc",
             deadline_s=16 * H, time_scale=600.0, notice_s=600.0, t0=time.time(),
             trace=str((WINDOWS / "6.json").resolve()), runner_args=["--steps", "24000"], steps=24000).save(run_dir)
     result = run_cli("control", str(plan), "--run-dir", str(run_dir), "--policy", "greedy",

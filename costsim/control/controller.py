@@ -12,9 +12,10 @@ instances and says what capacity there is; the runner alone trains.
 from __future__ import annotations
 
 import math
+import statistics
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -23,12 +24,13 @@ from costsim.contract.timing import WARMUP_STEPS, exit_s, start_cost_s
 from costsim.control.backend import Backend
 from costsim.control.journal import Instance, Journal
 from costsim.control.progress import Progress, RunFolder
-from costsim.policies import SPOT, Decision, Figures, Policy, View, build_view
+from costsim.policies import SPOT, Decision, Figures, Policy, View, build_view, need_from_idle, need_on_spot
 
 _EPS = 1e-6
 PROGRESS_EVERY_S = 30.0  # wall seconds between progress lines on stderr
 UNSEEN_RESTART = 2.0     # a restart not yet measured is taken as this many times its estimate (the margin)
-STEP_QUANTILE = 0.9      # the margin's step time: this quantile of the recent steady steps
+STEP_QUANTILE = 0.9      # the margin's step time: this quantile of the recent steady steps' block means
+REFIGURE = 0.01          # ask the policy again when its need moved by this share of the time left
 STOP_TIMEOUT_S = 600.0   # wall seconds a job asked to leave has to checkpoint and exit (SDXL: about 40)
 
 
@@ -141,6 +143,22 @@ def resume_times(journal: Journal, progress: Progress, clock, step_s: float) -> 
     return out
 
 
+def stint_dynamics(journal: Journal, progress: Progress, clock, m: Measured) -> tuple[tuple[float, float], ...]:
+    """What each instance really cost, in order, for a replay (costsim.sim.job.JobParams.stints): its
+    start (resume_times; the mean where it never got going) and its steady step time over the mean."""
+    step_s = m.step_s / journal.time_scale
+    starts = iter(resume_times(journal, progress, clock, m.step_s))
+    out = []
+    for instance in journal.instances:
+        end = instance.end_s if instance.end_s is not None else math.inf
+        times = [d for d, t in zip(progress.step_times, progress.step_ends)
+                 if instance.start_s <= clock.trace(t) <= end]
+        progressed = any(instance.start_s <= clock.trace(t) <= end for t in progress.first_step_at)
+        start = next(starts) if progressed else None
+        out.append((m.resume_s if start is None else start, statistics.fmean(times) / step_s if times else 1.0))
+    return tuple(out)
+
+
 def release_times(journal: Journal, progress: Progress, clock) -> list[float]:
     """The job's exit on each instance it left (costsim.contract.timing.exit_s), trace seconds: from its
     last save (the final one before `end`, or the save the controller's move asked for) to the release."""
@@ -168,6 +186,7 @@ class Controller:
         self.poll_s, self.horizon_s = poll_s, horizon_s
         self.say = say or (lambda line: print(line, file=sys.stderr, flush=True))
         self.decision: Decision | None = None
+        self._decided_need: float | None = None   # the policies' need at the last decision (_figures_moved)
         self.decisions = 0            # policy calls (the benchmark's count)
         self._spot: bool | None = None
         self._last_save = -math.inf
@@ -237,9 +256,12 @@ class Controller:
                 self._give_up(t)
                 break
             # As in the simulator, no decisions during a start-up, a move, or a notice (the job is leaving).
-            can_ask = current is None or (current.handle.get("progressing") and "stopping" not in current.handle
-                                          and "noticed" not in current.handle)
+            can_ask = current is None or bool(current.handle.get("progressing") and "stopping" not in current.handle
+                                               and "noticed" not in current.handle)
             due = self.decision is None or t >= self.decision.reconsider_at - _EPS
+            # The policy's wake-up time was set on the figures of its last decision; figures measured
+            # since (a slower machine, a dearer restart) can bring it forward: ask again when they moved.
+            due = due or (can_ask and self._figures_moved(t, progress))
             acted = False
             if can_ask and (ask or due):
                 acted = self._decide(t, progress)
@@ -286,22 +308,39 @@ class Controller:
         """The instance's job has made a step since it started (what ends the simulator's start-up)."""
         return progress.step_t is not None and progress.step_t >= self.clock.wall(instance.start_s) - 1e-3
 
+    def _figures_moved(self, t: float, progress: Progress) -> bool:
+        """Whether what committing to on-demand would cost (the policies' need) moved by more than
+        REFIGURE of the time left since the last decision's figures."""
+        if self._decided_need is None:
+            return False
+        running = self.j.current.market if self.j.current is not None else None
+        need = self._need(self.view(t, progress, running))
+        return abs(need - self._decided_need) > REFIGURE * max(self.j.deadline_s - t, 1.0)
+
+    @staticmethod
+    def _need(view: View) -> float:
+        return need_on_spot(view) if view.running == SPOT else need_from_idle(view)
+
     def _decide(self, t: float, progress: Progress) -> bool:
         """Ask the policy and carry out its answer; True when an instance was asked to leave."""
         current = self.j.current
         running = current.market if current is not None else None
         spot_now = self.backend.spot_available(t)
-        decision = self.policy(self.view(t, progress, running))
+        view = self.view(t, progress, running)
+        self.j.know(t, asdict(view.figures))
+        self._decided_need = self._need(view)
+        decision = self.policy(view)
         self.decisions += 1
         self.decision = decision
         reason = decision.reason or ("waiting" if decision.market is None else f"on {decision.market}")
+        margin = view.figures.margin_s
         if decision.market == running:
-            self.j.decide(t, running, reason)
+            self.j.decide(t, running, reason, margin)
             return False
         if current is not None:       # move: the job checkpoints and leaves; the next start comes when it has
             current.handle["stopping"] = round(t, 3)
             self.backend.stop(current.handle)
-            self.j.decide(t, decision.market, reason)
+            self.j.decide(t, decision.market, reason, margin)
             self.say(f"costsim control: t={t / 3600:.2f} h: leaving {running} for {decision.market or 'idle'} ({reason})")
             return True
         if decision.market == SPOT and not spot_now:
@@ -311,7 +350,7 @@ class Controller:
         handle = self.backend.start(decision.market, t)
         self.j.instances.append(Instance(offering=self.j.offering, market=decision.market, start_s=round(t, 3),
                                          handle=handle))
-        self.j.decide(t, decision.market, reason)
+        self.j.decide(t, decision.market, reason, margin)
         self.say(f"costsim control: t={t / 3600:.2f} h: started on {decision.market} ({reason}); "
                  f"step {progress.step}/{self.plan.total_steps}")
         return False

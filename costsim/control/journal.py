@@ -39,7 +39,7 @@ class Instance:
 
 @dataclass
 class Journal:
-    plan: str
+    plan_file: str                     # the plan the run carries out (`plan` in the report is its band)
     policy: str
     backend: str
     offering: str
@@ -56,7 +56,8 @@ class Journal:
     end_s: float | None = None
     instances: list[Instance] = field(default_factory=list)
     outages: list[dict] = field(default_factory=list)      # {offering, start_s, end_s (None: still out)}
-    timeline: list[dict] = field(default_factory=list)     # {t, market (None: idle), reason}
+    timeline: list[dict] = field(default_factory=list)     # {t, market (None: idle), reason, margin_s}
+    figures: list[dict] = field(default_factory=list)      # {t, ...}: the policy's figures from then on (as known)
     updated_s: float = 0.0             # trace time of the last write: where a lost instance's bill stops
     report: dict = field(default_factory=dict)   # bill, cost, finish_s, predicted, error...: top level in the file
 
@@ -65,11 +66,26 @@ class Journal:
         open_ = [i for i in self.instances if i.end_s is None]
         return open_[-1] if open_ else None
 
-    def decide(self, t: float, market: str | None, reason: str) -> None:
-        """Record a decision when it changes the market (or its reason)."""
+    def decide(self, t: float, market: str | None, reason: str, margin_s: float | None = None) -> None:
+        """Record a decision when it changes the market (or its reason), with the margin it kept."""
         last = self.timeline[-1] if self.timeline else None
         if last is None or last["market"] != market or last["reason"] != reason:
-            self.timeline.append({"t": round(t, 3), "market": market, "reason": reason})
+            entry = {"t": round(t, 3), "market": market, "reason": reason}
+            if margin_s is not None:
+                entry["margin_s"] = round(margin_s, 3)
+            self.timeline.append(entry)
+
+    def know(self, t: float, figures: dict) -> None:
+        """Record the figures a decision was made on, when they differ from the last recorded (the
+        as-known replay of costsim.control.report reads them back)."""
+        rounded = {k: (round(v, 6) if isinstance(v, float) else v) for k, v in figures.items()}
+        if not self.figures or {k: v for k, v in self.figures[-1].items() if k != "t"} != rounded:
+            self.figures.append({"t": round(t, 3), **rounded})
+
+    @property
+    def moves(self) -> int:
+        """Instances the policy left on purpose (a move to another market, not a preemption)."""
+        return sum(1 for i in self.instances if i.ended == "stopped")
 
     def open_outage(self, t: float) -> None:
         if not self.outages or self.outages[-1]["end_s"] is not None:
@@ -95,6 +111,8 @@ class Journal:
         doc = read_json(path)
         if doc.get("schema") != SCHEMA:
             raise InputError(str(path), "schema", f"got {doc.get('schema')!r}; expected {SCHEMA!r}")
+        if isinstance(doc.get("plan"), str):   # journals written before the plan's band took the name
+            doc["plan_file"] = doc.pop("plan")
         try:
             known = set(cls.__dataclass_fields__)
             fields = {k: v for k, v in doc.items() if k in known}

@@ -47,6 +47,14 @@ def plot_run(journal: Journal, run_dir: Path, total_steps: int, out: str) -> Non
     ax.axvline(deadline_h, color="tab:red", ls="--", lw=1, label="deadline")
     if journal.policy == "uniform-progress":
         ax.plot([0, deadline_h], [0, 100], color="grey", lw=1, ls=":", label="uniform progress line")
+    margins = [(f["t"] / 3600.0, f.get("margin_s") or 0.0) for f in journal.figures]
+    if margins:   # the margin each decision kept for what was not known yet (step-time spread, an unseen restart)
+        side = ax.twinx()
+        xs, ys = zip(*margins)
+        side.step(xs, [y / 3600.0 for y in ys], where="post", color="tab:purple", lw=1, label="margin kept (h)")
+        side.set_ylabel("margin kept (h)", color="tab:purple")
+        side.set_ylim(bottom=0)
+        side.legend(loc="lower right", fontsize=8)
     ax.set_xlabel("trace time (h)")
     ax.set_ylabel("steps done (%)")
     ax.set_ylim(0, 105)

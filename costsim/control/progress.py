@@ -15,7 +15,8 @@ from pathlib import Path
 from costsim.contract.telemetry import TELEMETRY
 from costsim.contract.timing import WARMUP_STEPS, is_steady
 
-RECENT_STEPS = 200              # the steady steps the step time now is taken over
+RECENT_STEPS = 1000             # the steady steps the step time now is taken over
+BLOCK_STEPS = 100               # steps per block of the margin's step-time quantile
 NOTICE_REASONS = ("notice", "preemption")   # a save on a notice (the contract's name, and older runs')
 
 
@@ -32,6 +33,7 @@ class Progress:
     first_step_at: list[float] = field(default_factory=list)  # when each of those first steps was reported
     warm_at: list[float] = field(default_factory=list)        # when each start's warm-up (WARMUP_STEPS) ended
     step_times: list[float] = field(default_factory=list)     # steady steps
+    step_ends: list[float] = field(default_factory=list)      # when each of them ended (epoch)
     save_s: list[float] = field(default_factory=list)         # checkpoint saves: their full duration
     stall_s: list[float] = field(default_factory=list)        # async saves: the training stall
     exits: list[float] = field(default_factory=list)   # when each supervisor wrote its `exit`
@@ -51,11 +53,15 @@ class Progress:
         return max(statistics.fmean(self.step_times[-RECENT_STEPS:]), statistics.fmean(self.step_times))
 
     def step_quantile_s(self, q: float) -> float | None:
-        """A quantile of the last RECENT_STEPS steady steps (the margin's step time)."""
+        """A quantile of the mean step time over blocks of BLOCK_STEPS among the last RECENT_STEPS steady
+        steps (the margin's step time): a sustained slowdown shows; one slow step among many does not
+        (what the job has left is a sum of many steps, not one)."""
         recent = self.step_times[-RECENT_STEPS:]
-        if len(recent) < 2:
+        blocks = [statistics.fmean(recent[i:i + BLOCK_STEPS]) for i in range(0, len(recent) - BLOCK_STEPS + 1,
+                                                                              BLOCK_STEPS)]
+        if len(blocks) < 2:
             return None
-        return statistics.quantiles(recent, n=100, method="inclusive")[min(98, max(0, round(q * 100) - 1))]
+        return statistics.quantiles(blocks, n=100, method="inclusive")[min(98, max(0, round(q * 100) - 1))]
 
     def mean_first_step_s(self) -> float | None:
         return statistics.fmean(self.first_steps) if self.first_steps else None
@@ -115,6 +121,7 @@ class RunFolder:
             paid = frozenset() if p._paid_save_step is None else frozenset({p._paid_save_step})
             if "step_time_s" in e and is_steady(p._since_start, p.step, paid):
                 p.step_times.append(float(e["step_time_s"]))
+                p.step_ends.append(float(e["t"]))
         elif kind == "checkpoint_save" and e.get("rank") == 0:
             p.checkpoint_step = max(p.checkpoint_step, int(e["step"]))
             p._paid_save_step = int(e["step"]) + 1

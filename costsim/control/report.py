@@ -9,13 +9,14 @@ out (poll delay, the spread of step times, process exit) rather than a differenc
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass
 
 from costsim.control.controller import Measured
 from costsim.control.journal import Journal
 from costsim.cost import instance_cost
-from costsim.policies import Policy
+from costsim.policies import Decision, Figures, Policy, View, build_view
 from costsim.sim.job import JobParams
 from costsim.sim.market import Timeline
 from costsim.sim.trial import MarketPrice, run_trial
@@ -65,18 +66,50 @@ class ObservedTimeline(Timeline):
         self._known_until = math.inf
 
 
-def predict(journal: Journal, policy: Policy, timeline: Timeline, m: Measured, *, total_steps: int,
-            prices: Prices, notice_s: float | None = None) -> dict:
-    """One simulated trial of this job on this capacity with this run's figures (`notice_s`: the
-    notice as the job had it, default the journal's)."""
+def hindsight_params(journal: Journal, m: Measured, *, total_steps: int, notice_s: float | None = None,
+                     stints: tuple[tuple[float, float], ...] = ()) -> JobParams:
+    """The job model's parameters from this run's final figures (`notice_s`: the notice as the job had
+    it, default the journal's; `stints`: what each instance really cost, in order)."""
     notice_s = journal.notice_s if notice_s is None else notice_s
     first_s = m.resume_s if m.start_s is None else min(m.start_s, m.resume_s)
-    params = JobParams(work_s=total_steps * m.step_s, deadline_s=journal.deadline_s,
-                       checkpoint_interval_s=m.interval_s, checkpoint_s=m.checkpoint_s,
-                       checkpoint_stall_s=m.checkpoint_stall_s, changeover_s=first_s,
-                       restart_s=max(0.0, m.resume_s - first_s),   # every start pays the changeover
-                       notice_s=notice_s, release_s=m.release_s,
-                       horizon_s=4.0 * max(journal.deadline_s, total_steps * m.step_s))
+    return JobParams(work_s=total_steps * m.step_s, deadline_s=journal.deadline_s,
+                     checkpoint_interval_s=m.interval_s, checkpoint_s=m.checkpoint_s,
+                     checkpoint_stall_s=m.checkpoint_stall_s, changeover_s=first_s,
+                     restart_s=max(0.0, m.resume_s - first_s),   # every start pays the changeover
+                     notice_s=notice_s, release_s=m.release_s, stints=stints,
+                     horizon_s=4.0 * max(journal.deadline_s, total_steps * m.step_s))
+
+
+def as_known(policy: Policy, known: list[dict], actual: Figures) -> Policy:
+    """`policy` deciding on the figures the controller had at each moment (its journal's `figures`)
+    while the job runs as it really did (`actual`): its progress, counted in steps, is read at the
+    figures then in force."""
+    times = [k["t"] for k in known]
+    records = [_figures(k) for k in known]
+
+    def decide(view: View) -> Decision:
+        at = bisect.bisect_right(times, view.t)
+        f = records[max(at - 1, 0)]
+        scale = f.work_total_s / actual.work_total_s
+        live = (actual.work_total_s - view.work_left_s) * scale
+        decision = policy(build_view(f, t=view.t, deadline_s=view.deadline_s, live_work_s=live,
+                                     durable_work_s=live - view.at_risk_s * scale, running=view.running,
+                                     spot_available_at=view.spot_available_at))
+        if at < len(times) and times[at] < decision.reconsider_at:   # the controller asked again then
+            return Decision(decision.market, times[at], decision.reason)
+        return decision
+    return decide
+
+
+def _figures(record: dict) -> Figures:
+    fields = {k: v for k, v in record.items() if k != "t"}
+    if fields.get("interval_s") is None:   # JSON has no infinity
+        fields["interval_s"] = math.inf
+    return Figures(**fields)
+
+
+def replay(params: JobParams, policy: Policy, timeline: Timeline, prices: Prices) -> dict:
+    """One simulated trial of this job on this capacity."""
     markets = {market: prices.market(market) for market in prices.per_node_h}
     outcome = run_trial(params, policy, timeline, markets, record_log=True)
     return {
@@ -86,10 +119,30 @@ def predict(journal: Journal, policy: Policy, timeline: Timeline, m: Measured, *
         "preemptions": outcome.preemptions,
         "markets": [{"market": s.market, "start_s": round(s.start_s, 3), "end_s": round(s.end_s, 3)}
                     for s in outcome.record.stints],
-        "inputs": {"work_s": params.work_s, "step_s": m.step_s, "start_s": first_s, "resume_s": m.resume_s,
-                   "checkpoint_s": m.checkpoint_s, "checkpoint_stall_s": m.checkpoint_stall_s,
-                   "interval_s": m.interval_s, "notice_s": notice_s, "release_s": m.release_s},
+        "inputs": {"work_s": params.work_s, "start_s": params.changeover_s,
+                   "resume_s": params.changeover_s + params.restart_s, "checkpoint_s": params.checkpoint_s,
+                   "checkpoint_stall_s": params.checkpoint_stall_s, "interval_s": params.checkpoint_interval_s,
+                   "notice_s": params.notice_s, "release_s": params.release_s},
     }
+
+
+def predict(journal: Journal, policy: Policy, timeline: Timeline, m: Measured, *, total_steps: int,
+            prices: Prices, notice_s: float | None = None, stints: tuple[tuple[float, float], ...] = ()) -> dict:
+    """The hindsight replay: this job on this capacity, deciding on this run's final figures."""
+    params = hindsight_params(journal, m, total_steps=total_steps, notice_s=notice_s, stints=stints)
+    return replay(params, policy, timeline, prices)
+
+
+def predict_as_known(journal: Journal, policy: Policy, timeline: Timeline, m: Measured, *, total_steps: int,
+                     prices: Prices, notice_s: float | None = None,
+                     stints: tuple[tuple[float, float], ...] = ()) -> dict | None:
+    """The as-known replay: the job as it ran (the final figures, each instance's own start and step
+    time), each decision on the figures the controller had then; it differs from the run only by what
+    the model leaves out, so its error measures the controller. None before any decision."""
+    if not journal.figures:
+        return None
+    params = hindsight_params(journal, m, total_steps=total_steps, notice_s=notice_s, stints=stints)
+    return replay(params, as_known(policy, journal.figures, params.figures), timeline, prices)
 
 
 def relative(actual: float | None, predicted: float | None) -> float | None:
@@ -99,8 +152,10 @@ def relative(actual: float | None, predicted: float | None) -> float | None:
     return (actual - predicted) / predicted
 
 
-def summary(journal: Journal, prices: Prices, prediction: dict | None) -> dict:
-    """The report written into control.json: the bill, the outcome, the prediction and the errors."""
+def summary(journal: Journal, prices: Prices, prediction: dict | None, hindsight: dict | None = None,
+            plan: dict | None = None) -> dict:
+    """The report written into control.json: the bill, the outcome, the three predictions (`predicted`:
+    as known, `hindsight`, `plan`) and the errors against the first two."""
     billed = bill(journal, prices)
     finish = journal.end_s if journal.status == "done" else None
     restarts = max(0, len(journal.instances) - 1)
@@ -108,10 +163,48 @@ def summary(journal: Journal, prices: Prices, prediction: dict | None) -> dict:
         "bill": billed, "cost": billed["cost"], "finish_s": finish, "deadline_s": journal.deadline_s,
         "deadline_met": finish is not None and finish <= journal.deadline_s + 1e-6,
         "restarts": restarts, "preemptions": sum(1 for i in journal.instances if i.ended == "preempted"),
-        "predicted": None, "error": {"cost_rel": None, "finish_rel": None},
+        "moves": journal.moves, "margin_max_s": max((e["margin_s"] for e in journal.timeline if "margin_s" in e),
+                                                    default=None),
+        "predicted": prediction, "hindsight": hindsight, "plan": plan,
+        "error": _errors(billed["cost"], finish, prediction),
+        "error_hindsight": _errors(billed["cost"], finish, hindsight),
     }
-    if prediction is not None:
-        out["predicted"] = prediction
-        out["error"] = {"cost_rel": relative(billed["cost"], prediction["cost"]),
-                        "finish_rel": relative(finish, prediction["finish_s"])}
     return out
+
+
+def _errors(cost: float, finish: float | None, prediction: dict | None) -> dict:
+    if prediction is None:
+        return {"cost_rel": None, "finish_rel": None}
+    return {"cost_rel": relative(cost, prediction["cost"]), "finish_rel": relative(finish, prediction["finish_s"])}
+
+
+def plan_band(plan, policy: str, journal: Journal, *, total_steps: int, time_scale: float, prices: Prices,
+              trials: int = 200, seed: int = 0) -> dict | None:
+    """The plan's band for this policy: P50 and P90 cost and finish of the plan's own figures (in the
+    drill's trace time) on the plan's spot capacity model, over `trials`; None when the plan names a
+    spot model the catalog does not have (a fitted file's)."""
+    from costsim.io.specs import load_spot_models
+    from costsim.montecarlo import SimConfig, run_trials, summarise
+    from costsim.sim.market import HazardModel
+    from costsim.spec import SPOT
+    p, c, r = plan.prediction, plan.checkpoint, plan.resources
+    hazard = None
+    if r.spot_model is not None and SPOT in prices.per_node_h:
+        model = load_spot_models().get(r.spot_model)
+        if model is None:
+            return None
+        hazard = HazardModel(mtbf_s=model.mtbf_s, wait_mean_s=model.wait_mean_s, shape=model.weibull_shape)
+    params = JobParams(work_s=total_steps * p.step_time_s * time_scale, deadline_s=journal.deadline_s,
+                       checkpoint_interval_s=c.interval_s * time_scale, checkpoint_s=(p.checkpoint_save_s or 0) * time_scale,
+                       checkpoint_stall_s=None if not c.async_ or p.checkpoint_stall_s is None
+                       else p.checkpoint_stall_s * time_scale,
+                       changeover_s=(plan.policy.changeover_s or p.startup_s or 0.0) * time_scale,
+                       restart_s=(p.restart_s or 0.0) * time_scale, notice_s=journal.notice_s,
+                       horizon_s=4.0 * max(journal.deadline_s, total_steps * p.step_time_s * time_scale))
+    config = SimConfig(params=params, policy=policy, prices={m: prices.market(m) for m in prices.per_node_h},
+                       nodes=r.nodes, hazard=hazard)
+    stats = summarise(run_trials(config, trials, seed))
+    finite = lambda x: x if math.isfinite(x) else None  # noqa: E731
+    return {"trials": trials, "cost_p50": stats.cost_p50, "cost_p90": stats.cost_p90,
+            "finish_p50_s": finite(stats.makespan_p50_s), "finish_p90_s": finite(stats.makespan_p90_s),
+            "p_deadline": stats.p_deadline, "spot_model": r.spot_model}

@@ -11,11 +11,11 @@ from pathlib import Path
 from costsim import policies
 from costsim.contract.plan import Billing, Plan
 from costsim.control.backend import Backend, check_runner
-from costsim.control.controller import Clock, Controller, PlanFigures
+from costsim.control.controller import Clock, Controller, PlanFigures, stint_dynamics
 from costsim.control.journal import Journal, Lock
 from costsim.control.local import LocalBackend, Processes, TraceCapacity
 from costsim.control.progress import RunFolder
-from costsim.control.report import ObservedTimeline, Prices, predict, summary
+from costsim.control.report import ObservedTimeline, Prices, plan_band, predict, predict_as_known, summary
 from costsim.errors import InputError
 from costsim.io.specs import load_trace
 from costsim.sim.market import TraceTimeline
@@ -53,7 +53,7 @@ def disagreements(req: Request, journal: Journal) -> list[str]:
              "--trace" if req.trace else "--reclaim-trace": str(Path(trace).resolve()) if trace else None,
              "--time-scale": req.time_scale, "--notice": req.notice_s, "--deadline": req.deadline_s,
              "--poll": req.poll_s, "--steps": req.steps, "runner options": req.runner_args or None}
-    recorded = {"plan": journal.plan, "--backend": journal.backend, "--policy": journal.policy,
+    recorded = {"plan": journal.plan_file, "--backend": journal.backend, "--policy": journal.policy,
                 "--trace": journal.trace, "--reclaim-trace": journal.trace, "--time-scale": journal.time_scale,
                 "--notice": journal.notice_s, "--deadline": journal.deadline_s, "--poll": journal.poll_s,
                 "--steps": journal.steps, "runner options": journal.runner_args or None}
@@ -101,7 +101,7 @@ def open_session(req: Request, say) -> tuple[Controller, Journal, Lock, dict]:
     if existing is not None and existing.status == "running" and (disagree := disagreements(req, existing)):
         raise InputError(str(run_dir / "control.json"), "journal", f"this run was started with other settings: "
                          f"{'; '.join(disagree)}; leave them out to pick it up as it was, or give another --run-dir")
-    plan_path = existing.plan if existing else str(Path(req.plan).resolve())
+    plan_path = existing.plan_file if existing else str(Path(req.plan).resolve())
     plan = Plan.read(plan_path)
     backend_name = existing.backend if existing else (req.backend or DEFAULT_BACKEND)
     if backend_name not in BACKENDS:
@@ -132,7 +132,7 @@ def open_session(req: Request, say) -> tuple[Controller, Journal, Lock, dict]:
             notice = grace_s * time_scale
         else:
             notice = req.notice_s if req.notice_s is not None else (plan.resources.spot_notice_s or 0.0)
-        journal = Journal(plan=plan_path, policy=policy, backend=backend_name, offering=plan.resources.offering,
+        journal = Journal(plan_file=plan_path, policy=policy, backend=backend_name, offering=plan.resources.offering,
                           deadline_s=req.deadline_s or plan.policy.deadline_s, time_scale=time_scale,
                           notice_s=notice, t0=time.time(), trace=str(Path(trace_path).resolve()) if trace_path else None,
                           run_id=run_id, runner_args=list(req.runner_args),
@@ -197,9 +197,15 @@ def finish(controller: Controller, journal: Journal, context: dict) -> dict:
     # On Slurm the notice (SIGTERM) comes when the outage begins, not GraceTime before it: the job
     # has just its emergency save before capacity is gone.
     notice_s = m.checkpoint_s if journal.backend == "slurm" else journal.notice_s
-    prediction = predict(journal, controller.policy, timeline, m, total_steps=controller.plan.total_steps,
-                         prices=prices, notice_s=notice_s)
-    journal.report = {**summary(journal, prices, prediction),
+    steps = controller.plan.total_steps
+    stints = stint_dynamics(journal, progress, controller.clock, m)
+    hindsight = predict(journal, controller.policy, timeline, m, total_steps=steps, prices=prices, notice_s=notice_s,
+                        stints=stints)
+    known = predict_as_known(journal, controller.policy, timeline, m, total_steps=steps, prices=prices,
+                             notice_s=notice_s, stints=stints)
+    band = plan_band(Plan.read(journal.plan_file), journal.policy, journal, total_steps=steps,
+                     time_scale=journal.time_scale, prices=prices)
+    journal.report = {**summary(journal, prices, known, hindsight, band),
                       "measured": {"step_s": m.step_s, "start_s": m.start_s, "resume_s": m.resume_s,
                                    "checkpoint_s": m.checkpoint_s,
                                    "checkpoint_stall_s": m.checkpoint_stall_s, "interval_s": m.interval_s,

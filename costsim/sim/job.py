@@ -35,6 +35,9 @@ class JobParams:
     notice_s: float = 0.0          # warning before a spot reclaim
     release_s: float = 0.0         # from leaving an instance (a move, or the end) to its release: the job's exit
     horizon_s: float = math.inf    # give up (unfinished) after this
+    # A replay of a real run (costsim control's as-known prediction): per stint in order, its start-up and
+    # its step time over the mean's (the stints after these use the figures above)
+    stints: tuple[tuple[float, float], ...] = ()
 
     @property
     def paid_checkpoint_s(self) -> float:
@@ -92,6 +95,7 @@ class Job:
         self.last_checkpoint_s = 0.0
         self.started_once = False
         self._phase: tuple[str, Any] = ("idle", None)   # work: its start time; checkpoint: (start, work)
+        self._slowness = 1.0      # wall seconds per second of work on the current stint (JobParams.stints)
         self._pending: tuple[float, float] | None = None   # async write: (done at, work it saves)
         self.process = env.process(self.run())
 
@@ -164,6 +168,12 @@ class Job:
         """
         env, p = self.env, self.p
         startup_s = p.changeover_s + (p.restart_s if self.started_once else 0.0)
+        index = len(self.record.stints) - 1
+        if index < len(p.stints):
+            startup_s, self._slowness = p.stints[index]
+        else:
+            self._slowness = 1.0
+        slowness = self._slowness   # wall seconds per second of work on this stint
         self._phase = ("startup", None)
         if startup_s > 0:
             yield env.timeout(startup_s)
@@ -184,12 +194,12 @@ class Job:
             live = self.live_s
             to_checkpoint = self.last_checkpoint_s + interval_s - live
             to_end = work_s - live
-            run_s = min(to_checkpoint, to_end, max(decision.reconsider_at - now, 0.0))
+            run_s = min(to_checkpoint, to_end, max(decision.reconsider_at - now, 0.0) / slowness)
             if run_s <= _EPS and to_checkpoint > _EPS and to_end > _EPS:
                 run_s = min(to_checkpoint, to_end, 1.0)  # a wake-up time already due: make progress
             if run_s > _EPS:
                 self._phase = ("work", now)
-                yield timeout(run_s)
+                yield timeout(run_s * slowness)
                 self.live_s = live = live + run_s
             final = to_end - run_s <= _EPS
             if not final and to_checkpoint - run_s > _EPS:
@@ -253,7 +263,7 @@ class Job:
             yield self.env.timeout(max(0.0, min(detail, reclaim_at) - now))
             return
         if phase == "work":
-            self.live_s += now - detail
+            self.live_s += (now - detail) / self._slowness
         window_s = reclaim_at - now
         self._settle(reclaim_at)   # an async write finishing inside the window still counts
         if phase == "checkpoint" and detail[0] + self.p.checkpoint_s <= reclaim_at + _EPS:
