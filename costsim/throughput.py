@@ -7,9 +7,9 @@ T_step = (T_compute^g + T_net^g)^(1/g), throughput = global batch / T_step.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
+from costsim.contract.batching import BatchSplitError, split_batch
 from costsim.spec import GpuProfile
 
 
@@ -49,14 +49,11 @@ def step_model(gpu: GpuProfile, *, global_batch: int, gpus_per_node: int, nodes:
                inter_node_gbps: float) -> StepModel:
     """Step time and throughput of data-parallel training at a fixed global batch."""
     gpus = gpus_per_node * nodes
-    if global_batch % gpus:
-        raise Infeasible(f"global batch {global_batch} does not split evenly over {gpus} GPUs")
-    per_gpu = global_batch // gpus
-    accumulation = math.ceil(per_gpu / gpu.max_batch_per_gpu)
-    if per_gpu % accumulation:
-        raise Infeasible(f"per-GPU batch {per_gpu} does not split into micro-batches of at most "
-                         f"{gpu.max_batch_per_gpu}")
-    micro = per_gpu // accumulation
+    try:   # the runner's own rule: the largest micro-batch that fits and divides each GPU's share
+        split = split_batch(global_batch, gpus, gpu.max_batch_per_gpu)
+    except BatchSplitError as exc:
+        raise Infeasible(str(exc)) from None
+    micro, accumulation = split.micro_batch, split.accumulation
     compute_s = accumulation * (gpu.compute_overhead_s + gpu.compute_per_sample_s * micro)
     step_s = combine(compute_s, network_s(gpu, gpus, nodes, inter_node_gbps), gpu.overlap_gamma)
     return StepModel(step_s=step_s, per_gpu_batch=micro, accumulation=accumulation,

@@ -108,12 +108,17 @@ class Supervisor:
         attempts: list[dict] = []
         restarts, stuck, newest = 0, 0, newest_checkpoint(x.run_dir)
         while True:
+            if self.notice:   # a notice that came between two attempts: the node is going, start nothing
+                self._finish(started, attempts, restarts, status="preempted")
+                return faults.PREEMPTED_EXIT
             fault = pending[0] if pending else None
             attempt_start = time.time()
             argv = torchrun_argv(x.node, nproc_per_node=x.nproc_per_node, run_id=x.run_id,
                                  worker_args=self._worker_args(fault), min_nodes=x.min_nodes)
             self.telemetry.event("launch", attempt=len(attempts), fault=fault.encode() if fault else None)
             self.child = subprocess.Popen(argv, env=_child_env(x), stderr=subprocess.PIPE)
+            if self.notice:   # it came while the attempt was being started: pass it on now
+                faults.notify_workers(self.child.pid)
             stderr = threading.Thread(target=TorchrunReportFilter(sys.stderr.buffer).pump, args=(self.child.stderr,),
                                       name="stderr", daemon=True)
             stderr.start()

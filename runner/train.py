@@ -214,7 +214,7 @@ class Trainer:
                   file=sys.stderr, flush=True)
 
     def stop_for_notice(self) -> int:
-        self.checkpointer.save(self.step, self.state(), blocking=True, reason="preemption")
+        self.checkpointer.save(self.step, self.state(), blocking=True, reason="notice")
         self.telemetry.event("preempted", step=self.step, kind="notice", emergency_checkpoint=self.step)
         return faults.PREEMPTED_EXIT
 
@@ -310,8 +310,8 @@ def main(argv: list[str] | None = None) -> None:
     marks["process_group"] = time.time()
     rank, world_size = dist.get_rank(), dist.get_world_size()
 
-    def fatal(reason: str, **figures) -> None:
-        Telemetry(Path(args.run_dir), args.run_id, rank, world_size).event("fatal", reason=reason, **figures)
+    def fatal(reason: str, kind: str = "configuration", **figures) -> None:
+        Telemetry(Path(args.run_dir), args.run_id, rank, world_size).event("fatal", kind=kind, reason=reason, **figures)
 
     trainer = None
     try:

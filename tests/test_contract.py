@@ -113,3 +113,79 @@ def test_telemetry_names_are_checked_where_written_and_read(tmp_path):
     with pytest.raises(ValueError, match="unknown telemetry event"):
         events_of(events, "steps")
     assert set(EVENTS) >= {"step", "start", "runtime", "checkpoint_save", "end", "exit"}
+
+
+# -- telemetry: every event and field the code writes is the contract's ------------------------------
+def _written_events() -> list[tuple[str, str, set[str]]]:
+    """(file:line, event, keyword names) of every telemetry write in the runner: `.event("name", ...)`
+    and the checkpointer's `on_event("name", ...)` (keywords spread with ** are checked on a real run)."""
+    import ast
+    found = []
+    for path in sorted((ROOT / "runner").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Call) and isinstance(node.func, (ast.Attribute, ast.Name))
+                    and getattr(node.func, "attr", getattr(node.func, "id", None)) in ("event", "on_event")
+                    and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+                names = {k.arg for k in node.keywords if k.arg is not None} - {"buffered"}
+                found.append((f"{path.name}:{node.lineno}", node.args[0].value, names))
+    return found
+
+
+def test_every_event_the_runner_writes_is_in_the_contract_with_its_fields():
+    from costsim.contract.telemetry import EVENT_FIELDS, fields_of
+    written = _written_events()
+    assert {name for _, name, _ in written} >= set(EVENT_FIELDS) - {"fatal"}   # fatal: through a helper
+    for where, name, names in written:
+        assert name in EVENT_FIELDS, (where, name)
+        assert names <= fields_of(name), (where, name, sorted(names - fields_of(name)))
+
+
+def test_the_helper_that_writes_fatal_writes_its_kind_and_reason():
+    import ast
+    tree = ast.parse((ROOT / "runner" / "train.py").read_text())
+    helper = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "fatal")
+    call = next(n for n in ast.walk(helper) if isinstance(n, ast.Call) and getattr(n.func, "attr", "") == "event")
+    assert call.args[0].value == "fatal" and {k.arg for k in call.keywords} >= {"kind", "reason"}
+
+
+@pytest.mark.slow
+def test_a_real_run_writes_only_contract_events_and_fields(tmp_path):
+    """A drill with a kill, a notice, restarts and every kind of save: each line's fields are the contract's."""
+    import json as _json
+
+    from costsim.contract.telemetry import SAVE_REASONS, fields_of
+    from tests.runner_helpers import execute, tiny_plan
+    plan = tiny_plan(tmp_path, interval_steps=20)
+    result = execute(plan, tmp_path / "run", "--steps", "80", "--inject-preemptions", "kill@30,term@55")
+    assert result.returncode == 0, result.stderr[-2000:]
+    lines = [_json.loads(line) for line in (tmp_path / "run" / "telemetry.jsonl").read_text().splitlines()]
+    seen = {e["event"] for e in lines}
+    assert seen >= {"instance", "launch", "restart", "exit", "runtime", "start", "step", "progress", "checkpoint_save",
+                    "checkpoint_load", "preempted", "end"}
+    for e in lines:
+        assert set(e) <= fields_of(e["event"]), (e["event"], sorted(set(e) - fields_of(e["event"])))
+    assert {e["reason"] for e in lines if e["event"] == "checkpoint_save"} == set(SAVE_REASONS)
+
+
+def test_the_telemetry_reader_forgives_a_torn_last_line_only(tmp_path):
+    good = '{"t": 1, "event": "start", "step": 0}\n{"t": 2, "event": "step", "step": 1}\n'
+    (tmp_path / "telemetry.jsonl").write_text(good + '{"t": 3, "event": "st')
+    assert [e["step"] for e in read_events(tmp_path)] == [0, 1]
+    (tmp_path / "telemetry.jsonl").write_text('{"t": 1, "event": "start", "step": 0}\n{"t": 2, "ev\n' + good)
+    with pytest.raises(InputError) as error:
+        read_events(tmp_path)
+    assert error.value.field == "line 2" and "not the last line" in error.value.message
+
+
+def test_the_planner_prices_the_batch_split_the_runner_runs():
+    """One rule (costsim.contract.batching): global batch 18 on 2 GPUs of at most 8 each is 3 x 3 for
+    both (the planner used to call it infeasible, the runner ran 3 x 3)."""
+    from dataclasses import replace as with_fields
+
+    from costsim import io
+    from costsim.throughput import step_model
+    from runner.batching import split_batch
+    gpu = with_fields(io.load_profile("sdxl-unet").gpus["H200"], max_batch_per_gpu=8)
+    priced = step_model(gpu, global_batch=18, gpus_per_node=2, nodes=1, inter_node_gbps=100)
+    ran = split_batch(18, 2, 8)
+    assert (priced.per_gpu_batch, priced.accumulation) == (ran.micro_batch, ran.accumulation) == (3, 3)

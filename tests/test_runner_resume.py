@@ -55,7 +55,7 @@ def test_sigterm_notice_checkpoints_and_loses_no_step(plan, clean, tmp_path):
     notice = [e for e in events(tmp_path, "preempted") if e["kind"] == "notice"]
     assert len(notice) == 1
     emergency_step = notice[0]["emergency_checkpoint"]
-    saves = [e for e in events(tmp_path, "checkpoint_save") if e["reason"] == "preemption"]
+    saves = [e for e in events(tmp_path, "checkpoint_save") if e["reason"] == "notice"]
     assert [e["step"] for e in saves] == [emergency_step]
     assert events(tmp_path, "checkpoint_load")[0]["step"] == emergency_step   # resumed exactly there
     s = summary(tmp_path)
@@ -80,10 +80,33 @@ def test_a_notice_to_the_runner_is_passed_to_the_workers_who_checkpoint_and_stop
     assert "death signal" not in err                       # torchrun was not the one that stopped them
     notice = [e for e in events(tmp_path, "preempted") if e.get("kind") == "notice"]
     assert len(notice) == 1
-    saved = [e["step"] for e in events(tmp_path, "checkpoint_save") if e["reason"] == "preemption"]
+    saved = [e["step"] for e in events(tmp_path, "checkpoint_save") if e["reason"] == "notice"]
     assert saved == [notice[0]["emergency_checkpoint"]] and saved[0] >= 60
     s = summary(tmp_path)
     assert s["status"] == "preempted" and s["restarts"] == 0 and s["steps"] == saved[0]
+
+
+def test_a_notice_between_two_attempts_ends_the_run_as_preempted(plan, tmp_path):
+    """The notice comes while the supervisor restarts after a kill: no attempt runs on after it (it used
+    to start the next attempt, whose workers never heard of the notice)."""
+    import signal
+    import subprocess
+    import sys
+    proc = subprocess.Popen([sys.executable, "-m", "runner", "execute", str(plan), "--run-dir", str(tmp_path),
+                             "--seed", "3", "--inject-preemptions", "kill@40"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    lines = []
+    for line in proc.stderr:   # the moment the supervisor decides to restart
+        lines.append(line)
+        if line.startswith("runner: restart 1"):
+            proc.send_signal(signal.SIGTERM)
+            break
+    lines += proc.stderr.readlines()
+    proc.wait(timeout=120)
+    assert proc.returncode == 75, "".join(lines)[-3000:]
+    s = summary(tmp_path)
+    assert s["status"] == "preempted" and s["steps"] < 400
+    assert not any(e["event"] == "end" for e in events(tmp_path, "end", rank=None))
 
 
 def test_corrupt_newest_checkpoint_is_skipped_and_the_previous_used(plan, tmp_path):

@@ -32,17 +32,24 @@ def read_json(path: Path) -> dict:
 
 
 def read_jsonl(path: Path) -> list[dict]:
-    """The records of a JSON-lines file (telemetry), in file order; a torn line (a killed writer's
-    last) is skipped; a missing file has none."""
+    """The records of a JSON-lines file (telemetry), in file order; a missing file has none. A torn last
+    line (a writer killed while appending it) is forgiven; a line elsewhere that does not parse is an
+    InputError naming it (every writer appends whole lines in one write: anything else is damage)."""
     path = Path(path)
     if not path.exists():
         return []
+    lines = path.read_text().split("\n")
     records = []
-    for line in path.read_text().splitlines():
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
         try:
             records.append(json.loads(line))
         except ValueError:
-            continue
+            if number == len(lines):   # after the last newline: the line being written when its writer died
+                continue
+            raise InputError(str(path), f"line {number}", "not valid JSON, and not the last line (a torn last line "
+                             "is forgiven; this is damage)") from None
     return records
 
 

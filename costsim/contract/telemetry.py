@@ -18,28 +18,44 @@ CURRENT_PLAN = "current-plan.json"   # the plan as the latest `runner execute` c
 TELEMETRY = "telemetry.jsonl"
 SUMMARY = "summary.json"       # written by the supervisor when it exits (docs/plan-json.md)
 
-# Every event a run writes, and who writes it with which figures.
-EVENTS: dict[str, str] = {
-    "instance": "supervisor, once per node start: offering, market, host",
-    "plan_changed": "supervisor, when `runner execute --accept-plan-change` went on with another job's plan: "
-                    "changes (what differs), superseded (where the earlier plan.json was kept)",
-    "launch": "supervisor, per torchrun launch: attempt, fault (an injected one)",
-    "restart": "supervisor: attempt, restarts, reason, exit_code",
-    "exit": "supervisor, last: status, restarts, ended (how the instance ended)",
-    "runtime": "worker, per start: settings, compiled_modules, compile_cache_bytes, the batch split (world_size, "
-               "micro_batch, accumulation), nodes, and the start's phases",
-    "start": "worker, per start: step (resumed from), total_steps, pid",
-    "step": "worker, rank 0, per optimizer step (buffered): step, step_time_s, samples",
-    "progress": "worker, rank 0, periodically: step, loss_rank0, memory figures",
-    "validation": "worker: step, loss (unweighted noise-prediction error), samples",
-    "checkpoint_save": "worker: step, duration_s, stall_s, mode (sync|async), reason (interval|notice|final), bytes",
-    "checkpoint_load": "worker: step, duration_s, read_s",
-    "checkpoint_skipped": "worker: step, reason (partial, or what failed its check)",
-    "preempted": "worker: step, kind (notice or injected-KIND), emergency_checkpoint",
-    "end": "worker: step, final_state_sha256, final_loss",
-    "export": "worker, rank 0: step, path, bytes (RUN/final)",
-    "fatal": "worker: reason (out_of_memory, configuration) and its figures; restarting cannot mend it",
+# Every event a run writes: who writes it, and every field it may carry besides the base ones.
+BASE_FIELDS = frozenset({"t", "run", "rank", "world_size", "event", "node"})
+MEMORY_FIELDS = ("peak_allocated_gb", "peak_reserved_gb", "alloc_retries")   # on a GPU (runner.speed.memory_report)
+SPLIT_FIELDS = ("world_size", "micro_batch", "accumulation")                 # the batch split (runner.batching)
+SAVE_REASONS = ("interval", "notice", "final")
+FATAL_KINDS = ("configuration", "out_of_memory")
+EVENT_FIELDS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "instance": ("supervisor, once per node start", ("offering", "market", "host")),
+    "plan_changed": ("supervisor, when `runner execute --accept-plan-change` went on with another job's plan: "
+                     "what differs, where the earlier plan.json was kept", ("changes", "superseded")),
+    "launch": ("supervisor, per torchrun launch; fault: an injected one", ("attempt", "fault")),
+    "restart": ("supervisor", ("attempt", "restarts", "reason", "exit_code")),
+    "exit": ("supervisor, last; ended: how the instance ended", ("status", "restarts", "ended")),
+    "runtime": ("worker, per start: the settings, compiled modules, compile cache, the batch split, nodes and "
+                "the start's phases", ("settings", "compiled_modules", "compile_cache_bytes", *SPLIT_FIELDS, "nodes",
+                                       "process_start_t", "start_phases_s")),
+    "start": ("worker, per start: the step it resumed from", ("step", "total_steps", "pid", "node", "global_batch")),
+    "step": ("worker, rank 0, per optimizer step (buffered)", ("step", "step_time_s", "samples")),
+    "progress": ("worker, rank 0, periodically", ("step", "loss_rank0", *MEMORY_FIELDS)),
+    "validation": ("worker: the unweighted noise-prediction error on held-out data", ("step", "loss", "samples",
+                                                                                       "duration_s")),
+    "checkpoint_save": ("worker; mode sync|async; reason " + "|".join(SAVE_REASONS),
+                        ("step", "duration_s", "stall_s", "bytes", "mode", "reason")),
+    "checkpoint_load": ("worker", ("step", "duration_s", "read_s", "bytes", "owned_bytes")),
+    "checkpoint_skipped": ("worker; reason: partial, or what failed its check", ("step", "reason")),
+    "preempted": ("worker; kind: notice, or injected-KIND", ("step", "kind", "emergency_checkpoint")),
+    "end": ("worker", ("step", "final_state_sha256", "final_loss", "samples", "wall_s", "gc_collections", "gc_s",
+                       *MEMORY_FIELDS)),
+    "export": ("worker, rank 0: RUN/final", ("step", "path", "bytes", "duration_s")),
+    "fatal": ("worker: what restarting cannot mend; kind " + "|".join(FATAL_KINDS) + ", reason: the one line",
+              ("kind", "reason", *SPLIT_FIELDS)),
 }
+EVENTS: dict[str, str] = {name: writer for name, (writer, _) in EVENT_FIELDS.items()}
+
+
+def fields_of(name: str) -> frozenset[str]:
+    """Every field an event may carry (the base ones included)."""
+    return BASE_FIELDS | frozenset(EVENT_FIELDS[check_event(name)][1])
 
 
 def check_event(name: str) -> str:

@@ -15,7 +15,7 @@ import math
 import statistics
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -143,6 +143,19 @@ def resume_times(journal: Journal, progress: Progress, clock, step_s: float) -> 
     return out
 
 
+def unfinished_start_s(journal: Journal, t: float | None) -> float:
+    """The longest start that never got to a step (an instance reclaimed during its start-up, or the one
+    starting now at trace time t): a start costs at least that, whatever the estimate says."""
+    spans = []
+    for i in journal.instances:
+        if i.handle.get("progressing") or i.ended not in (None, "preempted", "lost"):
+            continue   # it got going, or left on the controller's word (a move), or never ran (withdrawn)
+        end = i.end_s if i.end_s is not None else t
+        if end is not None:
+            spans.append(end - i.start_s)
+    return max(spans, default=0.0)
+
+
 def stint_dynamics(journal: Journal, progress: Progress, clock, m: Measured) -> tuple[tuple[float, float], ...]:
     """What each instance really cost, in order, for a replay (costsim.sim.job.JobParams.stints): its
     start (resume_times; the mean where it never got going) and its steady step time over the mean."""
@@ -192,12 +205,17 @@ class Controller:
         self._last_save = -math.inf
         self._last_said = 0.0
 
-    def measured(self, progress: Progress) -> Measured:
-        """The figures in force: this run's so far, else the plan's."""
+    def measured(self, progress: Progress, t: float | None = None) -> Measured:
+        """The figures in force: this run's so far, else the plan's; a start is taken to cost at least
+        as long as any start that has not got going yet (one preempted first, or the one under way at t)."""
         step_s = (progress.mean_step_s() or self.plan.step_s) * self.j.time_scale
         resumes = resume_times(self.j, progress, self.clock, step_s)
-        return measured(progress, self.plan, self.j.time_scale, resumes=resumes,
-                        releases=release_times(self.j, progress, self.clock))
+        m = measured(progress, self.plan, self.j.time_scale, resumes=resumes,
+                     releases=release_times(self.j, progress, self.clock))
+        floor = unfinished_start_s(self.j, t)
+        if floor > m.resume_s:
+            m = replace(m, resume_s=floor, start_s=max(floor, m.start_s or 0.0))
+        return m
 
     # -- the View ---------------------------------------------------------------------------
     def live_step(self, t: float, progress: Progress, instance: Instance | None) -> float:
@@ -212,7 +230,7 @@ class Controller:
     def view(self, t: float, progress: Progress, running: str | None) -> View:
         """The policy's View, built as the simulator builds it (costsim.policies.build_view), from the
         figures measured so far and a margin for their spread."""
-        m = self.measured(progress)
+        m = self.measured(progress, t)
         live = self.live_step(t, progress, self.j.current)
         figures = m.figures(self.plan.total_steps, self.plan.total_steps - live, self.j.notice_s, self.margin)
         return build_view(figures, t=t, deadline_s=self.j.deadline_s, live_work_s=live * m.step_s,

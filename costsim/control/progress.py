@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import statistics
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -80,6 +81,7 @@ class RunFolder:
         self.path = Path(run_dir) / TELEMETRY
         self.progress = Progress()
         self._offset = 0
+        self.bad_lines = 0
 
     def observe(self) -> Progress:
         """Progress after the lines written so far (a line still being written waits for the next call)."""
@@ -96,8 +98,12 @@ class RunFolder:
         for line in chunk[:end].split(b"\n"):
             try:
                 event = json.loads(line)
-            except ValueError:
-                continue   # a torn line left by a killed writer
+            except ValueError:   # a whole line that does not parse: damage, said once, then passed over
+                self.bad_lines += 1
+                if self.bad_lines == 1:
+                    print(f"costsim control: warning: {self.path} has a line that is not JSON (passed over)",
+                          file=sys.stderr, flush=True)
+                continue
             if isinstance(event, dict) and "event" in event and "t" in event:
                 self._apply(event)
         return self.progress
