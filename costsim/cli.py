@@ -586,6 +586,8 @@ def export_command(plan, target, out, bucket, shared_dir):
 @click.option("--policy", type=click.Choice(sorted(POLICIES)), help="default: the plan's policy.name")
 @click.option("--trace", type=click.Path(dir_okay=False), help="local: the spot capacity trace to replay (the "
               "simulator's format, 0 = capacity)")
+@click.option("--spot-partition", help="slurm: the partition that sells spot (default spot)")
+@click.option("--on-demand-partition", help="slurm: the partition that sells on-demand (default on-demand)")
 @click.option("--reclaim-trace", type=click.Path(dir_okay=False), help="slurm drills: while this trace says capacity "
               "is gone, high-priority jobs take the spot partition's node and Slurm preempts the job")
 @click.option("--time-scale", type=POSITIVE, help="trace seconds per wall second (a drill replays a day in minutes; "
@@ -601,8 +603,8 @@ def export_command(plan, target, out, bucket, shared_dir):
 @click.option("--runtime", "runtime", multiple=True, help="runner: KEY=VALUE runner settings (repeatable)")
 @click.option("--plot", type=click.Path(dir_okay=False), help="progress against time with market bands, PNG")
 @output_options
-def control_command(plan, backend, run_dir, policy, trace, reclaim_trace, time_scale, notice, deadline, poll, steps,
-                    seed, nproc_per_node, options, runtime, plot, fmt):
+def control_command(plan, backend, run_dir, policy, trace, spot_partition, on_demand_partition, reclaim_trace,
+                    time_scale, notice, deadline, poll, steps, seed, nproc_per_node, options, runtime, plot, fmt):
     """Carry out a plan's market policy while the job runs, and bill what happened against the prediction.
 
     Example: costsim control drill.json --policy uniform-progress --trace data/traces/cbl-us-west-2a-v100/6.json
@@ -613,6 +615,8 @@ def control_command(plan, backend, run_dir, policy, trace, reclaim_trace, time_s
         raise click.UsageError("--trace is the local backend's capacity; on slurm give --reclaim-trace")
     if reclaim_trace and backend != "slurm":
         raise click.UsageError("--reclaim-trace is for --backend slurm; on local give --trace")
+    if (spot_partition or on_demand_partition) and backend != "slurm":
+        raise click.UsageError("--spot-partition and --on-demand-partition are for --backend slurm")
     if notice is not None and backend == "slurm":
         raise click.UsageError("on slurm the notice is the spot partition's GraceTime, not --notice")
     for option in options:
@@ -625,7 +629,9 @@ def control_command(plan, backend, run_dir, policy, trace, reclaim_trace, time_s
                    *(a for o in options for a in ("--option", o)), *(a for r in runtime for a in ("--runtime", r))]
     request = session.Request(plan=plan, backend=backend, run_dir=run_dir, policy=policy, trace=trace,
                               reclaim_trace=reclaim_trace, time_scale=time_scale, notice_s=notice, deadline_s=deadline,
-                              poll_s=poll, runner_args=runner_args, steps=steps)
+                              poll_s=poll, runner_args=runner_args, steps=steps,
+                              partitions={m: n for m, n in (("spot", spot_partition), ("on-demand", on_demand_partition))
+                                          if n} or None)
     say = lambda line: click.echo(line, err=True)  # noqa: E731
     controller, journal, lock, context = session.open_session(request, say)
     try:

@@ -333,22 +333,24 @@ def _control(plan: Path, run_dir: Path, *args: str, window: int = 6, steps: int 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("policy", ["greedy", "uniform-progress"])
-def test_local_drill_bills_within_ten_percent_of_the_prediction(run_cli, tmp_path, policy):
-    """The tiny job on Can't Be Late window 6 at 600x (about a minute of training): the bill from the
-    controller's journal is within 10% of the simulator's prediction for the same window with the
-    overheads the run measured. (Window 6 is one where the
-    policies' choices do not hinge on seconds; on window 0 uniform progress's return to spot does,
-    and the two runs can part ways there: docs/control.md.)"""
+def test_local_drill_meets_its_deadline_and_bills_what_the_as_known_replay_predicts(run_cli, tmp_path, policy):
+    """The tiny job on Can't Be Late window 6 at 600x (12,000 steps, about a minute of training): the
+    deadline is met, and the bill is within 5% of the as-known replay (the simulator on the same window
+    with the job's real starts and step times, each decision on the figures the controller had then), so
+    what is left measures the controller (20 windows: median 0.2%, max 1.8%; data/measurements)."""
     plan = _plan(run_cli, tmp_path)
-    proc = _control(plan, tmp_path / "run", "--policy", policy)
+    proc = _control(plan, tmp_path / "run", "--policy", policy, steps=12000)
     out, err = proc.communicate(timeout=400)
     assert proc.returncode == 0, err[-3000:]
     doc = json.loads(out)
-    assert doc["status"] == "done"
+    assert doc["status"] == "done" and doc["deadline_met"]
     assert doc["preemptions"] >= 1 and {i["market"] for i in doc["instances"]} == {"spot", "on-demand"}
-    assert abs(doc["error"]["cost_rel"]) <= 0.10, (doc["cost"], doc["predicted"]["cost"], doc["measured"])
-    billed = sum(e["cost"] for e in doc["bill"]["markets"].values())
-    assert doc["cost"] == pytest.approx(billed)
+    assert abs(doc["error"]["cost_rel"]) <= 0.05, (doc["cost"], doc["predicted"], doc["measured"])
+    assert abs(doc["error"]["finish_rel"]) <= 0.05, (doc["finish_s"], doc["predicted"]["finish_s"])
+    held = {m: sum(i["end_s"] - i["start_s"] for i in doc["instances"] if i["market"] == m) / 3600
+            for m in ("spot", "on-demand")}
+    assert {m: e["hours"] for m, e in doc["bill"]["markets"].items()} == pytest.approx(held)
+    assert doc["plan"]["cost_p50"] > 0 and len(doc["figures"]) >= 1 and doc["moves"] >= 0
 
 
 @pytest.mark.slow
@@ -359,11 +361,14 @@ def test_a_killed_controller_picks_up_without_a_second_job_or_a_second_bill(run_
     run_dir = tmp_path / "run"
     first = _control(plan, run_dir, "--policy", "greedy", window=3, steps=12000)   # 15 h of spot from the start
     deadline = time.time() + 120
-    while time.time() < deadline:   # kill it once its first instance's job is training
+    while True:   # kill it once its first instance's job is training
         time.sleep(0.3)
         journal = json.loads((run_dir / "control.json").read_text()) if (run_dir / "control.json").exists() else {}
         if journal.get("instances") and journal["instances"][-1]["handle"].get("progressing"):
             break
+        if time.time() > deadline:
+            first.kill()
+            raise AssertionError(f"the first job never started training in 120 s: {first.communicate()[1][-2000:]}")
     os.kill(first.pid, signal.SIGKILL)
     first.communicate()
     held = json.loads((run_dir / "control.json").read_text())["instances"][-1]
@@ -404,7 +409,7 @@ def test_slurm_backend_learns_preemptions_from_slurm(run_cli, tmp_path):
         plan = _plan(run_cli, tmp_path)
         proc = subprocess.Popen([sys.executable, "-m", "costsim", "control", str(plan), "--backend", "slurm",
                                  "--policy", "greedy", "--reclaim-trace", str(WINDOWS / "8.json"), "--time-scale",
-                                 "300", "--deadline", "9h", "--steps", "24000", "--run-dir", str(tmp_path / "run"),
+                                 "300", "--deadline", "9h", "--steps", "12000", "--run-dir", str(tmp_path / "run"),
                                  "--format", "json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         out, err = proc.communicate(timeout=500)
     finally:
@@ -412,6 +417,7 @@ def test_slurm_backend_learns_preemptions_from_slurm(run_cli, tmp_path):
     doc = json.loads(out)
     assert doc["status"] == "done", err[-3000:]
     preempted = [i for i in doc["instances"] if i["ended"] == "preempted"]
+    assert doc["deadline_met"], doc["instances"]
     assert preempted and all(i["market"] == "spot" and "noticed" in i["handle"] for i in preempted)
     assert {i["handle"].get("state") for i in preempted} <= {"PREEMPTED", "FAILED", "CANCELLED"}
     assert doc["instances"][-1]["market"] == "on-demand" and doc["instances"][-1]["ended"] == "finished"

@@ -52,6 +52,7 @@ class Journal:
     runner_args: list[str] = field(default_factory=list)   # the runner options every start passes on
     steps: int | None = None           # the job's length when not the plan's (--steps)
     poll_s: float = 0.5                # wall seconds between looks
+    partitions: dict = field(default_factory=dict)   # slurm: market -> partition name
     status: str = "running"            # running | done | failed | stranded
     end_s: float | None = None
     instances: list[Instance] = field(default_factory=list)

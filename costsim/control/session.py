@@ -40,6 +40,7 @@ class Request:
     poll_s: float | None = None       # wall seconds between looks at the job and the market
     runner_args: list[str] = field(default_factory=list)
     steps: int | None = None
+    partitions: dict[str, str] | None = None   # slurm: market -> partition (default spot, on-demand)
 
 
 DEFAULT_BACKEND, DEFAULT_TIME_SCALE, DEFAULT_POLL_S = "local", 1.0, 0.5
@@ -52,11 +53,13 @@ def disagreements(req: Request, journal: Journal) -> list[str]:
     given = {"plan": str(Path(req.plan).resolve()), "--backend": req.backend, "--policy": req.policy,
              "--trace" if req.trace else "--reclaim-trace": str(Path(trace).resolve()) if trace else None,
              "--time-scale": req.time_scale, "--notice": req.notice_s, "--deadline": req.deadline_s,
-             "--poll": req.poll_s, "--steps": req.steps, "runner options": req.runner_args or None}
+             "--poll": req.poll_s, "--steps": req.steps, "runner options": req.runner_args or None,
+             "partitions": {**journal.partitions, **req.partitions} if req.partitions else None}
     recorded = {"plan": journal.plan_file, "--backend": journal.backend, "--policy": journal.policy,
                 "--trace": journal.trace, "--reclaim-trace": journal.trace, "--time-scale": journal.time_scale,
                 "--notice": journal.notice_s, "--deadline": journal.deadline_s, "--poll": journal.poll_s,
-                "--steps": journal.steps, "runner options": journal.runner_args or None}
+                "--steps": journal.steps, "runner options": journal.runner_args or None,
+                "partitions": journal.partitions}
     return [f"{name} {value} (the journal: {recorded[name]})" for name, value in given.items()
             if value is not None and value != recorded[name]]
 
@@ -110,9 +113,11 @@ def open_session(req: Request, say) -> tuple[Controller, Journal, Lock, dict]:
     trace_path = existing.trace if existing else (req.trace if backend_name == "local" else req.reclaim_trace)
     capacity = TraceCapacity(*load_trace(trace_path)) if trace_path else None
     grace_s = None
+    partitions = (existing.partitions if existing and existing.partitions else req.partitions) or None
     if backend_name == "slurm":
-        from costsim.control.slurm import SlurmBackend, check_slurm
-        grace_s = check_slurm(reclaim=capacity is not None)
+        from costsim.control.slurm import PARTITIONS, SlurmBackend, check_slurm
+        partitions = {**PARTITIONS, **(partitions or {})}
+        grace_s = check_slurm(reclaim=capacity is not None, partitions=partitions)
     uses_spot = SPOT in policies.POLICY_MARKETS.get(policy, ())
     if backend_name == "local" and uses_spot and capacity is None:
         raise InputError("--trace", "trace", f"policy {policy} uses spot: the local backend needs a capacity trace "
@@ -136,7 +141,7 @@ def open_session(req: Request, say) -> tuple[Controller, Journal, Lock, dict]:
                           deadline_s=req.deadline_s or plan.policy.deadline_s, time_scale=time_scale,
                           notice_s=notice, t0=time.time(), trace=str(Path(trace_path).resolve()) if trace_path else None,
                           run_id=run_id, runner_args=list(req.runner_args),
-                          steps=req.steps, poll_s=req.poll_s or DEFAULT_POLL_S)
+                          steps=req.steps, poll_s=req.poll_s or DEFAULT_POLL_S, partitions=partitions or {})
         journal.save(run_dir)
     else:
         journal = existing
@@ -148,8 +153,10 @@ def open_session(req: Request, say) -> tuple[Controller, Journal, Lock, dict]:
         jobs = Processes(plan=Path(plan_path), run_dir=run_dir, run_id=journal.run_id, runner_args=journal.runner_args)
         backend = LocalBackend(capacity, jobs, notice_s=journal.notice_s)
     else:
+        r = plan.resources
         backend = SlurmBackend(capacity, plan=Path(plan_path), run_dir=run_dir, run_id=journal.run_id,
-                               runner_args=journal.runner_args)
+                               runner_args=journal.runner_args, partitions=journal.partitions or None,
+                               size=(r.gpu, r.gpus_per_node, r.nodes))
     folder = RunFolder(run_dir)
     figures = plan_figures(plan, journal.steps)
     controller = Controller(journal, backend, folder, clock, policies.get(policy), figures, run_dir=run_dir,
