@@ -49,7 +49,8 @@ def plan_of(result, ranked) -> Plan:
                             spot_notice_s=o.spot_notice_s if SPOT in o.markets else None),
         policy=Policy(name=c.policy, deadline_s=result.deadline_s, changeover_s=params.changeover_s,
                       p_deadline_target=result.target),
-        checkpoint=Checkpoint(interval_s=c.checkpoint_interval_s, keep=w.checkpoint_keep, async_=c.checkpoint_async),
+        checkpoint=Checkpoint(interval_s=c.checkpoint_interval_s, keep=w.checkpoint_keep, async_=c.checkpoint_async,
+                              bytes=result.profile.checkpoint_bytes),
         prediction=Prediction(
             makespan_s=Spread(mean=finite_or_none(stats.makespan_mean_s), p50=finite_or_none(stats.makespan_p50_s),
                               p90=finite_or_none(stats.makespan_p90_s)),

@@ -39,8 +39,10 @@ from costsim.contract.jsonfiles import write_atomic
 from runner import layout, ownership
 from runner.checkpoint_manifest import CHUNK_BYTES, MANIFEST, file_checksums, fsync_dir, verify
 from runner.checkpoint_reader import SafeFileSystemReader, SafeLoadPlanner
+from runner.diskspace import DiskFullError, free_bytes, is_disk_full, refuse
 from runner.staging import HostStager
 from runner.state import PRIVATE_PREFIX
+from runner.store import S3Store
 
 
 class SharedStorageError(RuntimeError):
@@ -54,8 +56,12 @@ class Checkpointer:
     """Save and load training state under `root`; rank 0 owns the folder's bookkeeping."""
 
     def __init__(self, root: Path, *, keep: int, async_mode: bool, rank: int,
-                 on_event: Callable[..., None], warn: Callable[[str], None]):
+                 on_event: Callable[..., None], warn: Callable[[str], None], store: S3Store | None = None,
+                 estimate_bytes: int = 0):
         self.root, self.keep, self.async_mode, self.rank = Path(root), max(keep, 1), async_mode, rank
+        # With a store the local folder is a cache of the newest complete checkpoint; `keep` is the store's.
+        self.store, self.local_keep = store, 1 if store is not None else max(keep, 1)
+        self.estimate_bytes = int(estimate_bytes)   # a checkpoint's size until one is written (the plan's)
         self.world_size = dist.get_world_size() if dist.is_initialized() else 1
         self.on_event, self.warn = on_event, warn
         self._worker: threading.Thread | None = None
@@ -110,18 +116,43 @@ class Checkpointer:
         return layout.step_folder(self.root, step)
 
     def choose(self) -> int:
-        """Newest valid step (0 when none); skipped ones are reported. Rank 0 only."""
+        """Newest valid step (0 when none), from the local folder or, newer, from the store (fetched into
+        the local folder first); skipped ones are reported. Rank 0 only."""
         for partial in layout.partial_folders(self.root):
             self.warn(f"removing partial checkpoint {partial.name} (a save that did not finish)")
             self.on_event("checkpoint_skipped", step=layout.partial_step_of(partial.name), reason="partial")
             shutil.rmtree(partial, ignore_errors=True)
+        local = 0
         for step in self.steps():
             problem = verify(self.folder(step))
             if problem is None:
-                return step
+                local = step
+                break
             self.warn(f"skipping checkpoint step-{step}: {problem}")
             self.on_event("checkpoint_skipped", step=step, reason=problem)
-        return 0
+        if self.store is None:
+            return local
+        for step in (s for s in self.store.steps() if s > local):
+            fetched = self._fetch(step)
+            if fetched:
+                return step
+        return local
+
+    def _fetch(self, step: int) -> bool:
+        """Checkpoint `step` from the store into the local folder, checked against its manifest."""
+        started = time.perf_counter()
+        for old in self.steps():   # the cache holds one checkpoint: older local copies make room
+            shutil.rmtree(self.folder(old), ignore_errors=True)
+        folder = self.store.download(step, self.root)   # type: ignore[union-attr]
+        problem = verify(folder)
+        if problem is not None:
+            self.warn(f"skipping checkpoint step-{step} of {self.store.url}: {problem}")   # type: ignore[union-attr]
+            self.on_event("checkpoint_skipped", step=step, reason=f"store: {problem}")
+            shutil.rmtree(folder, ignore_errors=True)
+            return False
+        self.on_event("checkpoint_fetch", step=step, duration_s=time.perf_counter() - started,
+                      bytes=_folder_bytes(folder), location=self.store.url)   # type: ignore[union-attr]
+        return True
 
     # -- load -----------------------------------------------------------------------------------
     def has_entry(self, step: int, key: str) -> bool:
@@ -167,8 +198,10 @@ class Checkpointer:
 
     # -- save -----------------------------------------------------------------------------------
     def save(self, step: int, state: dict, *, blocking: bool = False, reason: str = "interval") -> None:
-        """Checkpoint `state` as step `step`; blocking (sync) or behind a staging stall (async)."""
+        """Checkpoint `state` as step `step`; blocking (sync) or behind a staging stall (async). Room for
+        it is made first (costsim `keep`: the oldest go, never the newest complete one), else DiskFullError."""
         self.wait()
+        self.make_room(self.checkpoint_bytes(), f"checkpoint step-{step}")
         tmp = layout.partial_folder(self.root, step)
         started = time.perf_counter()
         state = self._share(state)[1]
@@ -179,9 +212,47 @@ class Checkpointer:
                                             name=f"checkpoint-{step}", daemon=True)
             self._worker.start()
         else:
-            dcp.save(state, checkpoint_id=str(tmp), storage_writer=self._writer, process_group=self._group)
+            try:
+                dcp.save(state, checkpoint_id=str(tmp), storage_writer=self._writer, process_group=self._group)
+            except BaseException as exc:
+                raise self._failed_save(exc, step, tmp) from exc
             stall_s = time.perf_counter() - started
             self._finish(step, tmp, started, stall_s, reason)
+
+    def checkpoint_bytes(self) -> int:
+        """What the next save will take: the newest complete checkpoint's size, else the plan's estimate."""
+        newest = self.steps()
+        return _folder_bytes(self.folder(newest[0])) if newest else self.estimate_bytes
+
+    def make_room(self, needed: int, what: str) -> None:
+        """Free space for `needed` bytes beside the newest complete checkpoint, removing older ones
+        (oldest first) where that is enough; every rank learns the outcome (DiskFullError on all)."""
+        ok = 1
+        if self.rank == 0 and needed > 0:
+            steps = self.steps()
+            while free_bytes(self.root) < needed and len(steps) > 1:
+                oldest = steps.pop()
+                self.warn(f"removing checkpoint step-{oldest} to make room for {what} (the newest is kept)")
+                shutil.rmtree(self.folder(oldest), ignore_errors=True)
+            ok = int(free_bytes(self.root) >= needed)
+        flag = torch.tensor([ok], dtype=torch.int64)
+        if self._group is not None and self.world_size > 1:
+            dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=self._group)
+        if not int(flag.item()):
+            free = free_bytes(self.root)
+            raise refuse(self.root, what, needed, free, "keep fewer checkpoints (plan.json checkpoint.keep), "
+                         "or put them on a larger disk or an object store (runner execute --checkpoint-dir)")
+
+    def _failed_save(self, exc: BaseException, step: int, tmp: Path) -> BaseException:
+        """A save that failed leaves nothing behind; out of space, it is a DiskFullError (not restarted)."""
+        shutil.rmtree(tmp, ignore_errors=True)
+        if is_disk_full(exc):
+            newest = self.steps()
+            return refuse(self.root, f"checkpoint step-{step} (the disk filled while it was written)",
+                          self.checkpoint_bytes(), free_bytes(self.root), "the last complete checkpoint "
+                          f"(step-{newest[0] if newest else 'none'}) is kept; keep fewer, or use a larger disk or an "
+                          "object store (runner execute --checkpoint-dir)")
+        return exc
 
     def prepare(self, state: dict) -> None:
         """Async mode: start allocating the host staging buffers now, off the training path."""
@@ -198,15 +269,23 @@ class Checkpointer:
             dcp.save(staged, checkpoint_id=str(tmp), storage_writer=self._writer, process_group=self._group)
             self._finish(step, tmp, started, stall_s, reason)
         except BaseException as exc:  # surfaced by wait() in the training thread
-            self._error = exc
+            self._error = self._failed_save(exc, step, tmp)
 
     def _finish(self, step: int, tmp: Path, started: float, stall_s: float, reason: str) -> None:
+        upload_s = None
         if self.rank == 0:
             self._commit(step, tmp)
+            if self.store is not None:   # complete in the store only once its manifest is there (uploaded last)
+                uploading = time.perf_counter()
+                self.store.upload(self.folder(step), step)
+                upload_s = time.perf_counter() - uploading
+                for gone in self.store.prune(self.keep):
+                    self.warn(f"removed checkpoint step-{gone} from {self.store.url} (keep {self.keep})")
             self._prune()
         self.on_event("checkpoint_save", step=step, duration_s=time.perf_counter() - started, stall_s=stall_s,
                       bytes=_folder_bytes(self.folder(step)) if self.rank == 0 else None,
-                      mode="async" if self.async_mode and reason == "interval" else "sync", reason=reason)
+                      mode="async" if self.async_mode and reason == "interval" else "sync", reason=reason,
+                      upload_s=upload_s, location=self.store.url if self.store is not None else None)
 
     def _commit(self, step: int, tmp: Path) -> None:
         paths = [p for p in sorted(tmp.iterdir()) if p.is_file()]
@@ -222,7 +301,7 @@ class Checkpointer:
         fsync_dir(self.root)
 
     def _prune(self) -> None:
-        for step in self.steps()[self.keep:]:
+        for step in self.steps()[self.local_keep:]:
             shutil.rmtree(self.folder(step), ignore_errors=True)
 
     def wait(self) -> None:
@@ -232,6 +311,8 @@ class Checkpointer:
             self._worker = None
         if self._error is not None:
             error, self._error = self._error, None
+            if isinstance(error, DiskFullError):
+                raise error
             raise RuntimeError(f"asynchronous checkpoint failed: {error}") from error
 
     def close(self) -> None:

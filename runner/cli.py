@@ -51,13 +51,16 @@ def cli():
               "compile=blocks, channels_last=true, sdpa=cudnn (repeatable; see docs/runner-speed.md)")
 @click.option("--market", help="the market this node was bought on, when not the plan's resources.market (a fallback; "
               "`costsim control` sets it): one the plan prices")
+@click.option("--checkpoint-dir", help="where checkpoints live: a folder (local, or shared storage every node sees) or "
+              "s3://bucket/prefix on any S3-compatible store (endpoint and credentials from AWS_ENDPOINT_URL, "
+              "AWS_ACCESS_KEY_ID... or AWS_PROFILE); default: the plan's checkpoint.location, else RUN/checkpoints")
 @click.option("--accept-plan-change", is_flag=True, help="go on in a run folder whose job this plan changes (workload, "
               "batch, seed, options): the earlier plan is kept in RUN/superseded-plans/ and the change recorded")
 @click.option("--check", "check_only", is_flag=True, help="check the plan, options, GPUs and run folder as for a run, "
               "then exit without starting anything (0: it would run)")
 def execute_command(plan, run_dir, run_id, nnodes, node_rank, rdzv_endpoint, nproc_per_node, min_nodes, inject, seed,
-                    max_restarts, rdzv_timeout, steps, workload_entry, options, runtime, market, accept_plan_change,
-                    check_only):
+                    max_restarts, rdzv_timeout, steps, workload_entry, options, runtime, market, checkpoint_dir,
+                    accept_plan_change, check_only):
     """Run a plan: torchrun workers, checkpoints, restarts; telemetry and summary in the run folder.
 
     Example: runner execute plan.json --inject-preemptions 3 --seed 1
@@ -101,8 +104,9 @@ def execute_command(plan, run_dir, run_id, nnodes, node_rank, rdzv_endpoint, npr
         if market is not None:
             given = given.with_market(_market(plan, given, market))
         effective = effective_plan(given, runtime=settings, steps=steps, options=chosen, workload_entry=workload_entry,
-                                   seed=seed)
+                                   seed=seed, checkpoint_location=checkpoint_dir)
         changes = check_binding(folder, effective, accept_change=accept_plan_change)
+        check_checkpoint_place(folder, effective)
         if check_only:
             click.echo(f"runner: {plan} would run in {folder}: {spec.workload} ({spec.model}), {total} steps on "
                        f"{node.nnodes} node(s) x {nproc} process(es)", err=True)
@@ -227,6 +231,33 @@ def prepare_sdxl_command(images, model, out, vae, resolution, batch, shard_size,
     except PrepareError as exc:
         raise InputError(exc.where, exc.field, str(exc)) from None
     click.echo(f"{out}: {len(paths)} shard(s); train with --option data={out}")
+
+
+def check_checkpoint_place(run_dir: Path, plan) -> None:
+    """Before anything starts: the store answers and takes writes; the disk holds a checkpoint beside
+    the newest one (older ones may make room)."""
+    from runner import layout
+    from runner.diskspace import free_bytes, gb
+    from runner.store import StoreError, checkpoint_place
+    location = plan.checkpoint.location
+    try:
+        root, store = checkpoint_place(run_dir, location)
+        if store is not None:
+            store.check()
+    except StoreError as exc:
+        raise InputError("--checkpoint-dir", "checkpoint-dir", str(exc)) from None
+    needed = int(plan.checkpoint.bytes or 0)
+    if needed <= 0:
+        return
+    steps = layout.saved_steps(root) if root.exists() else []
+    reclaimable = sum(p.stat().st_size for step in steps[1:] for p in layout.step_folder(root, step).iterdir()
+                      if p.is_file())
+    free = free_bytes(root)
+    if free + reclaimable < needed:
+        where = "keep fewer checkpoints (plan.json checkpoint.keep), or put them on a larger disk or an object store " \
+                "(--checkpoint-dir s3://bucket/prefix)"
+        raise InputError(str(root), "disk", f"room for one checkpoint of {gb(needed)} is needed beside the newest, "
+                         f"{gb(free)} free ({gb(reclaimable)} more in older checkpoints): {where}")
 
 
 def _market(path: str, plan, market: str) -> str:

@@ -36,6 +36,8 @@ class RunSpec:
     keep: int
     async_checkpoint: bool
     per_gpu_batch: int               # the micro-batch the plan was priced at: never exceeded
+    checkpoint_location: str | None = None   # a folder or s3://bucket/prefix; None: RUN/checkpoints
+    checkpoint_bytes: float = 0.0            # one checkpoint's size as planned (0: unknown)
     min_nodes: int | None = None     # elastic range min_nodes..nodes, global batch kept
     runtime: Runtime = Runtime()     # speed settings in force (the plan's, with --runtime over them)
     # the `run` section of an effective plan (runner execute's command line)
@@ -86,16 +88,20 @@ def run_spec(plan: Plan, path: str, *, with_run: bool = True) -> RunSpec:
                    offering=r.offering, interval_s=None if c.interval_steps else c.interval_s,
                    interval_steps=c.interval_steps, keep=c.keep, async_checkpoint=c.async_,
                    per_gpu_batch=plan.prediction.per_gpu_batch or _profile_max_batch(path, plan),
-                   min_nodes=r.min_nodes, runtime=plan.runtime, steps=run.steps, options=dict(run.options),
+                   min_nodes=r.min_nodes, runtime=plan.runtime, checkpoint_location=c.location,
+                   checkpoint_bytes=c.bytes or 0.0, steps=run.steps, options=dict(run.options),
                    workload_entry=run.workload_entry, seed=run.seed, final_save=run.final_save)
 
 
 def effective_plan(plan: Plan, *, runtime: Runtime, steps: int | None = None, options: dict | None = None,
-                   workload_entry: str | None = None, seed: int = 0, final_save: bool = True) -> Plan:
-    """The plan as a run carries it out: the settings in force and the command line's choices."""
-    return replace(plan, runtime=runtime, run=RunSection(steps=steps, options=dict(options or {}),
-                                                         workload_entry=workload_entry, seed=seed,
-                                                         final_save=final_save))
+                   workload_entry: str | None = None, seed: int = 0, final_save: bool = True,
+                   checkpoint_location: str | None = None) -> Plan:
+    """The plan as a run carries it out: the settings in force and the command line's choices
+    (`checkpoint_location`: --checkpoint-dir, over the plan's)."""
+    checkpoint = replace(plan.checkpoint, location=checkpoint_location) if checkpoint_location else plan.checkpoint
+    return replace(plan, runtime=runtime, checkpoint=checkpoint,
+                   run=RunSection(steps=steps, options=dict(options or {}), workload_entry=workload_entry, seed=seed,
+                                  final_save=final_save))
 
 
 def _profile_max_batch(path: str, plan: Plan) -> int:

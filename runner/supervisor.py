@@ -49,7 +49,8 @@ def prepare_run_dir(run_dir: Path, effective: Plan, *, changes: tuple[str, ...] 
     once, the job's (with its fingerprint; an accepted change keeps the earlier one beside it), and
     RUN/current-plan.json, the effective plan (runner.plan.effective_plan) this execute's workers
     read; returns the latter's path. costsim.contract.job.check_binding has said the plan may run here."""
-    checkpoints = run_dir / layout.CHECKPOINTS
+    from runner.store import checkpoint_place
+    checkpoints = checkpoint_place(run_dir, effective.checkpoint.location)[0]
     try:
         checkpoints.mkdir(parents=True, exist_ok=True)
         probe = checkpoints / f".write-probe-{os.getpid()}"
@@ -106,7 +107,8 @@ class Supervisor:
         self.telemetry.event("instance", offering=x.spec.offering, market=x.spec.market, host=socket.gethostname())
         pending = list(x.schedule)
         attempts: list[dict] = []
-        restarts, stuck, newest = 0, 0, newest_checkpoint(x.run_dir)
+        where = x.spec.checkpoint_location
+        restarts, stuck, newest = 0, 0, newest_checkpoint(x.run_dir, where)
         while True:
             if self.notice:   # a notice that came between two attempts: the node is going, start nothing
                 self._finish(started, attempts, restarts, status="preempted")
@@ -134,7 +136,7 @@ class Supervisor:
                 kind = fatal.get("kind", "configuration")
                 self._finish(started, attempts, restarts, status="failed", reason=kind)
                 print(f"runner: not restarting: {fatal['reason']}", file=sys.stderr)
-                return 1 if kind == "out_of_memory" else 2
+                return 2 if kind == "configuration" else 1   # out of memory or disk: the job failed
             fired = {e["step"] for e in events
                      if e["event"] == "preempted" and str(e.get("kind", "")).startswith("injected")}
             pending = [f for f in pending if f.step not in fired]
@@ -144,7 +146,8 @@ class Supervisor:
             reason = "preempted" if any(e["event"] == "preempted" for e in events) else "failed"
             # A failure that recurs with no new checkpoint (out of memory, a bug) will not go away by
             # restarting: paying for the same start-up again is waste.
-            progressed, newest = newest_checkpoint(x.run_dir) > newest, max(newest, newest_checkpoint(x.run_dir))
+            now = newest_checkpoint(x.run_dir, where)
+            progressed, newest = now > newest, max(newest, now)
             stuck = 0 if reason == "preempted" or progressed else stuck + 1
             if stuck >= MAX_FAILURES_WITHOUT_PROGRESS:
                 self._finish(started, attempts, restarts, status="failed")
@@ -180,9 +183,10 @@ def instance_end(status: str, market: str) -> str:
     return "failed"
 
 
-def newest_checkpoint(run_dir: Path) -> int:
-    """The newest committed step under run_dir/checkpoints (0 when none)."""
-    return max(layout.saved_steps(run_dir / layout.CHECKPOINTS), default=0)
+def newest_checkpoint(run_dir: Path, location: str | None = None) -> int:
+    """The newest committed step in the run's local checkpoint folder (0 when none)."""
+    from runner.store import checkpoint_place
+    return max(layout.saved_steps(checkpoint_place(run_dir, location)[0]), default=0)
 
 
 def _child_env(x: Execution) -> dict:

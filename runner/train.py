@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -21,8 +22,10 @@ from torch.nn.parallel import DistributedDataParallel
 
 from runner import faults, layout, speed
 from runner.checkpoint import Checkpointer, SharedStorageError
+from runner.diskspace import DiskFullError, free_bytes, is_disk_full, refuse
 from runner.plan import load_run_spec
 from runner.state import PRIVATE_PREFIX, apply_state, seed_rng, state_sha256, training_state
+from runner.store import checkpoint_place
 from runner.telemetry import Telemetry
 from runner.workloads import BuildContext, WorkloadOptionError, build_workload, check_options, resolve
 
@@ -55,9 +58,10 @@ class Trainer:
         self.runtime = spec.runtime
         speed.check_device(self.runtime, self.device)
         # Rank 0 starts checking the newest checkpoint's checksums now, while the model builds.
-        self.checkpointer = Checkpointer(Path(args.run_dir) / layout.CHECKPOINTS, keep=spec.keep,
-                                         async_mode=spec.async_checkpoint, rank=rank,
-                                         on_event=self.telemetry.event, warn=self.warn)
+        root, store = checkpoint_place(Path(args.run_dir), spec.checkpoint_location)
+        self.checkpointer = Checkpointer(root, keep=spec.keep, async_mode=spec.async_checkpoint, rank=rank,
+                                         on_event=self.telemetry.event, warn=self.warn, store=store,
+                                         estimate_bytes=int(spec.checkpoint_bytes))
         marks["checkpointer"] = time.time()
         # The plan's micro-batch on this many processes, accumulation for the rest: recomputed at
         # every (re)start, so an elastic shrink or a smaller node keeps the global batch and the memory.
@@ -253,7 +257,21 @@ class Trainer:
             return
         started = time.monotonic()
         final = Path(self.telemetry.path.parent) / layout.FINAL
-        written = layout.write_folder_atomic(final, export)
+        needed = sum(p.numel() * p.element_size() for p in self.built.model.parameters())
+        if _same_disk(final.parent, self.checkpointer.root):   # old checkpoints may make room, never the newest
+            self.checkpointer.make_room(needed, f"the export {final}")
+        elif free_bytes(final.parent) < needed:
+            raise refuse(final.parent, f"the export {final}", needed, free_bytes(final.parent),
+                         "free the run folder's disk, or give --run-dir on a larger one")
+        try:
+            written = layout.write_folder_atomic(final, export)
+        except BaseException as exc:
+            shutil.rmtree(final.with_name(f".{final.name}.tmp"), ignore_errors=True)   # nothing half-written stays
+            if is_disk_full(exc):
+                raise refuse(final.parent, f"the export {final} (the disk filled while it was written)", needed,
+                             free_bytes(final.parent), "the final checkpoint is kept; free the disk and run "
+                             "`runner execute` again to export it") from exc
+            raise
         self.telemetry.event("export", step=self.step, path=str(final), bytes=written,
                              duration_s=time.monotonic() - started)
         print(f"runner: wrote the trained model to {final} ({written / 1e9:.2f} GB)", file=sys.stderr, flush=True)
@@ -320,6 +338,9 @@ def main(argv: list[str] | None = None) -> None:
     except (SharedStorageError, speed.RuntimeConfigError, WorkloadOptionError) as exc:
         fatal(str(exc))   # the supervisor prints it, once for all ranks
         code = faults.FATAL_EXIT
+    except DiskFullError as exc:   # restarting would fill the disk again: one line, no restart
+        fatal(str(exc), kind="disk")
+        code = faults.FATAL_EXIT
     except torch.OutOfMemoryError:
         # Not a preemption: the same start would run out again. The supervisor prints the one line.
         split = spec.split(world_size)
@@ -347,3 +368,13 @@ def out_of_memory_message(micro_batch: int, rank: int, spec) -> str:
 
 if __name__ == "__main__":
     main()
+
+
+def _same_disk(a: Path, b: Path) -> bool:
+    """Whether two folders are on one filesystem (their nearest existing folders' devices)."""
+    def device(path: Path) -> int:
+        path = path.resolve()
+        while not path.exists():
+            path = path.parent
+        return os.stat(path).st_dev
+    return device(a) == device(b)

