@@ -39,7 +39,7 @@ from costsim.contract.jsonfiles import write_atomic
 from runner import layout, ownership
 from runner.checkpoint_manifest import CHUNK_BYTES, MANIFEST, file_checksums, fsync_dir, verify
 from runner.checkpoint_reader import SafeFileSystemReader, SafeLoadPlanner
-from runner.diskspace import DiskFullError, free_bytes, is_disk_full, refuse
+from runner.diskspace import DiskFullError, free_bytes, gb, is_disk_full, refuse
 from runner.staging import HostStager
 from runner.state import PRIVATE_PREFIX
 from runner.store import S3Store
@@ -248,10 +248,13 @@ class Checkpointer:
         shutil.rmtree(tmp, ignore_errors=True)
         if is_disk_full(exc):
             newest = self.steps()
-            return refuse(self.root, f"checkpoint step-{step} (the disk filled while it was written)",
-                          self.checkpoint_bytes(), free_bytes(self.root), "the last complete checkpoint "
-                          f"(step-{newest[0] if newest else 'none'}) is kept; keep fewer, or use a larger disk or an "
-                          "object store (runner execute --checkpoint-dir)")
+            kept = (f"the last complete checkpoint (step-{newest[0]}) is kept" if newest
+                    else "no checkpoint is complete yet")
+            return DiskFullError(
+                f"{self.root}: not enough disk for checkpoint step-{step}: the disk filled while it was written "
+                f"({gb(free_bytes(self.root))} free once it was removed; about {gb(self.checkpoint_bytes())} a "
+                f"checkpoint was expected); {kept}; keep fewer, or use a larger disk or an object store "
+                "(runner execute --checkpoint-dir)")
         return exc
 
     def prepare(self, state: dict) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import shutil
+import threading
 from pathlib import Path
 
 
@@ -39,3 +40,17 @@ def gb(value: float) -> str:
 
 def refuse(folder: Path, what: str, needed: int, free: int, advice: str) -> DiskFullError:
     return DiskFullError(f"{folder}: not enough disk for {what}: {gb(needed)} needed, {gb(free)} free; {advice}")
+
+
+def quiet_disk_full_in_threads() -> None:
+    """Writer threads (torch.distributed.checkpoint's file writers) that run out of space would print a
+    traceback each; the save that started them reports the failure in one line, so theirs are kept quiet.
+    Any other exception in a thread is printed as before."""
+    default = threading.excepthook
+
+    def hook(args: threading.ExceptHookArgs) -> None:
+        if args.exc_value is not None and is_disk_full(args.exc_value):
+            return
+        default(args)
+
+    threading.excepthook = hook

@@ -22,7 +22,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from runner import faults, layout, speed
 from runner.checkpoint import Checkpointer, SharedStorageError
-from runner.diskspace import DiskFullError, free_bytes, is_disk_full, refuse
+from runner.diskspace import DiskFullError, free_bytes, is_disk_full, quiet_disk_full_in_threads, refuse
 from runner.plan import load_run_spec
 from runner.state import PRIVATE_PREFIX, apply_state, seed_rng, state_sha256, training_state
 from runner.store import checkpoint_place
@@ -321,6 +321,7 @@ def main(argv: list[str] | None = None) -> None:
     marks = {"process": started, "imports": IMPORTED_T} if started else {"imports": IMPORTED_T}
     args = parse(argv)
     spec = load_run_spec(args.plan)
+    quiet_disk_full_in_threads()
     backend = "gloo" if spec.cpu else "cpu:gloo,cuda:nccl"
     if not spec.cpu:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))

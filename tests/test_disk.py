@@ -1,0 +1,82 @@
+"""The disk, for real: checkpoints on a small filesystem (a tmpfs mounted here, as root) that holds one
+checkpoint, two, or not even one: the run refuses at the start with one line, makes room by removing the
+oldest checkpoints (never the newest complete one), or stops for good with one line when the disk fills
+in the middle of a save, leaving no partial checkpoint and no restarts."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from costsim.contract.plan import Plan
+from tests.runner_helpers import events, execute, summary, tiny_plan
+
+pytest.importorskip("torch")
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(os.geteuid() != 0, reason="mounts a tmpfs: needs root")]
+
+
+@contextlib.contextmanager
+def small_disk(where: Path, size: str):
+    where.mkdir(parents=True, exist_ok=True)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)], capture_output=True,
+                             text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+def plan_with(tmp_path: Path, *, bytes_: float, keep: int) -> Path:
+    path = tiny_plan(tmp_path, interval_steps=20, keep=keep)
+    plan = Plan.read(path)
+    return replace(plan, checkpoint=replace(plan.checkpoint, bytes=bytes_, keep=keep)).write(path)
+
+
+def test_a_disk_that_cannot_hold_one_checkpoint_is_refused_before_anything_starts(tmp_path):
+    plan = plan_with(tmp_path, bytes_=1.16e6, keep=2)
+    with small_disk(tmp_path / "disk", "1m") as disk:
+        result = execute(plan, tmp_path / "run", "--steps", "60", "--checkpoint-dir", str(disk / "ckpt"))
+    lines = [x for x in result.stderr.splitlines() if x.strip()]
+    assert result.returncode == 2 and len(lines) == 1, result.stderr[-2000:]
+    assert str(disk / "ckpt") in lines[0]
+    assert "room for one checkpoint of 1.2 MB" in lines[0] and "free" in lines[0] and "checkpoint.keep" in lines[0]
+    assert not (tmp_path / "run" / "telemetry.jsonl").exists()
+
+
+def test_keep_makes_room_by_removing_the_oldest_never_the_newest(tmp_path):
+    """A 3 MB disk holds two checkpoints of 1.16 MB: with keep 3 the run removes the oldest to write each
+    next one, and ends with its final checkpoint."""
+    plan = plan_with(tmp_path, bytes_=1.16e6, keep=3)
+    with small_disk(tmp_path / "disk", "3m") as disk:
+        result = execute(plan, tmp_path / "run", "--steps", "100", "--checkpoint-dir", str(disk / "ckpt"))
+        assert result.returncode == 0, result.stderr[-3000:]
+        left = sorted(p.name for p in (disk / "ckpt").iterdir() if p.name.startswith("step-"))
+    assert "removing checkpoint step-" in result.stderr and "to make room" in result.stderr
+    assert "step-100" in left and len(left) <= 2
+    assert summary(tmp_path / "run")["steps"] == 100
+
+
+def test_a_disk_that_fills_in_the_middle_of_a_save_stops_the_job_for_good_in_one_line(tmp_path):
+    """The plan says 1.0 MB a checkpoint, the disk has 1.1 MB: the first save starts, runs out of space,
+    leaves nothing behind, and the job stops with one line naming the disk (no restart, exit 1)."""
+    plan = plan_with(tmp_path, bytes_=1.0e6, keep=2)
+    with small_disk(tmp_path / "disk", "1100k") as disk:
+        result = execute(plan, tmp_path / "run", "--steps", "60", "--checkpoint-dir", str(disk / "ckpt"))
+        leftovers = [p.name for p in (disk / "ckpt").iterdir() if p.name.startswith((".step-", "step-"))]
+    assert result.returncode == 1, result.stderr[-3000:]
+    stops = [x for x in result.stderr.splitlines() if x.startswith("runner: not restarting")]
+    assert len(stops) == 1 and "not enough disk" in stops[0] and str(disk / "ckpt") in stops[0], result.stderr
+    assert "no checkpoint is complete yet" in stops[0]
+    assert "Traceback" not in result.stderr and "No space left" not in result.stderr, result.stderr
+    assert leftovers == []
+    s = summary(tmp_path / "run")
+    assert s["status"] == "failed" and s["reason"] == "disk" and s["restarts"] == 0
+    assert not events(tmp_path / "run", "checkpoint_save")
