@@ -367,9 +367,6 @@ def out_of_memory_message(micro_batch: int, rank: int, spec) -> str:
             "smaller per_gpu_batch (a profile's max_batch_per_gpu), or more GPUs")
 
 
-if __name__ == "__main__":
-    main()
-
 
 def _same_disk(a: Path, b: Path) -> bool:
     """Whether two folders are on one filesystem (their nearest existing folders' devices)."""
@@ -379,3 +376,7 @@ def _same_disk(a: Path, b: Path) -> bool:
             path = path.parent
         return os.stat(path).st_dev
     return device(a) == device(b)
+
+
+if __name__ == "__main__":
+    main()
