@@ -237,7 +237,7 @@ def uniform_progress(view: View) -> Decision:
         return Decision(ON_DEMAND, max(ahead_at, view.spot_available_at, t + _EPS * 10),
                         reason="catching up with the line")
     if spot_now:
-        if spot_start_slack(view) <= _EPS:
+        if spot_start_slack(view) <= resume + _EPS:   # its net would leave at once: the start is wasted
             return Decision(ON_DEMAND, reason="no slack for a spot start")
         return Decision(SPOT, reason="spot available")
     if done <= total * t / deadline + _EPS:   # on or behind the line: falling behind from now
