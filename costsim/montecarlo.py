@@ -32,6 +32,7 @@ class SimConfig:
     nodes: int = 1
     hazard: HazardModel | None = None
     traces: tuple[tuple[tuple[int, ...], float], ...] = ()   # (ticks, gap_s) per trial, cycled
+    storage_per_h: float = 0.0     # the checkpoint store's bill per hour of the run (costsim/storage.py)
 
 
 @dataclass(slots=True)
@@ -63,9 +64,11 @@ def run_trials(config: SimConfig, trials: int, seed: int, record_log: bool = Fal
     outcomes: list[TrialOutcome] = [
         run_trial(config.params, policy, timeline_for(config, seed, i), config.prices, record_log=record_log)
         for i in range(trials)]
+    makespan = np.array([o.makespan_s for o in outcomes])
+    storage = config.storage_per_h * np.where(np.isfinite(makespan), makespan, config.params.horizon_s) / 3600.0
     return Samples(
-        makespan_s=np.array([o.makespan_s for o in outcomes]),
-        cost=np.array([o.cost for o in outcomes]),
+        makespan_s=makespan,
+        cost=np.array([o.cost for o in outcomes]) + storage,
         met=np.array([o.met_deadline for o in outcomes]),
         preemptions=np.array([o.preemptions for o in outcomes]),
         events=sum(o.events for o in outcomes),

@@ -34,12 +34,12 @@ def plan_of(result, ranked) -> Plan:
     """The Plan for one ranked candidate of a plan result."""
     c, stats, step = ranked.configured.candidate, ranked.stats, ranked.configured.step
     params = ranked.configured.config.params
-    gpu = ranked.configured.gpu
+    gpu, checkpoints = ranked.configured.gpu, ranked.configured.checkpoints
     markets = POLICY_MARKETS[c.policy]
     w, o = result.workload, c.offering
     return Plan(
         workload=Workload(name=w.name, model=w.model, samples=w.samples, global_batch=w.global_batch,
-                          precision=w.precision, resolution=w.resolution, source=w.source),
+                          precision=w.precision, resolution=w.resolution, source=w.source, options=dict(w.options)),
         resources=Resources(offering=o.id, provider=o.provider, region=o.region, instance=o.instance, gpu=o.gpu,
                             gpus_per_node=o.gpus_per_node, nodes=c.nodes, market=markets[0],
                             fallback=ON_DEMAND if SPOT in markets and ON_DEMAND in markets else None,
@@ -50,15 +50,16 @@ def plan_of(result, ranked) -> Plan:
         policy=Policy(name=c.policy, deadline_s=result.deadline_s, changeover_s=params.changeover_s,
                       p_deadline_target=result.target),
         checkpoint=Checkpoint(interval_s=c.checkpoint_interval_s, keep=w.checkpoint_keep, async_=c.checkpoint_async,
-                              bytes=result.profile.checkpoint_bytes),
+                              bytes=checkpoints.bytes, storage=checkpoints.store.name,
+                              storage_kind=checkpoints.store.kind, node_disk_bytes=checkpoints.node_disk_bytes),
         prediction=Prediction(
             makespan_s=Spread(mean=finite_or_none(stats.makespan_mean_s), p50=finite_or_none(stats.makespan_p50_s),
                               p90=finite_or_none(stats.makespan_p90_s)),
             cost=Spread(mean=stats.cost_mean, p50=stats.cost_p50, p90=stats.cost_p90),
             p_deadline=stats.p_deadline, preemptions_mean=stats.preemptions_mean, work_s=params.work_s,
             step_time_s=step.step_s, samples_per_s=step.samples_per_s, per_gpu_batch=step.per_gpu_batch,
-            accumulation=step.accumulation, checkpoint_save_s=gpu.checkpoint_save_s,
-            checkpoint_stall_s=gpu.checkpoint_stall_s, restart_s=gpu.restart_s, startup_s=gpu.startup_s,
+            accumulation=step.accumulation, checkpoint_save_s=params.checkpoint_s,
+            checkpoint_stall_s=checkpoints.stall_s, restart_s=params.restart_s, startup_s=gpu.startup_s,
             trials=stats.trials, seed=result.seed),
         runtime=gpu.runtime,
         profile=ProfileRef(id=result.profile.id, sha256=result.profile.sha256, source=gpu.source,

@@ -17,12 +17,14 @@ from typing import Callable
 
 from costsim import checkpoint as ckpt
 from costsim.errors import InputError, ModelError
+from costsim.io.specs import ema_enabled
 from costsim.montecarlo import SimConfig, run_many, summarise
 from costsim.policies import POLICY_MARKETS
 from costsim.sim.job import JobParams
 from costsim.sim.market import HazardModel
 from costsim.sim.trial import MarketPrice
 from costsim.spec import ON_DEMAND, SPOT, Candidate, GpuProfile, Offering, Profile, Stats, Workload
+from costsim.storage import CheckpointCosts, Storage, checkpoint_costs, load_storage, unsuitable
 from costsim.throughput import Infeasible, StepModel, step_model
 
 # Without preemptions a checkpoint only insures against failures the model does not simulate.
@@ -52,6 +54,7 @@ class Configured:
     estimate_cost: float
     estimate_makespan_s: float
     gpu: GpuProfile          # the figures (and runner settings) this candidate was costed with
+    checkpoints: CheckpointCosts   # where its checkpoints live and what they cost it
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -83,15 +86,37 @@ def target_probability(workload: Workload, options: PlanOptions) -> float:
     return 1.0 - options.risk if options.risk is not None else workload.p_deadline
 
 
+def workload_gpu(workload: Workload, profile: Profile, gpu: GpuProfile) -> GpuProfile:
+    """A GPU's figures for this workload: with the option ema, the profile's smaller batch limit."""
+    if not ema_enabled(workload.options):
+        return gpu
+    if not profile.ema_supported:
+        raise InputError(workload.source, "options.ema", f"the profile {profile.path} has no `ema` figures "
+                         "(checkpoint_bytes, max_batch_per_gpu): measure them, or leave ema out")
+    limit = profile.ema_max_batch.get(gpu.gpu, gpu.max_batch_per_gpu)
+    return replace(gpu, max_batch_per_gpu=min(limit, gpu.max_batch_per_gpu))
+
+
+def checkpoints_for(workload: Workload, profile: Profile, offering: Offering, gpu: GpuProfile,
+                    storage: Storage) -> CheckpointCosts:
+    """Where this candidate's checkpoints live (the workload's store, else its provider's) and their cost."""
+    store = storage.for_offering(offering.provider, workload.checkpoint_storage, workload.source)
+    if store.name in profile.storage:   # measured by `costsim calibrate`: over the catalog's figures
+        store = replace(store, **profile.storage[store.name])
+    size = profile.ema_checkpoint_bytes if ema_enabled(workload.options) else profile.checkpoint_bytes
+    return checkpoint_costs(gpu, profile_bytes=profile.checkpoint_bytes, bytes_=size or profile.checkpoint_bytes,
+                            store=store, keep=workload.checkpoint_keep, export_bytes=profile.export_bytes)
+
+
 def job_params(workload: Workload, offering: Offering, gpu, step: StepModel, deadline_s: float,
-               interval_s: float, asynchronous: bool) -> JobParams:
+               interval_s: float, asynchronous: bool, checkpoints: CheckpointCosts) -> JobParams:
     """The job model's parameters for one candidate."""
     work_s = workload.samples / step.samples_per_s
     return JobParams(
         work_s=work_s, deadline_s=deadline_s, checkpoint_interval_s=min(interval_s, work_s),
-        checkpoint_s=gpu.checkpoint_save_s,
-        checkpoint_stall_s=gpu.checkpoint_stall_s if asynchronous else None,
-        restart_s=gpu.restart_s, changeover_s=offering.provision_s + gpu.startup_s,
+        checkpoint_s=checkpoints.save_s,
+        checkpoint_stall_s=checkpoints.stall_s if asynchronous else None,
+        restart_s=checkpoints.restart_s, changeover_s=offering.provision_s + gpu.startup_s,
         notice_s=offering.spot_notice_s, horizon_s=max(4.0 * deadline_s, 4.0 * work_s))
 
 
@@ -136,10 +161,12 @@ def analytic_estimate(params: JobParams, policy: str, offering: Offering, nodes:
     return switch_s + on_demand_s, spot_held_s * rate[SPOT] + on_demand_s * rate[ON_DEMAND]
 
 
-def configure(workload: Workload, profile: Profile, offerings: list[Offering], deadline_s: float
-              ) -> tuple[list[Configured], list[tuple[str, str]]]:
+def configure(workload: Workload, profile: Profile, offerings: list[Offering], deadline_s: float,
+              storage: Storage | None = None) -> tuple[list[Configured], list[tuple[str, str]]]:
     """Every candidate that can run, and why the others cannot."""
-    configured, skipped = [], []
+    storage = storage or load_storage()
+    configured: list[Configured] = []
+    skipped: list[tuple[str, str]] = []
     for offering in offerings:
         gpus = profile.configurations(offering.gpu)
         if not gpus:
@@ -148,6 +175,8 @@ def configure(workload: Workload, profile: Profile, offerings: list[Offering], d
             continue
         max_nodes = offering.owned_nodes if offering.owned_per_h is not None else workload.max_nodes
         for gpu in gpus:   # each runner configuration: faster steps may come with a dearer restart
+            gpu = workload_gpu(workload, profile, gpu)
+            checkpoints = checkpoints_for(workload, profile, offering, gpu, storage)
             for nodes in _node_counts(max_nodes):
                 try:
                     step = step_model(gpu, global_batch=workload.global_batch, gpus_per_node=offering.gpus_per_node,
@@ -156,7 +185,7 @@ def configure(workload: Workload, profile: Profile, offerings: list[Offering], d
                     named = f" [{gpu.variant}]" if gpu.variant else ""
                     skipped.append((f"{offering.id} x{nodes}{named}", str(why)))
                     continue
-                configured.extend(_candidates(workload, offering, gpu, step, nodes, deadline_s))
+                configured.extend(_candidates(workload, offering, gpu, step, nodes, deadline_s, checkpoints, skipped))
     return configured, skipped
 
 
@@ -173,8 +202,8 @@ def _check_profile_covers(profile: Profile, offerings: list[Offering], configure
         detail = "; ".join(f"{g}: {why}" for g, why in reasons.items())
         raise InputError(profile.path, "gpus", f"no figures for any GPU type on offer ({', '.join(offered)})"
                          + (f" [{detail}]" if detail else "") + "; add gpus.<TYPE> or choose other GPUs")
-    raise ModelError(f"no configuration of {', '.join(usable)} can run this workload (node counts or "
-                     "batch split); see the skipped list in --format json")
+    raise ModelError(f"no configuration of {', '.join(usable)} can run this workload (node counts, "
+                     "batch split or checkpoint storage); see the skipped list in --format json")
 
 
 def _node_counts(max_nodes: int) -> list[int]:
@@ -185,25 +214,34 @@ def _node_counts(max_nodes: int) -> list[int]:
     return counts
 
 
-def _candidates(workload, offering, gpu, step, nodes, deadline_s) -> list[Configured]:
+def _candidates(workload, offering, gpu, step, nodes, deadline_s, checkpoints: CheckpointCosts,
+                skipped: list[tuple[str, str]]) -> list[Configured]:
     result = []
     for policy, markets in POLICY_MARKETS.items():
         if not set(markets) <= set(offering.markets):
             continue
+        why = unsuitable(checkpoints.store, uses_spot=SPOT in markets, nodes=nodes)
+        if why is not None:
+            named = f" [{gpu.variant}]" if gpu.variant else ""
+            skipped.append((f"{offering.id} x{nodes}{named} {policy}", why))
+            continue
         base = job_params(workload, offering, gpu, step, deadline_s, INSURANCE_INTERVAL_S,
-                          workload.checkpoint_async)
+                          workload.checkpoint_async, checkpoints)
         for interval_s in intervals_for(base, policy, offering, nodes, workload.checkpoint_interval_s):
             params = replace(base, checkpoint_interval_s=min(interval_s, base.work_s))
             candidate = Candidate(offering=offering, nodes=nodes, policy=policy,
                                   checkpoint_interval_s=params.checkpoint_interval_s,
                                   checkpoint_async=workload.checkpoint_async, variant=gpu.variant)
             makespan, cost = analytic_estimate(params, policy, offering, nodes)
-            result.append(Configured(candidate=candidate, step=step, config=sim_config(params, policy, offering, nodes),
-                                     estimate_cost=cost, estimate_makespan_s=makespan, gpu=gpu))
+            config = sim_config(params, policy, offering, nodes, storage_per_h=checkpoints.usd_per_h)
+            result.append(Configured(candidate=candidate, step=step, config=config, estimate_cost=cost
+                                     + checkpoints.usd_per_h * makespan / 3600.0, estimate_makespan_s=makespan,
+                                     gpu=gpu, checkpoints=checkpoints))
     return result
 
 
-def sim_config(params: JobParams, policy: str, offering: Offering, nodes: int) -> SimConfig:
+def sim_config(params: JobParams, policy: str, offering: Offering, nodes: int,
+               storage_per_h: float = 0.0) -> SimConfig:
     """The Monte Carlo configuration of a candidate: prices per market and its spot market."""
     prices = {market: MarketPrice(per_hour=offering.price_per_h(market), count=nodes,
                                   increment_s=offering.billing_increment_s,
@@ -213,7 +251,8 @@ def sim_config(params: JobParams, policy: str, offering: Offering, nodes: int) -
     if SPOT in offering.markets and offering.spot_model is not None:
         model = offering.spot_model
         hazard = HazardModel(mtbf_s=model.mtbf_s, wait_mean_s=model.wait_mean_s, shape=model.weibull_shape)
-    return SimConfig(params=params, policy=policy, prices=prices, nodes=nodes, hazard=hazard)
+    return SimConfig(params=params, policy=policy, prices=prices, nodes=nodes, hazard=hazard,
+                     storage_per_h=storage_per_h)
 
 
 def group_key(c: Configured) -> tuple:

@@ -51,7 +51,8 @@ def candidate_record(r) -> dict:
             "samples_per_s": r.configured.step.samples_per_s, "work_s": r.configured.config.params.work_s,
             "meets_target": r.meets_target, "saving_vs_on_demand": r.saving_vs_on_demand,
             "profile_source": r.configured.gpu.source, "variant": c.variant or None,
-            "spot_model": spot_model_name(c.offering, c.policy), **r.stats.as_dict()}
+            "spot_model": spot_model_name(c.offering, c.policy),
+            "checkpoint_storage": r.configured.checkpoints.store.name, **r.stats.as_dict()}
 
 
 

@@ -40,6 +40,8 @@ class Workload:
     checkpoint_keep: int = 2
     checkpoint_async: bool = True
     checkpoint_interval_s: float | None = None     # None = the planner chooses
+    checkpoint_storage: str | None = None          # a store's name (data/catalog/storage.yaml); None = the provider's
+    options: dict = field(default_factory=dict)    # the runner workload's options (text), e.g. ema
     owned: tuple[OwnedCapacity, ...] = ()
     source: str = ""
 
@@ -149,10 +151,18 @@ class Profile:
     date: str
     checkpoint_bytes: float
     gpus: dict = field(default_factory=dict)          # gpu name -> GpuProfile (its main runner configuration)
+    export_bytes: float = 0.0                         # the trained model written at the end (runner's export)
+    ema_checkpoint_bytes: float | None = None         # with the workload option ema: a checkpoint's size
+    ema_max_batch: dict = field(default_factory=dict)  # gpu name -> max_batch_per_gpu with ema
+    storage: dict = field(default_factory=dict)       # store name -> {write_gb_per_s, read_gb_per_s}: measured
     unsupported: dict = field(default_factory=dict)   # gpu name -> why it cannot run
     path: str = ""
     sha256: str = ""
     variants: dict = field(default_factory=dict)      # gpu name -> tuple of GpuProfiles: other runner configurations
+
+    @property
+    def ema_supported(self) -> bool:
+        return self.ema_checkpoint_bytes is not None
 
     def configurations(self, gpu: str) -> tuple:
         """Every runner configuration measured (or derived) for a GPU type, the main one first."""

@@ -10,12 +10,13 @@ import numpy as np
 from costsim import io
 from costsim.errors import InputError
 from costsim.montecarlo import SimConfig, quantile, run_trials
-from costsim.planner import job_params, sim_config
+from costsim.planner import checkpoints_for, job_params, sim_config, workload_gpu
 from costsim.policies import POLICY_MARKETS
 from costsim.sim.job import JobParams
 from costsim.sim.market import HazardModel
 from costsim.sim.trial import MarketPrice
 from costsim.spec import ON_DEMAND, SPOT, Offering, Workload
+from costsim.storage import load_storage, unsuitable
 from costsim.throughput import Infeasible, step_model
 
 
@@ -84,14 +85,19 @@ def workload_config(workload: Workload, offering: Offering, nodes: int, policy: 
     if not set(POLICY_MARKETS[policy]) <= set(offering.markets):
         raise InputError("--policy", "policy", f"{policy} needs {', '.join(POLICY_MARKETS[policy])}; "
                          f"{offering.id} sells {', '.join(offering.markets)}")
+    gpu = workload_gpu(workload, profile, gpu)
     try:
         step = step_model(gpu, global_batch=workload.global_batch, gpus_per_node=offering.gpus_per_node,
                           nodes=nodes, inter_node_gbps=offering.inter_node_gbps)
     except Infeasible as why:
         raise InputError("--nodes", "nodes", str(why)) from None
+    checkpoints = checkpoints_for(workload, profile, offering, gpu, load_storage())
+    refusal = unsuitable(checkpoints.store, uses_spot=SPOT in POLICY_MARKETS[policy], nodes=nodes)
+    if refusal is not None:
+        raise InputError(workload.source, "checkpoint.storage", refusal)
     params = job_params(workload, offering, gpu, step, deadline_s or workload.deadline_s,
-                        interval_s or workload.checkpoint_interval_s or 3600.0, workload.checkpoint_async)
-    return sim_config(params, policy, offering, nodes)
+                        interval_s or workload.checkpoint_interval_s or 3600.0, workload.checkpoint_async, checkpoints)
+    return sim_config(params, policy, offering, nodes, storage_per_h=checkpoints.usd_per_h)
 
 
 def summary(config: SimConfig, trials: int, seed: int, per_trial: bool) -> dict:

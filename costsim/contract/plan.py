@@ -38,6 +38,7 @@ class Workload:
     precision: str = "fp32"
     resolution: int | None = None
     source: str | None = None
+    options: dict[str, str] = field(default_factory=dict)   # the runner workload's options (ema); --option overrides
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -83,6 +84,9 @@ class Checkpoint:
     interval_steps: int | None = None   # runner-added: an interval in steps (drills, exact tests)
     location: str | None = None       # a folder or s3://bucket/prefix (default: RUN/checkpoints); no credentials
     bytes: float | None = None        # one checkpoint's size (the profile's): what the disk must hold
+    storage: str | None = None        # the store the plan was priced with (data/catalog/storage.yaml)
+    storage_kind: str | None = None   # node, shared or object
+    node_disk_bytes: float | None = None   # what the node's disk must hold at once (the exports ask for it)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -230,7 +234,8 @@ def _workload(f: Fields) -> Workload:
         raise InputError(f.source, f.name("precision"), f"got {precision!r}; allowed: {', '.join(PRECISIONS)}")
     return Workload(name=f.text("name"), model=f.text("model"), samples=f.number("samples", integer=True),
                     global_batch=f.number("global_batch", integer=True), precision=precision,
-                    resolution=f.number("resolution", None, integer=True), source=f.text("source", None))
+                    resolution=f.number("resolution", None, integer=True), source=f.text("source", None),
+                    options=_text_mapping(f, "options"))
 
 
 def _resources(f: Fields) -> Resources:
@@ -279,9 +284,13 @@ def _checkpoint(f: Fields) -> Checkpoint:
     location = f.text("location", None)
     if location is not None and "://" in location and not location.startswith("s3://"):
         raise InputError(f.source, f.name("location"), f"got {location!r}; allowed: a folder or s3://bucket/prefix")
+    kind = f.text("storage_kind", None)
+    if kind not in (None, "node", "shared", "object"):
+        raise InputError(f.source, f.name("storage_kind"), f"got {kind!r}; allowed: node, shared, object")
     return Checkpoint(interval_s=f.number("interval_s"), keep=f.number("keep", integer=True),
                       async_=f.boolean("async"), interval_steps=f.number("interval_steps", None, integer=True),
-                      location=location, bytes=f.number("bytes", None))
+                      location=location, bytes=f.number("bytes", None), storage=f.text("storage", None),
+                      storage_kind=kind, node_disk_bytes=f.number("node_disk_bytes", None, allow_zero=True))
 
 
 def _spread(f: Fields) -> Spread:
@@ -313,11 +322,16 @@ def _profile(f: Fields) -> ProfileRef:
     return ProfileRef(**{x.name: f.text(x.name, None) for x in fields(ProfileRef)})
 
 
+def _text_mapping(f: Fields, key: str) -> dict[str, str]:
+    options = f.raw(key, {})
+    if not isinstance(options, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in options.items()):
+        raise InputError(f.source, f.name(key), "expected a mapping of option names to text")
+    return dict(options)
+
+
 def _run(f: Fields) -> RunSection:
     _known(f, RunSection)
-    options = f.raw("options", {})
-    if not isinstance(options, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in options.items()):
-        raise InputError(f.source, f.name("options"), "expected a mapping of option names to text")
+    options = _text_mapping(f, "options")
     entry = f.raw("workload_entry", None)
     if entry is not None and not isinstance(entry, str):
         raise InputError(f.source, f.name("workload_entry"), f"got {entry!r}; expected module:function or null")

@@ -13,7 +13,7 @@ from costsim.spec import FittedSpotModel, GpuProfile, Offering, OwnedCapacity, P
 
 WORKLOAD_FIELDS = {"name", "model", "description", "samples", "global_batch", "precision",
                    "resolution", "deadline", "p_deadline", "max_nodes", "profile", "clouds", "gpus",
-                   "checkpoint", "owned"}
+                   "checkpoint", "owned", "options"}
 
 
 def load_workload(ref: str) -> Workload:
@@ -22,7 +22,11 @@ def load_workload(ref: str) -> Workload:
     f = Fields(path, read_yaml(path))
     f.reject_unknown(WORKLOAD_FIELDS)
     ckpt = f.mapping_of("checkpoint", None)
-    ckpt.reject_unknown({"keep", "async", "interval"})
+    ckpt.reject_unknown({"keep", "async", "interval", "storage"})
+    options = f.raw("options", {})
+    if not isinstance(options, dict) or not all(isinstance(v, (str, int, float, bool)) for v in options.values()):
+        raise InputError(path, "options", "expected a mapping of the runner workload's options to values, "
+                         "e.g. {ema: 0.9999}")
     samples = f.number("samples", integer=True)
     global_batch = f.number("global_batch", integer=True)
     if global_batch > samples:
@@ -40,8 +44,23 @@ def load_workload(ref: str) -> Workload:
         checkpoint_keep=ckpt.number("keep", 2, integer=True),
         checkpoint_async=ckpt.boolean("async", True),
         checkpoint_interval_s=ckpt.duration("interval", None),
+        checkpoint_storage=ckpt.text("storage", None),
+        options={str(k): _option_text(v) for k, v in options.items()},
         owned=_owned(f), source=str(path),
     )
+
+
+def _option_text(value) -> str:
+    """An option's value as the runner takes it on its command line (KEY=VALUE)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def ema_enabled(options: dict) -> bool:
+    """Whether a workload's options keep an EMA copy of the weights (the runner's `ema=DECAY`)."""
+    value = options.get("ema", "").strip().lower()
+    return value not in ("", "0", "0.0", "off", "false", "none", "no")
 
 
 def _owned(f: Fields) -> tuple[OwnedCapacity, ...]:
@@ -61,7 +80,7 @@ def _owned(f: Fields) -> tuple[OwnedCapacity, ...]:
 # -- profiles --------------------------------------------------------------------------------
 PROFILE_FIELDS = {"id", "model", "source", "date", "description", "checkpoint_bytes", "checkpoint_save",
                   "checkpoint_stall", "restart", "startup", "overlap_gamma", "inter_node", "gpus", "unsupported",
-                  "calibrations"}
+                  "calibrations", "export_bytes", "ema", "storage"}
 GPU_FIELDS = {"source", "measured", "compute_overhead", "compute_per_sample", "max_batch_per_gpu", "intra_node",
               "overlap_gamma", "checkpoint_save", "checkpoint_stall", "restart", "startup", "runtime", "variant",
               "variants"}
@@ -97,8 +116,23 @@ def load_profile(ref: str) -> Profile:
     unsupported = f.raw("unsupported", {})
     if not isinstance(unsupported, dict):
         raise InputError(path, "unsupported", "expected a mapping of GPU type to the reason")
+    ema = f.mapping_of("ema", None)
+    ema.reject_unknown({"checkpoint_bytes", "max_batch_per_gpu", "source"})
+    ema_batch = ema.mapping_of("max_batch_per_gpu", None)
+    for name in ema_batch.mapping:
+        if str(name) not in gpus:
+            raise InputError(path, f"ema.max_batch_per_gpu.{name}", f"no GPU entry {name!r} in gpus")
+    measured = f.mapping_of("storage", None)
+    storage = {}
+    for name in measured.mapping:
+        m = measured.mapping_of(str(name))
+        m.reject_unknown({"write_gb_per_s", "read_gb_per_s", "source"})
+        storage[str(name)] = {k: m.number(k) for k in ("write_gb_per_s", "read_gb_per_s") if m.has(k)}
     return Profile(id=f.text("id"), model=f.text("model"), source=f.text("source"),
-                   date=f.text("date"), checkpoint_bytes=f.number("checkpoint_bytes"),
+                   date=f.text("date"), checkpoint_bytes=f.number("checkpoint_bytes"), storage=storage,
+                   export_bytes=f.number("export_bytes", 0.0, allow_zero=True),
+                   ema_checkpoint_bytes=ema.number("checkpoint_bytes", None) if ema.mapping else None,
+                   ema_max_batch={str(k): ema_batch.number(str(k), integer=True) for k in ema_batch.mapping},
                    gpus=gpus, unsupported={str(k): str(v) for k, v in unsupported.items()},
                    path=str(path), sha256=sha256_file(path), variants=variants)
 
