@@ -79,7 +79,8 @@ def execute_command(plan, run_dir, run_id, nnodes, node_rank, rdzv_endpoint, npr
         for option in options:
             if "=" not in option:
                 raise click.BadParameter(f"{option!r}: expected KEY=VALUE", param_hint="--option")
-        chosen = dict(o.split("=", 1) for o in options)
+        # the plan's workload options (priced with: ema), then the command line's over them
+        chosen = {**given.workload.options, **dict(o.split("=", 1) for o in options)}
         try:
             check_options(resolve(spec.model, workload_entry), workload_entry or spec.model, chosen)
         except WorkloadOptionError as exc:

@@ -106,12 +106,14 @@ def test_the_run_folder_holds_the_effective_plan_the_workers_read_and_a_plans_ow
                                                                                                          tmp_path):
     doc = json.loads(plan.read_text())
     doc["run"] = {"workload_entry": "os:system", "steps": 1, "options": {"evil": "1"}}   # never taken from a plan
+    doc["workload"]["options"] = {"hidden": "48"}   # the workload's options the plan was priced with are
     given = tmp_path / "given.json"
     given.write_text(json.dumps(doc))
     result = execute(given, tmp_path / "run", "--steps", "20", "--seed", "4", "--runtime", "gc_every=5")
     assert result.returncode == 0, result.stderr[-2000:]
     written = json.loads((tmp_path / "run" / "current-plan.json").read_text())
-    assert written["run"] == {"steps": 20, "options": {}, "workload_entry": None, "seed": 4, "final_save": True}
+    assert written["run"] == {"steps": 20, "options": {"hidden": "48"}, "workload_entry": None, "seed": 4,
+                              "final_save": True}
     assert written["runtime"]["gc_every"] == 5
     job = json.loads((tmp_path / "run" / "plan.json").read_text())   # the job's record: the same, fingerprinted
     assert job["run"].pop("fingerprint") and job == written
