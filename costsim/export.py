@@ -15,6 +15,9 @@ import yaml
 from costsim.contract.plan import Plan
 from costsim.errors import InputError
 from costsim.spec import SPOT
+from costsim.storage import disk_gb
+
+DISK_TIER = "high"       # checkpoints are staged on it: the tier whose write speed the save figures assume
 
 SETUP = "# the synced workdir is this repository (plan.json beside pyproject.toml)\npip install -e '.[runner,sdxl]'\n"
 MARGIN = 1.25            # the time limit: P90 makespan x MARGIN + 30 minutes
@@ -38,14 +41,20 @@ def skypilot_task(plan: Plan, *, plan_file: str = "plan.json", bucket: str | Non
         raise InputError(plan_file, "resources.offering", f"{r.offering} ({r.provider}, {r.gpu}) is not something "
                          f"SkyPilot launches (clouds: {', '.join(SKYPILOT_CLOUDS)}, with GPUs): plan on a cloud "
                          "offering, or export --to slurm")
-    resources = {"cloud": r.provider, "region": r.region, "instance_type": r.instance,
+    resources: dict[str, object] = {"cloud": r.provider, "region": r.region, "instance_type": r.instance,
                  "accelerators": f"{_sky_gpu(r.gpu)}:{r.gpus_per_node}",
                  "use_spot": r.market == SPOT,
                  "job_recovery": {"strategy": "FAILOVER", "max_restarts_on_errors": max_restarts_on_errors}}
+    c = plan.checkpoint
+    if c.node_disk_bytes:   # the node disk holds the local copies (and the mount's write-back cache)
+        resources["disk_size"] = disk_gb(c.node_disk_bytes)
+    resources["disk_tier"] = DISK_TIER
     mount = "/checkpoints"
+    # MOUNT_CACHED: written to a local cache and uploaded behind, SkyPilot's advice for checkpoints
+    # (MOUNT streams every write through FUSE); the cache lives on the node disk sized above.
     task = {"name": _name(w.name), "num_nodes": r.nodes, "resources": resources, "workdir": ".",
-            "file_mounts": {mount: {"source": bucket, "mode": "MOUNT"} if bucket else
-                            {"name": f"{_name(w.name)}-checkpoints", "mode": "MOUNT"}},
+            "file_mounts": {mount: {"source": bucket, "mode": "MOUNT_CACHED"} if bucket else
+                            {"name": f"{_name(w.name)}-checkpoints", "mode": "MOUNT_CACHED"}},
             "setup": SETUP,
             # SKYPILOT_TASK_ID is the same on every node and across recoveries: one run folder, resumed.
             "run": f"runner execute {shlex.quote(plan_file)} --run-dir {mount}/runs/$SKYPILOT_TASK_ID\n"}
@@ -64,6 +73,13 @@ def slurm_script(plan: Plan, *, plan_file: str = "plan.json", shared_dir: str = 
     if p90 is None:
         raise InputError(plan_file, "prediction.makespan_s.p90", "missing: the time limit is derived from it")
     limit_s = math.ceil(p90 * MARGIN + MARGIN_FIXED_S)
+    if r.nodes > 1:   # every node must read the checkpoints: the plan's location, else the run folder's
+        c = plan.checkpoint
+        where, field = (c.location, "checkpoint.location") if c.location else (shared_dir, "--shared-dir")
+        if c.storage_kind == "node" or _node_local(where):
+            raise InputError(plan_file if c.location or c.storage_kind == "node" else "--shared-dir", field,
+                             f"{where}: each node's own disk cannot hold the checkpoints of a {r.nodes}-node job "
+                             "(the other nodes cannot read them); give a shared folder or s3://bucket/prefix")
     cpu = r.gpu.lower() == "cpu"
     lines = ["#!/bin/bash",
              f"# Slurm job for plan {plan_file}: {w.name}, exported by costsim {plan.costsim_version or ''}.",
@@ -93,6 +109,14 @@ class _BlockDumper(yaml.SafeDumper):
 
 _BlockDumper.add_representer(str, lambda dumper, value: dumper.represent_scalar(
     "tag:yaml.org,2002:str", value, style="|" if "\n" in value else None))
+
+
+NODE_LOCAL = ("/tmp", "/scratch", "/local", "/mnt/local", "/dev/shm", "/var/tmp")
+
+
+def _node_local(location: str) -> bool:
+    """A folder that is each node's own on a cluster (the usual node-local scratch places)."""
+    return any(location == p or location.startswith(p + "/") for p in NODE_LOCAL)
 
 
 def _sky_gpu(gpu: str) -> str:

@@ -6,7 +6,8 @@ the catalog cache under $HOME/.sky is seeded from costsim's own dated offerings 
 same SkyPilot catalog), so run this with HOME pointing at a scratch folder.
 
 Usage: HOME=/tmp/scratch /path/to/sky-venv/bin/python scripts/skypilot_parse_check.py TASK.yaml OFFERINGS.csv
-Prints one JSON line: num_nodes, accelerators, use_spot, instance_type, cloud, region, job_recovery, mounts, run.
+Prints one JSON line: num_nodes, accelerators, use_spot, instance_type, cloud, region, job_recovery, mounts,
+storage_modes, disk_size, disk_tier, run.
 """
 
 import csv
@@ -45,6 +46,9 @@ def main() -> None:
                       "cloud": str(resources.cloud), "region": resources.region,
                       "job_recovery": getattr(resources, "job_recovery", None),
                       "mounts": sorted(list(task.storage_mounts or {}) + list(task.file_mounts or {})),
+                      "storage_modes": {path: store.mode.value for path, store in (task.storage_mounts or {}).items()},
+                      "disk_size": resources.disk_size,
+                      "disk_tier": None if resources.disk_tier is None else resources.disk_tier.value,
                       "run": task.run}))
 
 

@@ -1,6 +1,7 @@
 """costsim export: the SkyPilot task and the Slurm script, checked as text and by the real engines."""
 
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -12,7 +13,9 @@ import pytest
 import yaml
 
 from costsim.contract.plan import Plan
+from costsim.errors import InputError
 from costsim.export import skypilot_task, slurm_script
+from costsim.storage import SYSTEM_GB
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -37,7 +40,12 @@ def test_skypilot_task_fields(sdxl_plan):
     assert task["resources"]["accelerators"] == f"{r.gpu}:{r.gpus_per_node}"
     assert task["resources"]["use_spot"] is (r.market == "spot")
     assert task["resources"]["job_recovery"]["strategy"] == "FAILOVER"
-    assert task["file_mounts"]["/checkpoints"] == {"source": "s3://ckpts", "mode": "MOUNT"}
+    assert task["file_mounts"]["/checkpoints"] == {"source": "s3://ckpts", "mode": "MOUNT_CACHED"}
+    # the disk holds the newest checkpoint and the one being written (the plan's budget) and the system's room
+    c = plan.checkpoint
+    assert c.node_disk_bytes >= 2 * c.bytes
+    assert task["resources"]["disk_size"] == math.ceil(c.node_disk_bytes / 1e9) + SYSTEM_GB
+    assert task["resources"]["disk_tier"] == "high"
     assert task["run"].startswith("runner execute plan.json --run-dir /checkpoints/runs/$SKYPILOT_TASK_ID")
 
 
@@ -54,6 +62,19 @@ def test_slurm_script_fields_and_syntax(sdxl_plan):
         assert line in script
     assert 'srun --kill-on-bad-exit=0 runner execute plan.json --run-dir "$RUN_DIR"' in script
     assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
+
+
+def test_slurm_refuses_a_node_local_checkpoint_place_for_several_nodes(sdxl_plan, tmp_path, run_cli):
+    plan = Plan.read(sdxl_plan)   # 2 nodes
+    with pytest.raises(InputError, match=r"--shared-dir: /tmp/runs: each node's own disk cannot hold"):
+        slurm_script(plan, shared_dir="/tmp/runs")
+    local = replace(plan, checkpoint=replace(plan.checkpoint, location="/scratch/ckpt")).write(tmp_path / "local.json")
+    result = run_cli("export", str(local), "--to", "slurm")
+    assert result.exit_code == 2 and "checkpoint.location: /scratch/ckpt: each node's own disk" in result.stderr
+    one = replace(plan, resources=replace(plan.resources, nodes=1))
+    assert "#SBATCH --nodes=1" in slurm_script(one, shared_dir="/tmp/runs")   # one node: its own disk is fine
+    s3 = replace(plan, checkpoint=replace(plan.checkpoint, location="s3://bucket/ckpt"))
+    assert "#SBATCH --nodes=2" in slurm_script(s3, shared_dir="/shared")
 
 
 def test_owned_plans_do_not_export_to_skypilot(run_cli, tmp_path):
@@ -97,6 +118,9 @@ def test_skypilots_own_parser_accepts_the_task(sdxl_plan, tmp_path):
     assert parsed["instance_type"] == r.instance and parsed["region"] == r.region
     assert parsed["use_spot"] == (r.market == "spot")
     assert parsed["job_recovery"]["strategy"] == "FAILOVER" and "/checkpoints" in parsed["mounts"]
+    assert parsed["storage_modes"] == {"/checkpoints": "MOUNT_CACHED"}
+    assert parsed["disk_size"] == math.ceil(Plan.read(sdxl_plan).checkpoint.node_disk_bytes / 1e9) + SYSTEM_GB
+    assert parsed["disk_tier"] == "high"
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("apt-get") is None or os.environ.get("COSTSIM_ENGINE_TESTS") == "0"
