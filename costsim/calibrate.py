@@ -39,6 +39,8 @@ class Run:
     fixed_s: float | None = None          # launch -> end of the warm-up steps, plus end -> exit, first attempt
     restart_s: list[float] = field(default_factory=list)
     runtime: Runtime = Runtime()          # the runner settings it ran with (its telemetry says)
+    upload_gb_per_s: list[float] = field(default_factory=list)   # each save's upload to the object store
+    fetch_gb_per_s: list[float] = field(default_factory=list)    # each fetch of a checkpoint from it
 
     @property
     def name(self) -> str:
@@ -83,12 +85,16 @@ def load_run(ref: str) -> Run:
     saves = [e for e in events if e["event"] == "checkpoint_save" and e.get("rank") == 0]
     run = Run(path=folder, plan=plan, summary=summary, point=main, points=list(points.values()),
               steps=summary.get("steps") or max((e["step"] for e in events if e["event"] == "step"), default=0),
-              sync_save_s=[e["duration_s"] for e in saves if e.get("mode") == "sync"],
+              # the local save (the profile's figure): the planner adds the store's upload from its bandwidth
+              sync_save_s=[e["duration_s"] - (e.get("upload_s") or 0.0) for e in saves if e.get("mode") == "sync"],
               async_stall_s=[e["stall_s"] for e in saves if e.get("mode") == "async"],
               interval_saves=sum(1 for e in saves if e.get("reason") == "interval"),
               final_save=any(e.get("reason") == "final" for e in saves) or not any(e["event"] == "end" for e in events))
     run.fixed_s = _fixed_overhead(events, run.point.step_s)
     run.restart_s = _restarts(events, run.point.step_s)
+    run.upload_gb_per_s = [e["bytes"] / e["upload_s"] / 1e9 for e in saves if e.get("upload_s") and e.get("bytes")]
+    run.fetch_gb_per_s = [e["bytes"] / e["duration_s"] / 1e9 for e in events if e["event"] == "checkpoint_fetch"
+                          and e.get("bytes") and e.get("duration_s")]
     run.async_cost_s = async_save_costs(events, run.point.step_s)
     settings = next((e.get("settings") for e in events if e["event"] == "runtime" and e.get("rank") == 0), None)
     run.runtime = parse_runtime(settings, telemetry) if settings is not None else plan.runtime
@@ -209,8 +215,19 @@ def _fixed_overhead(events: list[dict], steady_s: float) -> float | None:
 
 
 def _restarts(events: list[dict], steady_s: float) -> list[float]:
-    out = [_first_step_overhead(events, i, steady_s) for i, e in enumerate(events) if e["event"] == "restart"]
-    return [v for v in out if v is not None]
+    """Each restart's cost on the node's own disk: a fetch from the object store before its first step
+    is left out (the planner adds it from the store's read bandwidth)."""
+    out = []
+    for i, e in enumerate(events):
+        if e["event"] != "restart":
+            continue
+        cost = _first_step_overhead(events, i, steady_s)
+        if cost is not None:
+            following = events[i + 1:]
+            first = next((j for j, x in enumerate(following) if x["event"] in ("step", "restart")), len(following))
+            cost -= sum(x.get("duration_s") or 0.0 for x in following[:first] if x["event"] == "checkpoint_fetch")
+            out.append(cost)
+    return out
 
 
 def check_compatible(runs: list[Run]) -> None:
@@ -236,6 +253,7 @@ class Calibration:
     step_fit: Fit
     notes: list[str]
     loo_step_error: dict = field(default_factory=dict)   # run -> relative error predicting it without it
+    store: dict | None = None     # the object store's measured bandwidth: name, write/read GB/s, counts
 
 
 def calibrate(runs: list[Run], profile: Profile) -> Calibration:
@@ -279,7 +297,19 @@ def calibrate(runs: list[Run], profile: Profile) -> Calibration:
             predicted = predict_step_s(fit(others, before).profile, run.point)
             loo[run.name] = predicted / run.point.step_s - 1.0
     return Calibration(runs=runs, gpu=gpu, before=before, after=after, step_fit=step_fit, notes=notes,
-                       loo_step_error=loo)
+                       loo_step_error=loo, store=_store_fit(runs))
+
+
+def _store_fit(runs: list[Run]) -> dict | None:
+    """The object store's write and read bandwidth as the runs saw it (medians), under the store name
+    their plan was priced with; None when no run uploaded or fetched."""
+    uploads = [v for r in runs for v in r.upload_gb_per_s]
+    fetches = [v for r in runs for v in r.fetch_gb_per_s]
+    if not uploads and not fetches:
+        return None
+    name = runs[0].plan.checkpoint.storage or "object-store"
+    return {"name": name, "write_gb_per_s": _median(uploads), "read_gb_per_s": _median(fetches),
+            "uploads": len(uploads), "fetches": len(fetches)}
 
 
 def _overheads(runs: list[Run], before: GpuProfile, notes: list[str]) -> dict:
@@ -336,9 +366,22 @@ def report_rows(c: Calibration) -> list[dict]:
             "checkpoint_stall_s": {"plan": pred.checkpoint_stall_s if async_mode else pred.checkpoint_save_s,
                                    "measured": _median(run.async_cost_s if async_mode else run.sync_save_s)},
             "restart_s": {"plan": pred.restart_s, "measured": _median(run.restart_s)},
+            **_store_rows(run),
             "loo_step_error": c.loo_step_error.get(run.name),
         })
     return rows
+
+
+def _store_rows(run: Run) -> dict:
+    """The store's bandwidth, the plan's assumption against the run's uploads and fetches."""
+    if not run.upload_gb_per_s and not run.fetch_gb_per_s:
+        return {}
+    from costsim.storage import load_storage
+    store = load_storage().stores.get(run.plan.checkpoint.storage or "")
+    return {"store_write_gb_per_s": {"plan": store.write_gb_per_s if store else None,
+                                     "measured": _median(run.upload_gb_per_s)},
+            "store_read_gb_per_s": {"plan": store.read_gb_per_s if store else None,
+                                    "measured": _median(run.fetch_gb_per_s)}}
 
 
 def _median(values):
@@ -365,6 +408,11 @@ def updated_profile_document(profile_path: str, c: Calibration) -> dict:
                   "overlap_gamma": round(a.overlap_gamma, 4), "checkpoint_save": f"{a.checkpoint_save_s:.6g}s",
                   "checkpoint_stall": f"{a.checkpoint_stall_s:.6g}s", "restart": f"{a.restart_s:.6g}s",
                   "startup": f"{a.startup_s:.6g}s", "runtime": c.runs[0].runtime.as_dict()})
+    if c.store is not None:   # the planner takes these over the storage catalog's for that store
+        measured = {k: round(c.store[k], 4) for k in ("write_gb_per_s", "read_gb_per_s") if c.store[k] is not None}
+        doc.setdefault("storage", {}).setdefault(c.store["name"], {}).update(
+            measured, source=f"measured: {c.store['uploads']} upload(s), {c.store['fetches']} fetch(es) "
+                             f"({', '.join(str(r.path) for r in c.runs)}), calibrated {datetime.date.today()}")
     doc["id"] = f"{doc.get('id', 'profile')}+cal{datetime.date.today():%Y%m%d}"
     doc["source"] = "measured"
     doc["date"] = datetime.date.today().isoformat()

@@ -537,7 +537,10 @@ def _calibration_rows(rows):
     from costsim.calibrate import relative_error
     out = []
     for row in rows:
-        for figure in ("step_s", "samples_per_s", "wall_s", "checkpoint_stall_s", "restart_s"):
+        for figure in ("step_s", "samples_per_s", "wall_s", "checkpoint_stall_s", "restart_s",
+                       "store_write_gb_per_s", "store_read_gb_per_s"):
+            if figure not in row:
+                continue
             values = row[figure]
             cells = [values.get("plan"), values.get("refit"), values.get("measured")]
             errors = [relative_error(values.get("plan"), values.get("measured")),

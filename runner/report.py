@@ -47,6 +47,14 @@ def measure(run_dir: Path, skip: int = WARMUP_STEPS) -> dict:
         "sync_save_s": [round(e["duration_s"], 3) for e in saves if e.get("mode") == "sync"],
         "checkpoint_bytes": max((e.get("bytes") or 0 for e in saves), default=0),
         "load_s": [round(e["duration_s"], 3) for e in loads],
+        # the object store, as each save's upload and each fetch saw it (GB/s; a save's duration_s includes its upload)
+        "store": next((e["location"] for e in events if e.get("location") and e["event"] in
+                       ("checkpoint_save", "checkpoint_fetch")), None),
+        "upload_gb_per_s": [round(e["bytes"] / e["upload_s"] / 1e9, 3) for e in saves
+                            if e.get("upload_s") and e.get("bytes")],
+        "upload_s": [round(e["upload_s"], 3) for e in saves if e.get("upload_s")],
+        "fetch_gb_per_s": [round(e["bytes"] / e["duration_s"] / 1e9, 3) for e in events
+                           if e["event"] == "checkpoint_fetch" and e.get("bytes") and e.get("duration_s")],
         "step_time_while_writing_ratio": writing_slowdown(events, skip),
         "restart_to_first_step_s": restart_times(events),
         "restart_phases_s": restart_phases(events, median_s, skip),
@@ -166,6 +174,10 @@ def table(figures: dict) -> str:
     rows += [(name, _series(values)) for name, values in (
         ("sync saves", f["sync_save_s"]), ("async stalls", f["async_stall_s"]), ("async writes", f["async_write_s"]),
         ("async cost", f["async_cost_s"]), ("loads", f["load_s"])) if values]
+    if f["store"]:
+        parts = [f"uploads {_series(f['upload_s'])} at {_rates(f['upload_gb_per_s'])}"] if f["upload_s"] else []
+        parts += [f"fetches at {_rates(f['fetch_gb_per_s'])}"] if f["fetch_gb_per_s"] else []
+        rows.append(("object store", f"{f['store']}: " + ("; ".join(parts) or "no transfers")))
     if f["step_time_while_writing_ratio"]:
         rows.append(("steps while writing", f"{f['step_time_while_writing_ratio']:.2f}x a steady step"))
     if f["startup_to_first_step_s"] is not None:
@@ -220,6 +232,13 @@ def _series(values: list[float]) -> str:
     if len(values) == 1:
         return _seconds(values[0])
     return f"{len(values)}, mean {_seconds(statistics.fmean(values))} ({_seconds(min(values))} to {_seconds(max(values))})"
+
+
+def _rates(values: list[float]) -> str:
+    """Bandwidths in GB/s: one, or the median and range."""
+    if len(values) == 1:
+        return f"{values[0]:.3g} GB/s"
+    return f"{statistics.median(values):.3g} GB/s median ({min(values):.3g} to {max(values):.3g})"
 
 
 PHASES = (("noticed_s", "noticed"), ("start_and_build_s", "start and build"), ("load_s", "load"),

@@ -4,16 +4,20 @@ middle of one, a node whose disk is empty, another world size, and the one-line 
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import time
 
 import pytest
 
+from costsim import io
+from costsim.contract.plan import Plan
 from tests.runner_helpers import events, execute, summary, tiny_plan
 
 pytest.importorskip("torch")
@@ -109,6 +113,20 @@ def test_a_job_resumes_from_the_store_on_an_empty_disk_and_at_another_world_size
     assert summary(tmp_path / "run")["final_state_sha256"] == summary(tmp_path / "clean")["final_state_sha256"]
     saves = [e for e in events(tmp_path / "run", "checkpoint_save") if e.get("upload_s") is not None]
     assert saves and all(e["location"] == url for e in saves)
+    # costsim calibrate refits the store's bandwidth from the uploads and the fetch, for the next plan
+    out = tmp_path / "calibrated.yaml"
+    done = subprocess.run([sys.executable, "-m", "costsim", "calibrate", str(tmp_path / "run"), "--out", str(out),
+                           "--format", "json"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    (row,) = json.loads(done.stdout)["runs"]
+    write = statistics.median(e["bytes"] / e["upload_s"] / 1e9 for e in saves)
+    read = fetched[0]["bytes"] / fetched[0]["duration_s"] / 1e9
+    assert row["store_write_gb_per_s"]["measured"] == pytest.approx(write)
+    assert row["store_read_gb_per_s"]["measured"] == pytest.approx(read)
+    name = Plan.read(tmp_path / "run" / "plan.json").checkpoint.storage or "object-store"
+    refit = io.load_profile(str(out)).storage[name]
+    assert refit["write_gb_per_s"] == pytest.approx(write, rel=1e-3)
+    assert refit["read_gb_per_s"] == pytest.approx(read, rel=1e-3)
 
 
 def test_a_kill_in_the_middle_of_an_upload_leaves_the_previous_checkpoint_the_newest(store, plan, tmp_path):
