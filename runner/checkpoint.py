@@ -224,9 +224,10 @@ class Checkpointer:
         newest = self.steps()
         return _folder_bytes(self.folder(newest[0])) if newest else self.estimate_bytes
 
-    def make_room(self, needed: int, what: str) -> None:
+    def make_room(self, needed: int, what: str, *, collective: bool = True) -> None:
         """Free space for `needed` bytes beside the newest complete checkpoint, removing older ones
-        (oldest first) where that is enough; every rank learns the outcome (DiskFullError on all)."""
+        (oldest first) where that is enough; every rank learns the outcome (DiskFullError on all).
+        collective=False is for work that rank 0 does alone (the export): no other rank takes part."""
         ok = 1
         if self.rank == 0 and needed > 0:
             steps = self.steps()
@@ -236,7 +237,7 @@ class Checkpointer:
                 shutil.rmtree(self.folder(oldest), ignore_errors=True)
             ok = int(free_bytes(self.root) >= needed)
         flag = torch.tensor([ok], dtype=torch.int64)
-        if self._group is not None and self.world_size > 1:
+        if collective and self._group is not None and self.world_size > 1:
             dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=self._group)
         if not int(flag.item()):
             free = free_bytes(self.root)

@@ -259,7 +259,7 @@ class Trainer:
         final = Path(self.telemetry.path.parent) / layout.FINAL
         needed = sum(p.numel() * p.element_size() for p in self.built.model.parameters())
         if _same_disk(final.parent, self.checkpointer.root):   # old checkpoints may make room, never the newest
-            self.checkpointer.make_room(needed, f"the export {final}")
+            self.checkpointer.make_room(needed, f"the export {final}", collective=False)   # rank 0 alone
         elif free_bytes(final.parent) < needed:
             raise refuse(final.parent, f"the export {final}", needed, free_bytes(final.parent),
                          "free the run folder's disk, or give --run-dir on a larger one")
