@@ -35,6 +35,7 @@ SUBSTITUTIONS = [
     (r"runner execute plan\.json", "runner execute tiny.json --steps 60",
      "plan.json is the SDXL plan, which needs H200s: the runner examples run the tiny workload's plan, 60 steps"),
     (r"--steps 24000", "--steps 2400", "the drill's 24,000 steps take about 100 s; 2,400 show the same command"),
+    (r"--checkpoint-dir /shared/ckpt", "--checkpoint-dir shared-ckpt", "a folder every node mounts: one here"),
     (r"runs/<id>", "runs/demo", "a run folder: the one `runner execute plan.json --run-dir runs/demo` made"),
     (r"SOURCE\.\.\.", "data/traces/aws-2023-02-15", "the shipped traces"),
     (r"--history history\.txt", "--history data/history/example-sacct.txt", "the reader's own sacct dump: the "
@@ -59,6 +60,8 @@ NOT_HERE = {
     r"^sacct ": "needs a Slurm with accounting; test_history runs it against the one-host Slurm's slurmdbd",
     r"--backend slurm": "needs a Slurm with spot and on-demand partitions (test_control's engine drill)",
     r"^bash scripts/slurm_control_cluster\.sh": "starts a Slurm as root (test_control's engine drill)",
+    r"--checkpoint-dir s3://": "needs an object store and its credentials; test_checkpoint_store runs it on a "
+                               "SeaweedFS on loopback",
     r"--nnodes 2": "two nodes; two node ranks on loopback run in test_runner_multinode",
     r"--workload-entry my_package": "a module of the reader's; a user's entry point runs in test_runner_cli",
 }
