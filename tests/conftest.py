@@ -1,4 +1,6 @@
+import fcntl
 import json
+import os
 
 import pytest
 
@@ -25,3 +27,32 @@ def run_cli(capsys):
         captured = capsys.readouterr()
         return Result(code, captured.out, captured.err)
     return run
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (`-n 2 --dist loadgroup`, pyproject's addopts): a file's tests stay on one
+    worker (its module fixtures, the object store on its port, are made once), and every test that
+    starts the one-host Slurm shares one worker (the machine holds one Slurm at a time)."""
+    for item in items:
+        group = "slurm" if item.get_closest_marker("slurm") else item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
+@pytest.fixture(autouse=True)
+def solo_gate(request, tmp_path_factory):
+    """Under pytest-xdist, a test marked `solo` runs with no test beside it: a wall-clock drill whose
+    deadline a machine twice as busy as it planned for can make infeasible (a drill ran 3x slower beside
+    another worker's DDP runs). Every test holds the lock shared, a solo test alone; the gate, taken
+    first by all, lets no new test start while a solo test waits for the running ones to end."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        yield
+        return
+    shared = tmp_path_factory.getbasetemp().parent   # the run's folder, above each worker's own
+    with open(shared / "solo.gate", "a") as gate, open(shared / "solo.lock", "a") as lock:
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        fcntl.flock(lock, fcntl.LOCK_EX if request.node.get_closest_marker("solo") else fcntl.LOCK_SH)
+        fcntl.flock(gate, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)

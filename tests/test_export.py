@@ -127,6 +127,7 @@ def test_skypilots_own_parser_accepts_the_task(sdxl_plan, tmp_path):
                     or not (os.environ.get("CI") or os.environ.get("COSTSIM_ENGINE_TESTS") == "1"),
                     reason="starts a Slurm cluster on this machine: only in CI or with COSTSIM_ENGINE_TESTS=1, as root")
 @pytest.mark.slow
+@pytest.mark.slurm
 def test_exported_slurm_script_runs_on_a_one_host_slurm(tmp_path):
     try:
         result = subprocess.run(["bash", str(ROOT / "scripts" / "slurm_localhost_check.sh"), str(tmp_path)],

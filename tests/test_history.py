@@ -177,6 +177,7 @@ def job_mix(folder: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.skipif(not ENGINE, reason="starts a Slurm with slurmdbd and MariaDB on this machine: only in CI or with "
                     "COSTSIM_ENGINE_TESTS=1, as root")
+@pytest.mark.slurm
 def test_slurm_accounting_is_read_back(run_cli, tmp_path):
     script = ROOT / "scripts" / "slurm_control_cluster.sh"
     started = dt.datetime.now().strftime("%Y-%m-%dT%H:%M:%S")
