@@ -12,6 +12,7 @@ instances and says what capacity there is; the runner alone trains.
 from __future__ import annotations
 
 import math
+import re
 import statistics
 import sys
 import time
@@ -29,6 +30,10 @@ from costsim.policies import SPOT, Decision, Figures, Policy, View, build_view, 
 _EPS = 1e-6
 PROGRESS_EVERY_S = 30.0  # wall seconds between progress lines on stderr
 UNSEEN_RESTART = 2.0     # a restart not yet measured is taken as this many times its estimate (the margin)
+# A step time not yet measured is taken at this many times the plan's, by where the plan's figure came from
+# (its profile entry's source): a measurement of this configuration, a figure scaled from another GPU, or an
+# estimate made before any measurement (the tiny drill's ran 2.4x slower here than its estimate said).
+UNSEEN_STEP = {"measured": 1.25, "derived": 1.5, "estimated": 3.0}
 STEP_QUANTILE = 0.9      # the margin's step time: this quantile of the recent steady steps' block means
 REFIGURE = 0.01          # ask the policy again when its need moved by this share of the time left
 STOP_TIMEOUT_S = 600.0   # wall seconds a job asked to leave has to checkpoint and exit (SDXL: about 40)
@@ -69,6 +74,14 @@ class PlanFigures:
     interval_s: float         # between periodic checkpoints (the runner's clock)
     restart_s: float = 0.0    # a restart from a checkpoint (the plan's): the floor until one is measured
     release_s: float = 0.0    # the job's exit after its last save, until one is measured
+    unseen_step: float = UNSEEN_STEP["estimated"]   # the step time's margin until one is measured
+
+
+def unseen_step_factor(source: str | None) -> float:
+    """UNSEEN_STEP for a profile entry's source ("measured (2026-11-30, ...)", "derived (...)",
+    "estimated"); a source that says none of these counts as an estimate."""
+    match = re.match(r"\W*([a-z]+)", (source or "").lower())
+    return UNSEEN_STEP.get(match.group(1) if match else "", UNSEEN_STEP["estimated"])
 
 
 @dataclass(frozen=True)
@@ -84,6 +97,8 @@ class Measured:
     start_s: float | None = None   # what the first start cost (no checkpoint to load); None: as a restart
     step_high_s: float | None = None   # a high quantile of recent step times (the margin's)
     restart_seen: bool = False         # whether a restart has been measured (else the figure is a guess)
+    step_seen: bool = True             # whether a steady step has been measured (else step_s is the plan's)
+    unseen_step: float = 1.0           # the margin's factor on step_s while it is not measured
 
     @property
     def paid_checkpoint_s(self) -> float:
@@ -91,13 +106,15 @@ class Measured:
 
     def figures(self, total_steps: int, steps_left: float, notice_s: float, with_margin: bool = True) -> Figures:
         """The policies' record of figures (costsim.policies.Figures), with a margin for what is not
-        known: the steps left at a high quantile of the step times so far, and an unseen restart at
-        UNSEEN_RESTART times its estimate."""
+        known: the steps left at a high quantile of the step times so far (at `unseen_step` times the
+        plan's while none is measured), and an unseen restart at UNSEEN_RESTART times its estimate."""
         first = self.resume_s if self.start_s is None else min(self.start_s, self.resume_s)
         restart = max(0.0, self.resume_s - first)
         margin = 0.0
         if with_margin:
             margin = steps_left * max(0.0, (self.step_high_s or self.step_s) - self.step_s)
+            if not self.step_seen:
+                margin += steps_left * self.step_s * max(0.0, self.unseen_step - 1.0)
             if not self.restart_seen:
                 margin += (UNSEEN_RESTART - 1.0) * self.resume_s
         return Figures(work_total_s=total_steps * self.step_s, changeover_s=first, restart_s=restart,
@@ -122,7 +139,8 @@ def measured(progress: Progress, plan: PlanFigures, scale: float, *, resumes: Se
     return Measured(step_s=step * scale, resume_s=resume, start_s=first, checkpoint_s=save * scale,
                     checkpoint_stall_s=None if stall is None else stall * scale, interval_s=plan.interval_s * scale,
                     release_s=sum(releases) / len(releases) if releases else plan.release_s * scale,
-                    step_high_s=None if high is None else max(high, step) * scale, restart_seen=len(resumes) > 1)
+                    step_high_s=None if high is None else max(high, step) * scale, restart_seen=len(resumes) > 1,
+                    step_seen=bool(progress.step_times), unseen_step=plan.unseen_step)
 
 
 def resume_times(journal: Journal, progress: Progress, clock, step_s: float) -> list[float]:

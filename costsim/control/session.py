@@ -11,7 +11,7 @@ from pathlib import Path
 from costsim import policies
 from costsim.contract.plan import Billing, Plan
 from costsim.control.backend import Backend, check_runner
-from costsim.control.controller import Clock, Controller, PlanFigures, stint_dynamics
+from costsim.control.controller import Clock, Controller, PlanFigures, stint_dynamics, unseen_step_factor
 from costsim.control.journal import Journal, Lock
 from costsim.control.local import LocalBackend, Processes, TraceCapacity
 from costsim.control.progress import RunFolder
@@ -69,7 +69,8 @@ def plan_figures(plan: Plan, steps: int | None) -> PlanFigures:
     return PlanFigures(total_steps=steps or plan.job_steps, step_s=p.step_time_s,
                    start_s=p.startup_s or p.restart_s or 0.0, checkpoint_s=p.checkpoint_save_s or 0.0,
                    checkpoint_stall_s=p.checkpoint_stall_s if c.async_ and p.checkpoint_stall_s else None,
-                   interval_s=c.interval_s, restart_s=p.restart_s or 0.0)
+                   interval_s=c.interval_s, restart_s=p.restart_s or 0.0,
+                   unseen_step=unseen_step_factor(plan.profile.source))
 
 
 def plan_prices(path: str, plan: Plan) -> Prices:
