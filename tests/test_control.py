@@ -322,30 +322,37 @@ def test_a_run_folder_held_by_a_live_controller_is_refused(run_cli, tmp_path):
 
 
 # -- the real drill: runner processes, checkpoints, restarts ----------------------------------------
-DRILL = ["--time-scale", "600", "--deadline", "16h", "--notice", "10m", "--poll", "0.1s"]
+DRILL = ["--time-scale", "600", "--notice", "10m", "--poll", "0.1s"]
 
 
-def _control(plan: Path, run_dir: Path, *args: str, window: int = 6, steps: int = 24000) -> subprocess.Popen:
+def _control(plan: Path, run_dir: Path, *args: str, window: int = 6, steps: int = 24000,
+             deadline: str = "16h") -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "costsim", "control", str(plan), "--run-dir", str(run_dir), *DRILL,
-                             "--trace", str(WINDOWS / f"{window}.json"), "--steps", str(steps), "--format", "json",
-                             *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             "--deadline", deadline, "--trace", str(WINDOWS / f"{window}.json"), "--steps", str(steps),
+                             "--format", "json", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 @pytest.mark.slow
+@pytest.mark.solo
 @pytest.mark.parametrize("policy", ["greedy", "uniform-progress"])
 def test_local_drill_meets_its_deadline_and_bills_what_the_as_known_replay_predicts(run_cli, tmp_path, policy):
-    """The tiny job on Can't Be Late window 6 at 600x (12,000 steps, about a minute of training): the
-    deadline is met, and the bill is within 5% of the as-known replay (the simulator on the same window
-    with the job's real starts and step times, each decision on the figures the controller had then), so
-    what is left measures the controller (windows 100-119, 40 runs: median 0.2%, max 17.3%;
-    data/measurements/2026-12-01-control-windows)."""
+    """The tiny job on Can't Be Late window 6 at 600x, 6,000 steps, 14 h: the deadline is met, and the
+    bill is within 5% of the as-known replay (the simulator on the same window with the job's real starts
+    and step times, each decision on the figures the controller had then), so what is left measures the
+    controller (data/measurements/2026-12-01-control-windows: windows nobody tuned on).
+
+    The job's size and deadline were chosen in the simulator so that the test does not hinge on this
+    machine's speed: at any step time from 3.5 to 6.5 ms (4.7 ms here, unloaded) both policies are
+    reclaimed at 4 h in the middle of training and finish on on-demand, and at 8.5 ms the deadline
+    still holds. It runs alone (`solo`): beside another worker's DDP runs the drill ran 3x slower."""
     plan = _plan(run_cli, tmp_path)
-    proc = _control(plan, tmp_path / "run", "--policy", policy, steps=12000)
+    proc = _control(plan, tmp_path / "run", "--policy", policy, steps=6000, deadline="14h")
     out, err = proc.communicate(timeout=400)
     assert proc.returncode == 0, err[-3000:]
     doc = json.loads(out)
-    assert doc["status"] == "done" and doc["deadline_met"]
-    assert doc["preemptions"] >= 1 and {i["market"] for i in doc["instances"]} == {"spot", "on-demand"}
+    assert doc["status"] == "done" and doc["deadline_met"], (doc["finish_s"], doc["instances"], doc["measured"])
+    assert doc["preemptions"] >= 1 and {i["market"] for i in doc["instances"]} == {"spot", "on-demand"}, \
+        (doc["instances"], doc["measured"])
     assert abs(doc["error"]["cost_rel"]) <= 0.05, (doc["cost"], doc["predicted"], doc["measured"])
     assert abs(doc["error"]["finish_rel"]) <= 0.05, (doc["finish_s"], doc["predicted"]["finish_s"])
     held = {m: sum(i["end_s"] - i["start_s"] for i in doc["instances"] if i["market"] == m) / 3600
@@ -400,6 +407,7 @@ ENGINE = (os.geteuid() == 0 and (os.environ.get("CI") or os.environ.get("COSTSIM
 @pytest.mark.skipif(not ENGINE, reason="starts a Slurm cluster on this machine: only in CI or with "
                     "COSTSIM_ENGINE_TESTS=1, as root")
 @pytest.mark.slow
+@pytest.mark.slurm
 def test_slurm_backend_learns_preemptions_from_slurm(run_cli, tmp_path):
     """On the one-host Slurm with spot/on-demand/reclaim partitions: reclaim jobs from a real window
     make Slurm preempt the spot job; the controller sees it in Slurm's job state, falls back to
@@ -438,3 +446,24 @@ def test_the_simulators_release_time_holds_the_instance_after_the_work():
     assert outcomes[0.0].makespan_s == pytest.approx(50.0 + 1000.0 + 4 * 10.0)   # 3 periodic saves and the last
     assert outcomes[100.0].makespan_s == pytest.approx(outcomes[0.0].makespan_s + 100.0)
     assert outcomes[100.0].cost == pytest.approx(outcomes[0.0].cost + 3.6 * 100.0 / 3600.0)
+
+
+def test_a_step_time_not_yet_measured_is_held_at_a_margin_by_where_the_plans_figure_came_from():
+    """Before the job has made a steady step, the controller decides on the plan's step time plus a
+    margin by its source (an estimate 3x, a derived figure 1.5x, a measurement 1.25x); once steps are
+    measured, their spread sets the margin instead."""
+    from costsim.control.controller import measured, unseen_step_factor
+    assert [unseen_step_factor(s) for s in ("estimated", "derived (measured H200 / MLPerf 1.10)",
+                                            "MEASURED on H200, 2026-11-30", "measured (2 run(s), calibrated)",
+                                            None, "a guess")] == [3.0, 1.5, 1.25, 1.25, 3.0, 3.0]
+    plan = PlanFigures(total_steps=1000, step_s=0.002, start_s=3.0, checkpoint_s=0.05, checkpoint_stall_s=None,
+                       interval_s=2.0, restart_s=4.0, unseen_step=3.0)
+    fresh = measured(Progress(), plan, 600.0, resumes=[1800.0, 2400.0])   # a restart seen: no restart margin
+    work = 1000 * 0.002 * 600.0
+    assert fresh.figures(1000, 1000, 600.0).margin_s == pytest.approx(2.0 * work)
+    assert fresh.figures(1000, 250, 600.0).margin_s == pytest.approx(2.0 * work / 4)   # the steps left only
+    assert fresh.figures(1000, 1000, 600.0, with_margin=False).margin_s == 0.0
+    steady = Progress(step_times=[0.004] * 300, step_ends=[float(i) for i in range(300)])
+    known = measured(steady, plan, 600.0, resumes=[1800.0, 2400.0])
+    assert known.step_s == pytest.approx(0.004 * 600.0)
+    assert known.figures(1000, 1000, 600.0).margin_s == pytest.approx(0.0)   # uniform steps: no spread
