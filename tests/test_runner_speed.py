@@ -10,7 +10,7 @@ torch = pytest.importorskip("torch")
 from costsim.runtime import Runtime  # noqa: E402
 from runner import speed  # noqa: E402
 from runner.staging import HostStager  # noqa: E402
-from tests.runner_helpers import clean_and_killed, events, execute, summary, tiny_plan  # noqa: E402
+from tests.runner_helpers import events, execute, summary, tiny_plan  # noqa: E402
 from tests.sdxl_tiny import TINY_UNET, sdxl_plan  # noqa: E402
 
 
@@ -101,12 +101,21 @@ def test_compiled_run_resumes_exactly_and_restarts_from_its_compile_cache(tmp_pa
     # user's value wins over the run folder's: the workers must not inherit this process's.
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
     plan = sdxl_plan(tmp_path, runtime={"compile": "blocks", "channels_last": True})
-    _, drill = clean_and_killed(plan, tmp_path, "--option", f"config={TINY_UNET}", "--steps", "8", "--seed", "4",
-                                kill="kill@6", timeout=600)
+    args = ("--option", f"config={TINY_UNET}", "--steps", "8", "--seed", "4")
+    drill, clean = tmp_path / "drill", tmp_path / "clean"
+    result = execute(plan, drill, *args, "--inject-preemptions", "kill@6", timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
     starts = events(drill, "runtime")
     assert [e["settings"]["compile"] for e in starts] == ["blocks", "blocks"] and starts[0]["compiled_modules"] > 0
     assert starts[0]["compile_cache_bytes"] == 0 < starts[1]["compile_cache_bytes"]   # the restart finds the cache
-    assert (drill / "compile-cache").is_dir()
+    assert (drill / "compile-cache").is_dir() and summary(drill)["restarts"] == 1
+    # The run straight through, on the drill's cache (a user's TORCHINDUCTOR_CACHE_DIR wins over the run
+    # folder's): it compiles nothing cold, and ends in the same state as the killed and resumed run.
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(drill / "compile-cache"))
+    result = execute(plan, clean, *args, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert events(clean, "runtime")[0]["compile_cache_bytes"] > 0
+    assert summary(clean)["final_state_sha256"] == summary(drill)["final_state_sha256"]
 
 
 @pytest.mark.parametrize("setting, message", [("sdpa=flash", "runtime.sdpa=flash needs a CUDA GPU"),
