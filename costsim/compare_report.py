@@ -192,10 +192,12 @@ def _plot_history(comparison, path: str, history) -> None:
             break
         gap = [result.spent_by(t) - cheapest_cloud.spent_by(t) for t in days]
         crossings = [i for i in range(1, len(days)) if (gap[i - 1] > 0) != (gap[i] > 0)]
-        for i in crossings:   # where owning and the cheapest cloud option have cost the same so far
-            bottom.plot(days[i] / 86400.0, result.spent_by(days[i]), "o", color="k", ms=6, zorder=4)
-            bottom.annotate(f"break-even: day {days[i] / 86400.0:.0f}", (days[i] / 86400.0, result.spent_by(days[i])),
-                            fontsize=7, xytext=(4, -10), textcoords="offset points")
+        if crossings:   # where owning and the cheapest cloud option have cost the same so far: one legend entry
+            # (the lines can weave early on, and labels at each point print over one another)
+            when = ", ".join(dict.fromkeys(f"{days[i] / 86400.0:.0f}" for i in crossings))
+            bottom.plot([days[i] / 86400.0 for i in crossings], [result.spent_by(days[i]) for i in crossings], "o",
+                        color="k", ms=5, zorder=4, label=f"{result.name} = {cheapest_cloud.name} so far: "
+                        f"day{'s' if ',' in when else ''} {when}")
     bottom.set_xlabel("days since the first job of the history")
     bottom.set_ylabel(f"cumulative cost ({s.currency})")
     bottom.set_title("cumulative cost (owned: solid; cloud: dashed)")
