@@ -341,10 +341,10 @@ def test_local_drill_meets_its_deadline_and_bills_what_the_as_known_replay_predi
     and step times, each decision on the figures the controller had then), so what is left measures the
     controller (data/measurements/2026-12-01-control-windows: windows nobody tuned on).
 
-    The job's size and deadline were chosen in the simulator so that the test does not hinge on this
-    machine's speed: at any step time from 3.5 to 6.5 ms (4.7 ms here, unloaded) both policies are
-    reclaimed at 4 h in the middle of training and finish on on-demand, and at 8.5 ms the deadline
-    still holds. It runs alone (`solo`): beside another worker's DDP runs the drill ran 3x slower."""
+    The job's size and deadline were chosen in the simulator (scripts/drill_config.py) so that the test
+    does not hinge on this machine's speed: at any step time from 3.5 to 6.5 ms (4.7 ms here, unloaded)
+    both policies are reclaimed at 4 h in the middle of training and finish on on-demand, and at 8.5 ms
+    the deadline still holds. It runs alone (`solo`): beside another worker's DDP runs the drill ran 3x slower."""
     plan = _plan(run_cli, tmp_path)
     proc = _control(plan, tmp_path / "run", "--policy", policy, steps=6000, deadline="14h")
     out, err = proc.communicate(timeout=400)
