@@ -246,8 +246,9 @@ class Checkpointer:
 
     def _failed_save(self, exc: BaseException, step: int, tmp: Path) -> BaseException:
         """A save that failed leaves nothing behind; out of space, it is a DiskFullError (not restarted)."""
+        full = is_disk_full(exc, self.root, self.checkpoint_bytes())
         shutil.rmtree(tmp, ignore_errors=True)
-        if is_disk_full(exc):
+        if full:
             newest = self.steps()
             kept = (f"the last complete checkpoint (step-{newest[0]}) is kept" if newest
                     else "no checkpoint is complete yet")

@@ -22,16 +22,25 @@ def free_bytes(path: Path) -> int:
     return shutil.disk_usage(path).free
 
 
-def is_disk_full(exc: BaseException) -> bool:
-    """An out-of-space error, however it was wrapped."""
+# PyTorch's zip writer (torch.save, under torch.distributed.checkpoint's file writers) reports a write
+# that fell short as "[enforce fail at inline_container.cc:...] . unexpected pos N vs M": the errno is lost.
+SHORT_WRITE = "unexpected pos"
+
+
+def is_disk_full(exc: BaseException, folder: Path | None = None, needed: int = 0) -> bool:
+    """An out-of-space error, however it was wrapped; with `folder`, also a short write by PyTorch's zip
+    writer (SHORT_WRITE) while `folder` has less than `needed` bytes free (call it before removing what
+    the failed write left: seen on a filled tmpfs, one rank ENOSPC, the other this)."""
     seen: BaseException | None = exc
+    short = False
     while seen is not None:
         if isinstance(seen, OSError) and seen.errno in (errno.ENOSPC, errno.EDQUOT):
             return True
         if isinstance(seen, DiskFullError) or "No space left on device" in str(seen):
             return True
+        short = short or SHORT_WRITE in str(seen)
         seen = seen.__cause__ or seen.__context__
-    return False
+    return short and folder is not None and free_bytes(folder) < needed
 
 
 def gb(value: float) -> str:

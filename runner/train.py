@@ -266,8 +266,9 @@ class Trainer:
         try:
             written = layout.write_folder_atomic(final, export)
         except BaseException as exc:
+            full = is_disk_full(exc, final.parent, needed)
             shutil.rmtree(final.with_name(f".{final.name}.tmp"), ignore_errors=True)   # nothing half-written stays
-            if is_disk_full(exc):
+            if full:
                 raise refuse(final.parent, f"the export {final} (the disk filled while it was written)", needed,
                              free_bytes(final.parent), "the final checkpoint is kept; free the disk and run "
                              "`runner execute` again to export it") from exc

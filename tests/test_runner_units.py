@@ -255,3 +255,24 @@ def test_an_injected_fault_is_one_line_and_what_its_peers_say_after_it_is_droppe
                         + b"".join(peer))
     TorchrunReportFilter(out).pump(stream)
     assert out.getvalue() == b"runner: step 30/300\nrunner: drill: injected kill at step 33 (local rank 1)\n"
+
+
+def test_a_short_write_by_torchs_zip_writer_is_out_of_space_only_where_the_disk_has_no_room(tmp_path):
+    """ENOSPC, however wrapped, is out of space; PyTorch's zip writer loses the errno ("unexpected pos"),
+    so its short write counts only where the folder has less room than the write needed."""
+    import errno
+
+    from runner.diskspace import free_bytes, is_disk_full
+    enospc = OSError(errno.ENOSPC, "No space left on device")
+    try:
+        try:
+            raise enospc
+        except OSError as inner:
+            raise RuntimeError("CheckpointException ranks:dict_keys([1])") from inner
+    except RuntimeError as wrapped:
+        assert is_disk_full(wrapped)
+    short = RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598")
+    free = free_bytes(tmp_path)
+    assert is_disk_full(short, tmp_path, free + 1)          # less room than the write needed: the disk
+    assert not is_disk_full(short, tmp_path, free // 2)     # room enough: something else went wrong
+    assert not is_disk_full(short) and not is_disk_full(RuntimeError("Connection reset by peer"), tmp_path, free + 1)
