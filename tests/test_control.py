@@ -354,7 +354,13 @@ def test_local_drill_meets_its_deadline_and_bills_what_the_as_known_replay_predi
     assert doc["preemptions"] >= 1 and {i["market"] for i in doc["instances"]} == {"spot", "on-demand"}, \
         (doc["instances"], doc["measured"])
     assert abs(doc["error"]["cost_rel"]) <= 0.05, (doc["cost"], doc["predicted"], doc["measured"])
-    assert abs(doc["error"]["finish_rel"]) <= 0.05, (doc["finish_s"], doc["predicted"]["finish_s"])
+    # The replay and the run can part at a decision on a policy's edge (at 600x a wall second of start-up
+    # is 10 min of trace): a short spot start taken in one and not the other. Where they took the same
+    # path the finish is within 5%; where they parted, within one start-up as well.
+    path = [i["market"] for i in doc["instances"] if i["ended"] != "withdrawn"]
+    same_path = path == [stint["market"] for stint in doc["predicted"]["markets"]]
+    allowed = 0.05 * doc["predicted"]["finish_s"] + (0.0 if same_path else doc["measured"]["resume_s"])
+    assert abs(doc["finish_s"] - doc["predicted"]["finish_s"]) <= allowed, (doc["finish_s"], path, doc["predicted"])
     held = {m: sum(i["end_s"] - i["start_s"] for i in doc["instances"] if i["market"] == m) / 3600
             for m in ("spot", "on-demand")}
     assert {m: e["hours"] for m, e in doc["bill"]["markets"].items()} == pytest.approx(held)
