@@ -113,16 +113,24 @@ def _sacct_runs(path: Path, lines: list[str], offset: int, zone: dt.tzinfo, drop
     if missing:
         raise InputError(f"{path} line {offset + 1}", "header", f"missing {', '.join(missing)}; run sacct with "
                          f"--format={SACCT_FORMAT} (docs/compare.md)")
-    runs = []
-    for number, line in enumerate(lines[1:], start=offset + 2):
-        if not line.strip():
-            continue
+
+    def parse(where: str, line: str) -> Run | None:
         values = line.split("|")
-        where = f"{path} line {number}"
+        if len(values) != len(header):
+            raise InputError(where, "fields", f"{len(values)} fields, the header has {len(header)}")
+        return _sacct_run(where, dict(zip(header, values)), zone, dropped)
+
+    rows = ((f"{path} line {number}", line) for number, line in enumerate(lines[1:], start=offset + 2) if line.strip())
+    return _good_runs(rows, parse, dropped, skip_bad)
+
+
+def _good_runs(rows, parse, dropped: Counter, skip_bad: bool) -> list[Run]:
+    """`parse(where, row)` of each row (None: left out, counted by `parse`); a bad row's InputError goes
+    up, or with --skip-bad is counted and passed over."""
+    runs = []
+    for where, row in rows:
         try:
-            if len(values) != len(header):
-                raise InputError(where, "fields", f"{len(values)} fields, the header has {len(header)}")
-            run = _sacct_run(where, dict(zip(header, values)), zone, dropped)
+            run = parse(where, row)
         except InputError:
             if not skip_bad:
                 raise
@@ -167,19 +175,8 @@ def _csv_runs(path: Path, lines: list[str], offset: int, zone: dt.tzinfo, droppe
     if missing:
         raise InputError(f"{path} line {offset + 1}", "header", f"missing {', '.join(missing)}; columns: "
                          f"{', '.join(CSV_REQUIRED)} (required), {', '.join(CSV_OPTIONAL)} (optional)")
-    runs = []
-    for number, row in enumerate(rows, start=offset + 2):
-        where = f"{path} line {number}"
-        try:
-            run = _csv_run(where, row, zone, dropped)
-        except InputError:
-            if not skip_bad:
-                raise
-            dropped["bad rows (--skip-bad)"] += 1
-            continue
-        if run is not None:
-            runs.append(run)
-    return runs
+    numbered = ((f"{path} line {number}", row) for number, row in enumerate(rows, start=offset + 2))
+    return _good_runs(numbered, lambda where, row: _csv_run(where, row, zone, dropped), dropped, skip_bad)
 
 
 def _csv_run(where: str, row: dict, zone: dt.tzinfo, dropped: Counter) -> Run | None:
