@@ -344,15 +344,19 @@ def test_local_drill_meets_its_deadline_and_bills_what_the_as_known_replay_predi
     The job's size and deadline were chosen in the simulator (scripts/drill_config.py) so that the test
     does not hinge on this machine's speed: at any step time from 3.5 to 6.5 ms (4.7 ms here, unloaded)
     both policies are reclaimed at 4 h in the middle of training and finish on on-demand, and at 8.5 ms
-    the deadline still holds. It runs alone (`solo`): beside another worker's DDP runs the drill ran 3x slower."""
+    the deadline still holds (the controller's margin can make it leave spot before the reclaim). It runs
+    alone (`solo`): beside another worker's DDP runs the drill ran 3x slower."""
     plan = _plan(run_cli, tmp_path)
     proc = _control(plan, tmp_path / "run", "--policy", policy, steps=6000, deadline="14h")
     out, err = proc.communicate(timeout=400)
     assert proc.returncode == 0, err[-3000:]
     doc = json.loads(out)
     assert doc["status"] == "done" and doc["deadline_met"], (doc["finish_s"], doc["instances"], doc["measured"])
-    assert doc["preemptions"] >= 1 and {i["market"] for i in doc["instances"]} == {"spot", "on-demand"}, \
-        (doc["instances"], doc["measured"])
+    # spot, then on-demand: by the reclaim at 4 h, or by a move before it where the controller's margin
+    # (a slow machine's spread of step times) said the slack was gone
+    assert doc["preemptions"] + doc["moves"] >= 1, (doc["instances"], doc["measured"])
+    markets = [i["market"] for i in doc["instances"]]
+    assert markets[0] == "spot" and markets[-1] == "on-demand", markets
     assert abs(doc["error"]["cost_rel"]) <= 0.05, (doc["cost"], doc["predicted"], doc["measured"])
     # The replay and the run can part at a decision on a policy's edge (at 600x a wall second of start-up
     # is 10 min of trace): a short spot start taken in one and not the other. Where they took the same
