@@ -1,22 +1,27 @@
-"""Which local drill (window, steps, deadline) the suite can rely on whatever this machine's speed.
+"""Which drill (window, steps, deadline) the suite can rely on whatever this machine's speed.
 
-The drill test (tests/test_control.py) asserts that the job is reclaimed at least once, runs on both
+The drill tests (tests/test_control.py) assert that the job is reclaimed at least once, runs on both
 markets and meets its deadline. Whether that happens depends on how fast the machine runs the tiny job:
 a faster one finishes before the first reclaim, a slower one goes on-demand from the start, a much
-slower one cannot meet the deadline at all. This replays the drill in the simulator (both policies, the
-drill's figures at 600x: a checkpoint every 2 s of training, 0.05 s saves, a 10 min notice, a 2.5 s
-exit) at several step times, and prints the windows where the assertions hold at every `--fast` step
-time and the deadline at the `--slow` one, with the latest finish in wall seconds.
+slower one cannot meet the deadline at all. This replays a drill in the simulator at several step
+times, and prints the windows where the assertions hold at every `--fast` step time and the deadline
+at the `--slow` one, with the latest finish in wall seconds. Two rigs, as the tests run them:
 
-    python3 scripts/drill_config.py --steps 6000 --deadline 14h [--windows 0-99]
+- local: 600x, both policies, a checkpoint every 2 s of training, 0.05 s saves, a 10 min notice,
+  a 2.5 s exit. The suite's choice (window 6, 6,000 steps, 14 h) is one of
+      python3 scripts/drill_config.py --steps 6000 --deadline 14h [--windows 0-99]
+- slurm: 300x, greedy, the one-host Slurm's 10 s GraceTime (50 min of trace), a 3 s exit (the
+  scheduler's poll and the job's teardown), saves as the local rig's. Its choice is one of
+      python3 scripts/drill_config.py --rig slurm --steps 12000 --deadline 11h --fast 4.0,4.9,6.7 --slow 8.5
 
-The suite's choice (window 6, 6,000 steps, 14 h) is one of these; `--show 6` prints its trials.
+`--show WINDOW` prints that window's trials.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,15 +34,26 @@ from costsim.sim.trial import TrialOutcome, run_trial  # noqa: E402
 from costsim.units import parse_duration_s  # noqa: E402
 from tests.policy_grid import PRICES, windows  # noqa: E402
 
-SCALE = 600.0
-START_PER_STEP_MS = 1.5   # wall seconds of a start per ms of step time: 7 s at 4.7 ms, measured here
-POLICIES = ("greedy", "uniform-progress")
+START_PER_STEP_MS = 1.5   # wall seconds of a start per ms of step time: 7 s at 4.7 ms (local), 7.3 s at 4.9 (slurm)
 
 
-def trial(trace, steps: int, deadline_s: float, step_ms: float, policy: str) -> TrialOutcome:
-    params = JobParams(work_s=steps * step_ms / 1e3 * SCALE, deadline_s=deadline_s, checkpoint_interval_s=2.0 * SCALE,
-                       checkpoint_s=0.05 * SCALE, changeover_s=START_PER_STEP_MS * step_ms * SCALE, notice_s=600.0,
-                       release_s=2.5 * SCALE, horizon_s=4 * deadline_s)
+@dataclass(frozen=True)
+class Rig:
+    scale: float          # trace seconds per wall second
+    notice_s: float       # trace seconds from the reclaim's notice to the loss
+    release_s: float      # wall seconds from the decision to stop to the instance's release
+    policies: tuple[str, ...]
+
+
+RIGS = {"local": Rig(scale=600.0, notice_s=600.0, release_s=2.5, policies=("greedy", "uniform-progress")),
+        "slurm": Rig(scale=300.0, notice_s=10.0 * 300.0, release_s=3.0, policies=("greedy",))}
+
+
+def trial(rig: Rig, trace, steps: int, deadline_s: float, step_ms: float, policy: str) -> TrialOutcome:
+    scale = rig.scale
+    params = JobParams(work_s=steps * step_ms / 1e3 * scale, deadline_s=deadline_s, checkpoint_interval_s=2.0 * scale,
+                       checkpoint_s=0.05 * scale, changeover_s=START_PER_STEP_MS * step_ms * scale,
+                       notice_s=rig.notice_s, release_s=rig.release_s * scale, horizon_s=4 * deadline_s)
     return run_trial(params, policies.get(policy), TraceTimeline(*trace), PRICES)
 
 
@@ -48,6 +64,7 @@ def holds(outcome: TrialOutcome) -> bool:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rig", choices=sorted(RIGS), default="local", help="the drill's figures (see above)")
     parser.add_argument("--steps", type=int, default=6000)
     parser.add_argument("--deadline", default="14h")
     parser.add_argument("--windows", default="0-99")
@@ -58,10 +75,11 @@ def main() -> None:
     deadline_s = parse_duration_s(args.deadline, source="--deadline", field="deadline")
     traces = windows()
     fast = [float(x) for x in args.fast.split(",")]
+    rig = RIGS[args.rig]
     if args.show is not None:
         for step_ms in fast + [args.slow]:
-            for policy in POLICIES:
-                o = trial(traces[args.show], args.steps, deadline_s, step_ms, policy)
+            for policy in rig.policies:
+                o = trial(rig, traces[args.show], args.steps, deadline_s, step_ms, policy)
                 stints = ", ".join(f"{s.market} {s.start_s / 3600:.2f}-{s.end_s / 3600:.2f} h" for s in o.record.stints)
                 print(f"{step_ms:4.1f} ms {policy:17s} finish {o.makespan_s / 3600:5.2f} h  preemptions "
                       f"{o.preemptions}  {stints}")
@@ -69,10 +87,10 @@ def main() -> None:
     low, _, high = args.windows.partition("-")
     found = []
     for w in range(int(low), int(high or low) + 1):
-        outcomes = [trial(traces[w], args.steps, deadline_s, ms, p) for ms in fast for p in POLICIES]
-        slow = [trial(traces[w], args.steps, deadline_s, args.slow, p) for p in POLICIES]
+        outcomes = [trial(rig, traces[w], args.steps, deadline_s, ms, p) for ms in fast for p in rig.policies]
+        slow = [trial(rig, traces[w], args.steps, deadline_s, args.slow, p) for p in rig.policies]
         if all(map(holds, outcomes)) and all(o.met_deadline for o in slow):
-            found.append((w, max(o.makespan_s for o in outcomes) / SCALE))
+            found.append((w, max(o.makespan_s for o in outcomes) / rig.scale))
     print(f"{len(found)} windows hold at {args.fast} ms (and meet the deadline at {args.slow} ms):")
     for w, wall_s in found:
         print(f"  window {w:4d}  latest finish {wall_s:5.0f} s of wall time")
