@@ -7,7 +7,9 @@
   leaves a temporary folder that is never loaded (and is cleaned at the next start).
 - Async mode: the training stall is the staging copy to host memory (runner.staging: buffers pinned
   and allocated once, in the background); a background thread writes that copy with DCP, and the
-  next save waits for the previous one.
+  next save waits for the previous one. A blocking save (the spot notice's, the final one) also goes
+  through those buffers once they are allocated: one pinned copy, then DCP's writer threads write
+  from host memory, instead of DCP copying each tensor off the GPU into pageable memory as it writes.
 - Each rank stages, writes and reads only its share of the replicated state (runner.ownership); after
   a load each large tensor is broadcast from the rank that read it. The files are read by a pool of
   threads (runner.checkpoint_reader).
@@ -197,18 +199,24 @@ class Checkpointer:
         return owned, ownership.view(state, owned, self.rank)
 
     # -- save -----------------------------------------------------------------------------------
-    def save(self, step: int, state: dict, *, blocking: bool = False, reason: str = "interval") -> None:
+    def save(self, step: int, state: dict, *, blocking: bool = False, reason: str = "interval",
+             stage: bool = True) -> None:
         """Checkpoint `state` as step `step`; blocking (sync) or behind a staging stall (async). Room for
-        it is made first (costsim `keep`: the oldest go, never the newest complete one), else DiskFullError."""
+        it is made first (costsim `keep`: the oldest go, never the newest complete one), else DiskFullError.
+        A blocking save writes from the host staging buffers when they are allocated (async mode) and
+        `stage` is true; stage=False writes from the device tensors (the benchmark's baseline)."""
         self.wait()
         self.make_room(self.checkpoint_bytes(), f"checkpoint step-{step}")
         tmp = layout.partial_folder(self.root, step)
         started = time.perf_counter()
         state = self._share(state)[1]
-        if self._stager is not None and not blocking:   # async mode
-            staged = self._stager.stage(state)
+        staged = self._stager is not None and (not blocking or (stage and self._stager.ready()))
+        if staged:
+            assert self._stager is not None
+            state = self._stager.stage(state)   # one copy into the pinned buffers
+        if staged and not blocking:   # async mode: training goes on while a thread writes the copy
             stall_s = time.perf_counter() - started
-            self._worker = threading.Thread(target=self._complete, args=(staged, step, tmp, started, stall_s, reason),
+            self._worker = threading.Thread(target=self._complete, args=(state, step, tmp, started, stall_s, reason),
                                             name=f"checkpoint-{step}", daemon=True)
             self._worker.start()
         else:
@@ -217,7 +225,11 @@ class Checkpointer:
             except BaseException as exc:
                 raise self._failed_save(exc, step, tmp) from exc
             stall_s = time.perf_counter() - started
-            self._finish(step, tmp, started, stall_s, reason)
+            self._finish(step, tmp, started, stall_s, reason, staged=staged)
+
+    def set_write_threads(self, count: int) -> None:
+        """How many files each rank writes in parallel (DCP's writer threads; WRITE_THREADS by default)."""
+        self._writer.thread_count = max(1, int(count))
 
     def checkpoint_bytes(self) -> int:
         """What the next save will take: the newest complete checkpoint's size, else the plan's estimate."""
@@ -272,14 +284,16 @@ class Checkpointer:
     def _complete(self, staged, step, tmp, started, stall_s, reason) -> None:
         try:
             dcp.save(staged, checkpoint_id=str(tmp), storage_writer=self._writer, process_group=self._group)
-            self._finish(step, tmp, started, stall_s, reason)
+            self._finish(step, tmp, started, stall_s, reason, staged=True)
         except BaseException as exc:  # surfaced by wait() in the training thread
             self._error = self._failed_save(exc, step, tmp)
 
-    def _finish(self, step: int, tmp: Path, started: float, stall_s: float, reason: str) -> None:
-        upload_s = None
+    def _finish(self, step: int, tmp: Path, started: float, stall_s: float, reason: str, *, staged: bool) -> None:
+        upload_s = commit_s = None
         if self.rank == 0:
+            committing = time.perf_counter()
             self._commit(step, tmp)
+            commit_s = time.perf_counter() - committing
             if self.store is not None:   # complete in the store only once its manifest is there (uploaded last)
                 uploading = time.perf_counter()
                 self.store.upload(self.folder(step), step)
@@ -290,7 +304,8 @@ class Checkpointer:
         self.on_event("checkpoint_save", step=step, duration_s=time.perf_counter() - started, stall_s=stall_s,
                       bytes=_folder_bytes(self.folder(step)) if self.rank == 0 else None,
                       mode="async" if self.async_mode and reason == "interval" else "sync", reason=reason,
-                      upload_s=upload_s, location=self.store.url if self.store is not None else None)
+                      upload_s=upload_s, location=self.store.url if self.store is not None else None,
+                      staged=staged, commit_s=commit_s, write_threads=self._writer.thread_count)
 
     def _commit(self, step: int, tmp: Path) -> None:
         paths = [p for p in sorted(tmp.iterdir()) if p.is_file()]

@@ -63,6 +63,11 @@ class HostStager:
         except BaseException as exc:   # re-raised by wait_allocated()
             self._error = exc
 
+    def ready(self) -> bool:
+        """Whether buffers are allocated (without waiting for a background allocation still running)."""
+        return self._buffers is not None and (self._thread is None or not self._thread.is_alive()) \
+            and self._error is None
+
     def stage(self, state: dict) -> dict:
         """A host copy of `state` in the (reused) buffers; returns once the copy is complete."""
         if self._thread is None and self._buffers is None:

@@ -5,11 +5,17 @@ optimizer state then exists and the host staging buffers start allocating in the
   1. the time the background allocation of the (pinned) host buffers took,
   2. an async save: the training stall (the device-to-host copy) and its background write,
   3. a synchronous save of the same state (timed after the async write has finished),
-  4. (--load) loading the newest checkpoint back.
+  4. (--load) loading the newest checkpoint back,
+  5. (--notice THREADS,...) the spot notice's blocking save, side by side: from the device tensors (DCP's
+     own copy, the runner before 2026-12-01) and from the pinned staging buffers, at each writer thread
+     count, each checkpoint removed after it is timed (one at a time fits a 64 GiB disk), printed as
+     ratios to the first; then the disk's own bound: the staged bytes written raw by as many threads
+     (os.write + fsync, no serialisation).
 Each figure is printed as soon as it is measured (a JSON line), so a run cut short still reports.
 
 Usage (GPU machine): python3 scripts/bench_checkpoint.py --workload sdxl --batch 8 --dir /tmp/ckpt-bench
-On CPU, for trying it: python3 scripts/bench_checkpoint.py --workload tiny --batch 8 --load
+                     python3 scripts/bench_checkpoint.py --workload sdxl --batch 8 --notice 4,16 --dir /tmp/b
+On CPU, for trying it: python3 scripts/bench_checkpoint.py --workload tiny --batch 8 --load --notice 1,4
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ def main() -> None:
     parser.add_argument("--dir", help="run folder (default: a new temporary folder); the storage measured")
     parser.add_argument("--load", action="store_true", help="also time loading the checkpoint back")
     parser.add_argument("--option", action="append", default=[])
+    parser.add_argument("--notice", help="writer thread counts for the blocking-save comparison, e.g. 4,16")
     args = parser.parse_args()
 
     import torch
@@ -81,8 +88,78 @@ def main() -> None:
         trainer.checkpointer.load(trainer.step + 1, trainer.state())
         load = [e for e in read_events(folder / "run") if e["event"] == "checkpoint_load"][-1]
         say(figure="load", load_s=load["duration_s"])
+    if args.notice:
+        notice_saves(trainer, folder / "run", [int(n) for n in args.notice.split(",")])
     trainer.close()
     dist.destroy_process_group()
+
+
+def notice_saves(trainer, run: Path, thread_counts: list[int]) -> None:
+    """Blocking saves of the same state from the device tensors and from the staging buffers, at each
+    writer thread count, then the raw write bound; every figure also as a ratio to the first save."""
+    import shutil
+
+    from costsim.contract.telemetry import read_events
+    checkpointer, step, first = trainer.checkpointer, trainer.step + 10, None
+    for threads in thread_counts:
+        checkpointer.set_write_threads(threads)
+        for stage in (False, True):
+            for old in checkpointer.steps():          # room for one more on a small disk
+                shutil.rmtree(checkpointer.folder(old), ignore_errors=True)
+            step += 1
+            checkpointer.save(step, trainer.state(), blocking=True, reason="notice", stage=stage)
+            save = [e for e in read_events(run) if e["event"] == "checkpoint_save"][-1]
+            first = first or save["duration_s"]
+            say(figure="notice_save", staged=save["staged"], write_threads=threads, save_s=save["duration_s"],
+                commit_s=save["commit_s"], bytes=save["bytes"], ratio_to_first=save["duration_s"] / first)
+    for old in checkpointer.steps():
+        shutil.rmtree(checkpointer.folder(old), ignore_errors=True)
+    tensors = [t for t in _tensors(checkpointer._stager.stage(checkpointer._share(trainer.state())[1]))]
+    for threads in sorted(set(thread_counts)):
+        seconds, total = raw_write(run / "raw", tensors, threads)
+        say(figure="raw_write", write_threads=threads, seconds=seconds, gb_per_s=total / seconds / 1e9,
+            ratio_to_first=seconds / first)
+
+
+def _tensors(value):
+    import torch
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _tensors(v)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _tensors(v)
+
+
+def raw_write(folder: Path, tensors, threads: int) -> tuple[float, int]:
+    """Write the host tensors' bytes into `threads` files in parallel, fsync each; (seconds, bytes)."""
+    import shutil
+    import threading
+
+    import torch
+    folder.mkdir(parents=True, exist_ok=True)
+    bins: list[list] = [[] for _ in range(threads)]
+    for t in sorted(tensors, key=lambda t: -t.numel() * t.element_size()):
+        min(bins, key=lambda b: sum(x.numel() * x.element_size() for x in b)).append(t)
+
+    def write(i: int) -> None:
+        with open(folder / f"raw-{i}", "wb") as handle:
+            for t in bins[i]:
+                handle.write(memoryview(t.contiguous().reshape(-1).view(torch.uint8).numpy()))
+            handle.flush()
+            os.fsync(handle.fileno())
+
+    started = time.perf_counter()
+    workers = [threading.Thread(target=write, args=(i,)) for i in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    seconds = time.perf_counter() - started
+    shutil.rmtree(folder, ignore_errors=True)
+    return seconds, sum(t.numel() * t.element_size() for t in tensors)
 
 
 if __name__ == "__main__":

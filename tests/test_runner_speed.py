@@ -163,3 +163,28 @@ def test_worker_env_sets_the_allocator_and_compile_cache_but_a_users_own_values_
     assert speed.worker_env(Runtime(expandable_segments=True, compile="blocks"), tmp_path, dict(mine)) == {
         **mine, "TORCHINDUCTOR_FX_GRAPH_CACHE": "1", "TORCHINDUCTOR_AUTOGRAD_CACHE": "1"}
     assert speed.worker_env(Runtime(), tmp_path, {}) == {}
+
+
+def test_a_blocking_save_writes_the_staged_copy_once_the_buffers_exist(tmp_path):
+    """The notice's save in async mode: written from the tensors while the staging buffers are still
+    being allocated (it does not wait for them), from the staged copy once they exist; both load back
+    to the state as it was at the save."""
+    from runner.checkpoint import Checkpointer
+    saves = []
+    checkpointer = Checkpointer(tmp_path, keep=3, async_mode=True, rank=0, warn=print,
+                                on_event=lambda name, **f: saves.append(f) if name == "checkpoint_save" else None)
+    assert checkpointer.agree_on_step() == 0    # as the trainer does first: nothing to resume (and no stale folder)
+    state = {"model": {"w": torch.arange(4.0)}, "progress": {"step": 1}}
+    checkpointer.save(1, state, blocking=True, reason="notice")
+    checkpointer.prepare(state)
+    checkpointer.wait_staging()
+    state["model"]["w"].add_(10)
+    checkpointer.save(2, state, blocking=True, reason="notice")
+    checkpointer.save(3, state, blocking=True, reason="final", stage=False)
+    assert [(s["step"], s["staged"], s["mode"]) for s in saves] == [(1, False, "sync"), (2, True, "sync"),
+                                                                    (3, False, "sync")]
+    for step, expected in ((1, [0, 1, 2, 3]), (2, [10, 11, 12, 13])):
+        loaded = {"model": {"w": torch.zeros(4)}, "progress": {"step": 0}}
+        checkpointer.load(step, loaded)
+        assert loaded["model"]["w"].tolist() == expected and loaded["progress"]["step"] == 1
+    checkpointer.close()
