@@ -28,10 +28,11 @@ fi
 [ "$PART" = bench ] && exit 0
 python3 -m costsim plan --workload sdxl --gpu H200 --out /tmp/plan.json > "$OUT/plan.txt" 2>&1
 echo "plan exit $?"
-notice() {   # $1 step, $2 log: SIGTERM to runner execute once step $1 is done (as a spot agent would)
+notice() {   # $1 step (even: progress events come every 2 steps), $2 log: SIGTERM to runner execute once
+            # step $1 is done (as a spot agent would)
   python3 -m runner execute /tmp/plan.json --run-dir /tmp/run --steps "$STEPS" > "$OUT/$2" 2>&1 &
   local pid=$! sent=""
-  for _ in $(seq 400); do
+  for _ in $(seq 1000); do
     if [ -z "$sent" ] && grep -q "\"event\":\"step\",\"step\":$1," /tmp/run/telemetry.jsonl 2>/dev/null; then
       sent=$(date +%s.%N); kill -TERM $pid
     fi
