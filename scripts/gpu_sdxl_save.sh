@@ -33,7 +33,7 @@ notice() {   # $1 step (even: progress events come every 2 steps), $2 log: SIGTE
   python3 -m runner execute /tmp/plan.json --run-dir /tmp/run --steps "$STEPS" > "$OUT/$2" 2>&1 &
   local pid=$! sent=""
   for _ in $(seq 1000); do
-    if [ -z "$sent" ] && grep -q "\"event\":\"step\",\"step\":$1," /tmp/run/telemetry.jsonl 2>/dev/null; then
+    if [ -z "$sent" ] && grep -q "\"event\":\"progress\",\"step\":$1," /tmp/run/telemetry.jsonl 2>/dev/null; then
       sent=$(date +%s.%N); kill -TERM $pid
     fi
     kill -0 $pid 2>/dev/null || break
