@@ -15,14 +15,16 @@ import threading
 import torch
 
 
-def _allocate(value):
+def _allocate(value, pin: bool):
     """Host tensors shaped like `value`'s (sizes and dtypes are fixed: reading them from another thread is safe)."""
     if isinstance(value, torch.Tensor):
-        return torch.empty(value.size(), dtype=value.dtype, device="cpu", pin_memory=value.device.type == "cuda")
+        if pin and value.device.type == "cuda":
+            return torch.empty(value.size(), dtype=value.dtype, device="cpu", pin_memory=True)
+        return torch.zeros(value.size(), dtype=value.dtype, device="cpu")   # touched here, not at the first copy
     if isinstance(value, dict):
-        return {k: _allocate(v) for k, v in value.items()}
+        return {k: _allocate(v, pin) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return type(value)(_allocate(v) for v in value)
+        return type(value)(_allocate(v, pin) for v in value)
     return None
 
 
@@ -44,7 +46,8 @@ def _copy(value, buffer):
 class HostStager:
     """Host buffers for one training state's structure, allocated in the background, reused."""
 
-    def __init__(self):
+    def __init__(self, pin: bool = True):
+        self.pin = pin          # page-locked buffers on GPUs (pageable ones: bench_checkpoint.py --staging)
         self._buffers = None
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
@@ -59,7 +62,7 @@ class HostStager:
 
     def _allocate_in_background(self, state) -> None:
         try:
-            self._buffers = _allocate(state)
+            self._buffers = _allocate(state, self.pin)
         except BaseException as exc:   # re-raised by wait_allocated()
             self._error = exc
 
@@ -71,7 +74,7 @@ class HostStager:
     def stage(self, state: dict) -> dict:
         """A host copy of `state` in the (reused) buffers; returns once the copy is complete."""
         if self._thread is None and self._buffers is None:
-            self._buffers = _allocate(state)
+            self._buffers = _allocate(state, self.pin)
         self.wait_allocated()
         staged = _copy(state, self._buffers)
         if torch.cuda.is_available():

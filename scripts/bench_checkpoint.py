@@ -15,6 +15,7 @@ Each figure is printed as soon as it is measured (a JSON line), so a run cut sho
 
 Usage (GPU machine): python3 scripts/bench_checkpoint.py --workload sdxl --batch 8 --dir /tmp/ckpt-bench
                      python3 scripts/bench_checkpoint.py --workload sdxl --batch 8 --notice 4,16 --dir /tmp/b
+                     python3 scripts/bench_checkpoint.py --workload sdxl --batch 8 --steps 8 --staging pageable
 On CPU, for trying it: python3 scripts/bench_checkpoint.py --workload tiny --batch 8 --load --notice 1,4
 """
 
@@ -45,6 +46,10 @@ def main() -> None:
     parser.add_argument("--load", action="store_true", help="also time loading the checkpoint back")
     parser.add_argument("--option", action="append", default=[])
     parser.add_argument("--notice", help="writer thread counts for the blocking-save comparison, e.g. 4,16")
+    parser.add_argument("--steps", type=int, default=2, help="training steps before the saves (each one's time printed)")
+    parser.add_argument("--staging", choices=("pinned", "pageable"), default="pinned",
+                        help="the host staging buffers: page-locked (the runner's) or pageable")
+    parser.add_argument("--skip-sync", action="store_true", help="leave out the synchronous save (3.)")
     args = parser.parse_args()
 
     import torch
@@ -64,7 +69,7 @@ def main() -> None:
     synthetic = synthetic_plan(workload, cio.load_profile(workload.profile), "H200" if cuda else "cpu", 1, args.batch)
     synthetic = replace(synthetic, checkpoint=replace(synthetic.checkpoint, async_=True, keep=3))
     options = dict(o.split("=", 1) for o in args.option)
-    plan = effective_plan(synthetic, runtime=Runtime(), steps=2, options=options, final_save=False).write(
+    plan = effective_plan(synthetic, runtime=Runtime(), steps=args.steps, options=options, final_save=False).write(
         folder / "plan.json")
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29533", RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
     if cuda:
@@ -72,18 +77,25 @@ def main() -> None:
     dist.init_process_group(backend="cpu:gloo,cuda:nccl" if cuda else "gloo")
     worker = train.parse(["--plan", str(plan), "--run-dir", str(folder / "run"), "--run-id", "ckpt-bench"])
     trainer = train.Trainer(worker, load_run_spec(plan), 0, 1, 0)
+    if args.staging == "pageable":
+        from runner.staging import HostStager
+        trainer.checkpointer._stager = HostStager(pin=False)
     prepared = time.perf_counter()
-    trainer.train()                               # two steps; staging buffers start allocating after the first
+    trainer.train()                               # staging buffers start allocating after the first step
     trainer.checkpointer.wait_staging()
-    say(figure="staging_alloc_done_after_s", value=time.perf_counter() - prepared,
+    say(figure="staging_alloc_done_after_s", value=time.perf_counter() - prepared, staging=args.staging,
         note="from the start of training; the allocation runs beside the steps")
+    say(figure="step_times_s", staging=args.staging,
+        values=[round(e["step_time_s"], 3) for e in read_events(folder / "run") if e["event"] == "step"])
     trainer.checkpointer.save(trainer.step, trainer.state())
     trainer.checkpointer.wait()
     save = [e for e in read_events(folder / "run") if e["event"] == "checkpoint_save"][-1]
-    say(figure="async", stall_s=save["stall_s"], write_s=save["duration_s"], bytes=save.get("bytes"))
-    trainer.checkpointer.save(trainer.step + 1, trainer.state(), blocking=True, reason="final")
-    save = [e for e in read_events(folder / "run") if e["event"] == "checkpoint_save"][-1]
-    say(figure="sync", save_s=save["duration_s"], bytes=save.get("bytes"))
+    say(figure="async", staging=args.staging, stall_s=save["stall_s"], write_s=save["duration_s"],
+        bytes=save.get("bytes"))
+    if not args.skip_sync:
+        trainer.checkpointer.save(trainer.step + 1, trainer.state(), blocking=True, reason="final")
+        save = [e for e in read_events(folder / "run") if e["event"] == "checkpoint_save"][-1]
+        say(figure="sync", save_s=save["duration_s"], bytes=save.get("bytes"))
     if args.load:
         trainer.checkpointer.load(trainer.step + 1, trainer.state())
         load = [e for e in read_events(folder / "run") if e["event"] == "checkpoint_load"][-1]
