@@ -1,11 +1,15 @@
 """Host staging for asynchronous checkpoints: the training stall is one device-to-host copy.
 
-The host buffers (pinned, on GPUs) are allocated once, by a background thread started right after
-the first training step, when the optimizer's state exists. Pinning SDXL's state takes tens of
-seconds (data/measurements/2026-11-29-h200-sdxl-speed); done inside the first save, as PyTorch's own
-`async_save` staging does, it is a training stall of that length after every restart. Each save then
-copies the state into the same buffers (non-blocking, one synchronisation) and hands the host copy
-to the background writer, so training may change the device tensors while the write goes on.
+The host buffers are allocated once, by a background thread started right after the first training
+step, when the optimizer's state exists, and touched there (zeroed), so that the first copy does not
+fault its pages in. They are pageable: page-locked (pinned) buffers make each copy faster (SDXL's
+30.8 GB: a 0.58 s stall against 2.59 s), but pinning them, even from a background thread, held the
+GPU's work up: the step beside it took 35.7 s instead of 0.52, after every start of the process
+(pageable: 0.68 s; data/measurements/2026-12-01-h200-save). Done inside the first save, as PyTorch's
+own `async_save` staging does, it would be a stall of that length at that save. Each save copies the
+state into the same buffers (one synchronisation) and hands the host copy to the background writer,
+so training may change the device tensors while the write goes on. `HostStager(pin=True)` is kept for
+the benchmark (scripts/bench_checkpoint.py --staging pinned).
 """
 
 from __future__ import annotations
@@ -46,8 +50,8 @@ def _copy(value, buffer):
 class HostStager:
     """Host buffers for one training state's structure, allocated in the background, reused."""
 
-    def __init__(self, pin: bool = True):
-        self.pin = pin          # page-locked buffers on GPUs (pageable ones: bench_checkpoint.py --staging)
+    def __init__(self, pin: bool = False):
+        self.pin = pin          # page-locked buffers on GPUs: faster copies, a long stall to allocate (above)
         self._buffers = None
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None

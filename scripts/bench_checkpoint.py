@@ -7,7 +7,7 @@ optimizer state then exists and the host staging buffers start allocating in the
   3. a synchronous save of the same state (timed after the async write has finished),
   4. (--load) loading the newest checkpoint back,
   5. (--notice THREADS,...) the spot notice's blocking save, side by side: from the device tensors (DCP's
-     own copy, the runner before 2026-12-01) and from the pinned staging buffers, at each writer thread
+     own copy, the runner before 2026-12-01) and from the staging buffers (--staging), at each writer thread
      count, each checkpoint removed after it is timed (one at a time fits a 64 GiB disk), printed as
      ratios to the first; then the disk's own bound: the staged bytes written raw by as many threads
      (os.write + fsync, no serialisation).
@@ -15,7 +15,7 @@ Each figure is printed as soon as it is measured (a JSON line), so a run cut sho
 
 Usage (GPU machine): python3 scripts/bench_checkpoint.py --workload sdxl --batch 8 --dir /tmp/ckpt-bench
                      python3 scripts/bench_checkpoint.py --workload sdxl --batch 8 --notice 4,16 --dir /tmp/b
-                     python3 scripts/bench_checkpoint.py --workload sdxl --batch 8 --steps 8 --staging pageable
+                     python3 scripts/bench_checkpoint.py --workload sdxl --batch 8 --steps 8 --staging pinned
 On CPU, for trying it: python3 scripts/bench_checkpoint.py --workload tiny --batch 8 --load --notice 1,4
 """
 
@@ -47,8 +47,8 @@ def main() -> None:
     parser.add_argument("--option", action="append", default=[])
     parser.add_argument("--notice", help="writer thread counts for the blocking-save comparison, e.g. 4,16")
     parser.add_argument("--steps", type=int, default=2, help="training steps before the saves (each one's time printed)")
-    parser.add_argument("--staging", choices=("pinned", "pageable"), default="pinned",
-                        help="the host staging buffers: page-locked (the runner's) or pageable")
+    parser.add_argument("--staging", choices=("pinned", "pageable"), default="pageable",
+                        help="the host staging buffers: pageable (the runner's) or page-locked")
     parser.add_argument("--skip-sync", action="store_true", help="leave out the synchronous save (3.)")
     args = parser.parse_args()
 
@@ -77,9 +77,9 @@ def main() -> None:
     dist.init_process_group(backend="cpu:gloo,cuda:nccl" if cuda else "gloo")
     worker = train.parse(["--plan", str(plan), "--run-dir", str(folder / "run"), "--run-id", "ckpt-bench"])
     trainer = train.Trainer(worker, load_run_spec(plan), 0, 1, 0)
-    if args.staging == "pageable":
+    if args.staging == "pinned":
         from runner.staging import HostStager
-        trainer.checkpointer._stager = HostStager(pin=False)
+        trainer.checkpointer._stager = HostStager(pin=True)
     prepared = time.perf_counter()
     trainer.train()                               # staging buffers start allocating after the first step
     trainer.checkpointer.wait_staging()

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU machine (device tool): the spot notice's save of the flagship state (30.8 GB), side by side.
 #   1. scripts/bench_checkpoint.py --notice: the blocking save from the device tensors (the runner before
-#      2026-12-01) and from the pinned staging buffers, at 4 and 16 writer threads, then the disk's raw
+#      2026-12-01) and from the host staging buffers, at 4 and 16 writer threads, then the disk's raw
 #      write bound at the same thread counts; every figure as a ratio to the first.
 #   2. The shipped plan as written: `costsim plan --workload sdxl --gpu H200`, then `runner execute
 #      plan.json --steps STEPS`, SIGTERM to `runner execute` once step NOTICE is done: the notice-to-exit
