@@ -39,9 +39,11 @@ EVENT_FIELDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "progress": ("worker, rank 0, periodically", ("step", "loss_rank0", *MEMORY_FIELDS)),
     "validation": ("worker: the unweighted noise-prediction error on held-out data", ("step", "loss", "samples",
                                                                                        "duration_s")),
-    "checkpoint_save": ("worker; mode sync|async; reason " + "|".join(SAVE_REASONS) + "; with an object store, "
+    "checkpoint_save": ("worker; mode sync|async; reason " + "|".join(SAVE_REASONS) + "; staged: written from the "
+                        "host staging buffers; commit_s: rank 0's manifest and rename; with an object store, "
                         "the upload's time and the store's URL", ("step", "duration_s", "stall_s", "bytes", "mode",
-                                                                    "reason", "upload_s", "location")),
+                                                                    "reason", "upload_s", "location", "staged",
+                                                                    "commit_s", "write_threads")),
     "checkpoint_fetch": ("worker, rank 0: a checkpoint fetched from the object store into the local folder",
                          ("step", "duration_s", "bytes", "location")),
     "checkpoint_load": ("worker", ("step", "duration_s", "read_s", "bytes", "owned_bytes")),
