@@ -2,7 +2,7 @@
 
 One process, world size 1: build the workload through the runner's Trainer, train two steps (the
 optimizer state then exists and the host staging buffers start allocating in the background), then
-  1. the time the background allocation of the (pinned) host buffers took,
+  1. the time the background allocation of the host staging buffers took (--staging: pageable or pinned),
   2. an async save: the training stall (the device-to-host copy) and its background write,
   3. a synchronous save of the same state (timed after the async write has finished),
   4. (--load) loading the newest checkpoint back,

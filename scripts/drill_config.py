@@ -12,7 +12,7 @@ at the `--slow` one, with the latest finish in wall seconds. Two rigs, as the te
       python3 scripts/drill_config.py --steps 6000 --deadline 14h [--windows 0-99]
 - slurm: 300x, greedy, the one-host Slurm's 10 s GraceTime (50 min of trace), a 3 s exit (the
   scheduler's poll and the job's teardown), saves as the local rig's. Its choice is one of
-      python3 scripts/drill_config.py --rig slurm --steps 12000 --deadline 11h --fast 4.0,4.9,6.7 --slow 8.5
+      python3 scripts/drill_config.py --rig slurm --steps 10000 --deadline 11h --fast 4.0,4.9,6.7 --slow 9
 
 `--show WINDOW` prints that window's trials.
 """
