@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -11,7 +12,6 @@ import click
 from costsim import io, report
 from costsim.catalog import SENSITIVITY_ENDS, find_offering, offerings_for, with_spot_models
 from costsim.cliparams import DURATION, DURATION_OR_ZERO, POSITIVE
-from costsim.contract.plan import Plan
 from costsim.contract.telemetry import TELEMETRY
 from costsim.entry import run
 from costsim.errors import InputError, ModelError
@@ -561,18 +561,31 @@ def _pct(value) -> str:
 @click.argument("plan", type=click.Path(dir_okay=False))
 @click.option("--to", "target", type=click.Choice(["skypilot", "slurm"]), required=True)
 @click.option("--out", type=click.Path(dir_okay=False), help="write here instead of stdout")
-@click.option("--bucket", help="SkyPilot: an existing bucket for checkpoints, e.g. s3://my-ckpts (default: a new one)")
+@click.option("--bucket", help="SkyPilot: an existing bucket for run folders and checkpoints, with its scheme, e.g. "
+              "s3://my-ckpts (default: a new one; with an s3:// checkpoint location in the plan: none, run folders "
+              "on the node)")
+@click.option("--workdir", type=click.Path(file_okay=False, exists=True), help="SkyPilot: the costsim repository "
+              "the nodes install from (default: the one this costsim runs from)")
 @click.option("--shared-dir", default="$HOME/costsim-runs", show_default=True,
               help="Slurm: a folder every node sees, for run folders and checkpoints")
-def export_command(plan, target, out, bucket, shared_dir):
+@click.option("--time-limit", type=DURATION, help="Slurm: each run's time limit (default: the shorter of the "
+              "plan's deadline and its P90 finish x 1.25 + 30 min)")
+def export_command(plan, target, out, bucket, workdir, shared_dir, time_limit):
     """Export a plan as a SkyPilot task YAML or a Slurm batch script that runs `runner execute`.
+
+    The SkyPilot task uploads the plan (and any workload option that names a local file) as file
+    mounts; an s3:// checkpoint location brings the store extra, AWS_ENDPOINT_URL and AWS_REGION from
+    this environment, and the keys as secrets given at launch. The Slurm script names the plan by
+    its absolute path (the nodes read it through the shared filesystem).
 
     Example: costsim export plan.json --to slurm --out job.sbatch
     """
-    from costsim.export import skypilot_task, slurm_script
-    doc = Plan.read(plan)
-    text = (skypilot_task(doc, plan_file=Path(plan).name, bucket=bucket, task_file=out) if target == "skypilot"
-            else slurm_script(doc, plan_file=Path(plan).name, shared_dir=shared_dir))
+    from costsim.export import PlanFile, skypilot_task, slurm_script, workdir_of
+    source = PlanFile.read(plan)
+    if target == "skypilot":
+        text = skypilot_task(source, workdir=workdir_of(workdir), bucket=bucket, store_env=os.environ, task_file=out)
+    else:
+        text = slurm_script(source, shared_dir=shared_dir, time_limit=time_limit)
     if out:
         io.write_atomic(out, text)
         click.echo(f"wrote {out}", err=True)
