@@ -202,3 +202,29 @@ def test_slurm_accounting_is_read_back(run_cli, tmp_path):
                   "--format", "json").json()
     assert doc["history"]["jobs"] == 6 and doc["jobs"] == 6
     print(json.dumps(doc["history"]), file=sys.stderr)
+
+
+def test_a_spreadsheets_csv_utf8_with_a_byte_order_mark_is_read(tmp_path):
+    """Excel's and LibreOffice's "CSV UTF-8" start the file with U+FEFF; the header is job_id all the same."""
+    path = tmp_path / "jobs.csv"
+    path.write_bytes("job_id,submit,start,end,gpus\r\n1,2026-11-02T09:00:00,2026-11-02T09:05:00,2026-11-02T11:05:00,8\r\n"
+                     .encode("utf-8-sig"))
+    (job,) = load_history(path).jobs
+    assert (job.gpus, job.duration_s) == (8, 2 * 3600)
+
+
+def test_sacct_without_parsable_output_is_told_to_use_p(tmp_path, run_cli):
+    """A default `sacct` dump (fixed-width columns under a rule of dashes) holds every column asked for, but
+    cannot be split reliably (long values are cut to the column's width)."""
+    table = ["       JobID      JobIDRaw  Partition              Submit               Start                 End "
+             "     State    AllocTRES   NNodes    Elapsed ",
+             "------------ ------------ ---------- ------------------- ------------------- ------------------- "
+             "---------- ------------ -------- ---------- ",
+             "           7            7        gpu 2026-10-25T01:30:00 2026-10-25T02:30:00 2026-10-25T04:10:00 "
+             " COMPLETED billing=8+      1   01:40:00 "]
+    path = write(tmp_path, *table[1:], header=table[0])
+    result = run_cli("compare", "--history", str(path), "--hardware", "hgx-h100-8")
+    assert result.exit_code == 2
+    assert result.stderr.strip() == (f"error: {path} line 1: header: this is sacct's table for people (fixed-width "
+                                     "columns under a line of dashes): run sacct with -P (parsable, fields separated "
+                                     f"by |) and --format={SACCT_FORMAT} (docs/compare.md)")

@@ -79,7 +79,7 @@ def load_history(path: str | Path, *, fmt: str | None = None, tz: str = "UTC", s
     """The demand in a `sacct -a -P` dump or a CSV (by `fmt`, else by the header)."""
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8-sig")   # a spreadsheet's "CSV UTF-8" starts with a byte-order mark
     except FileNotFoundError:
         raise InputError(str(path), "file", "not found") from None
     except (IsADirectoryError, UnicodeDecodeError, PermissionError) as exc:
@@ -89,6 +89,10 @@ def load_history(path: str | Path, *, fmt: str | None = None, tz: str = "UTC", s
     first = next((i for i, line in enumerate(lines) if not line.startswith("#")), len(lines))   # comments on top
     if first == len(lines):
         raise InputError(str(path), "file", "empty: expected a header line and records")
+    if _fixed_width_table(lines[first:]):
+        raise InputError(f"{path} line {first + 1}", "header", "this is sacct's table for people (fixed-width "
+                         "columns under a line of dashes): run sacct with -P (parsable, fields separated by |) and "
+                         f"--format={SACCT_FORMAT} (docs/compare.md)")
     fmt = fmt or ("sacct" if "|" in lines[first] else "csv")
     if fmt not in FORMATS:
         raise InputError("--history-format", "history_format", f"got {fmt!r}; allowed: {', '.join(FORMATS)}")
@@ -96,6 +100,12 @@ def load_history(path: str | Path, *, fmt: str | None = None, tz: str = "UTC", s
     reader = _sacct_runs if fmt == "sacct" else _csv_runs
     runs = reader(path, lines[first:], first, zone, dropped, skip_bad)
     return _jobs(str(path), runs, len(lines) - first - 1, dropped)
+
+
+def _fixed_width_table(lines: list[str]) -> bool:
+    """sacct's default output: a header, then a rule of dashes under each column."""
+    rule = lines[1].strip() if len(lines) > 1 else ""
+    return "|" not in lines[0] and bool(rule) and set(rule) <= {"-", " "}
 
 
 def _zone(tz: str) -> dt.tzinfo:
