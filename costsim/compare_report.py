@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 from costsim.compare import yearly
 from costsim.report import save_figure, table, wrap
 from costsim.units import format_duration
 
-HEADERS = ["strategy", "kind", "cost/year", "per used GPU-h", "util", "wait P50", "wait P95", "misses", "idle GPU-h"]
-LEGEND = ("cost/year: the horizon's cost over a year; per used GPU-h: cost over the GPU-hours of work done; util: the "
-          "owned GPUs' utilisation; wait: hours a job waited for capacity (median, 95th percentile); misses: jobs that "
-          "ended past their deadline, of all jobs; idle GPU-h: GPU-hours paid for while idle.")
+HEADERS = ["strategy", "kind", "/year", "/used GPU-h", "util", "wait P50/95", "late", "unserved", "idle GPU-h"]
+LEGEND = ("/year: the horizon's cost over a year; /used GPU-h: cost over the GPU-hours of work done; util: the owned "
+          "GPUs' utilisation; wait: hours a job waited for capacity (median, 95th percentile); late: jobs that ended "
+          "past their deadline (a history's jobs have none); unserved: jobs the owned servers can never run (more GPUs "
+          "than they have), left out of their cost and work; idle GPU-h: GPU-hours paid for while idle.")
 
 
 def _pct(value) -> str:
@@ -19,15 +22,36 @@ def _pct(value) -> str:
 def strategy_rows(comparison) -> list[list]:
     horizon = comparison.scenario.horizon_s
     return [[r.name, r.kind, f"{yearly(r, horizon):,.0f}", f"{r.cost_per_used_gpu_hour:,.2f}", _pct(r.utilization),
-             f"{d['wait_p50_h']:.2f}", f"{d['wait_p95_h']:.2f}", f"{r.deadline_misses}/{r.jobs}" if r.jobs else "",
-             f"{r.idle_paid_gpu_hours:,.0f}"] for r in comparison.results for d in [r.as_dict()]]
+             f"{d['wait_p50_h']:.2f}/{d['wait_p95_h']:.2f}", r.deadline_misses, r.unserved if r.kind == "owned" else "",
+             f"{r.idle_paid_gpu_hours:,.0f}"]
+            for r in comparison.results for d in [r.as_dict()]]
+
+
+def unserved_notes(comparison) -> list[str]:
+    """For each owned fleet that cannot run every job: which jobs, why, and what its figures leave out."""
+    notes = []
+    fleets = {st.name: st.nodes * st.gpus_per_node for st in comparison.scenario.strategies}
+    for r in (r for r in comparison.results if r.unserved):
+        work = r.used_gpu_hours + r.unserved_gpu_hours
+        sizes = Counter(job.gpus for job in r.unserved_jobs)
+        by_size = ", ".join(f"{gpus} GPUs: {n} job{'s' if n > 1 else ''}" for gpus, n in sorted(sizes.items()))
+        refs = [job.ref for job in r.unserved_jobs if job.ref]
+        named = f"; jobs {', '.join(refs[:8])}{' ...' if len(refs) > 8 else ''}" if refs else ""
+        notes.append(f"{r.name} cannot run {r.unserved} of {r.jobs} jobs ({r.unserved_gpu_hours:,.0f} of {work:,.0f} "
+                     f"GPU-h, {r.unserved_gpu_hours / work:.0%}): they ask for more GPUs than its {fleets[r.name]} "
+                     f"({by_size}{named}). Its cost and break-even count only the jobs it runs; every other row runs "
+                     "all of them (a hybrid row sends them to the cloud).")
+    return notes
 
 
 def break_even_rows(comparison, band=None) -> list[list]:
     rows = []
+    results = {r.name: r for r in comparison.results}
     for b in comparison.break_even:
+        owned = results.get(b.owned)
+        runs = f"{owned.jobs - owned.unserved}/{owned.jobs}" if owned is not None and owned.jobs else ""
         row = [b.owned, b.versus, f"{comparison.cloud_rate[b.versus]:,.2f}",
-               "never" if b.utilization is None else _pct(b.utilization)]
+               "never" if b.utilization is None else _pct(b.utilization), runs]
         if band is not None:
             low, high = band.break_even[(b.owned, b.versus)]
             row.append(f"{_pct(low) if low is not None else 'never'} to {_pct(high) if high is not None else 'never'}")
@@ -49,10 +73,10 @@ def render(comparison, fmt: str, history=None, band=None) -> str:
     if price_sources(s):
         head += f"\ncloud prices: {'; '.join(price_sources(s))}"
     strategies = table(HEADERS, strategy_rows(comparison), fmt)
-    break_headers = ["owned", "versus", f"cloud {s.currency}/used GPU-h", "break-even utilisation"]
+    break_headers = ["owned", "versus", f"cloud {s.currency}/used GPU-h", "break-even utilisation", "jobs it runs"]
     breaks = table(break_headers + (["90% band"] if band else []), break_even_rows(comparison, band), fmt)
     notes = "\n".join(s.notes)
-    legend = wrap(LEGEND) if fmt == "table" else ""
+    legend = "\n".join(wrap(text) for text in (LEGEND, *unserved_notes(comparison))) if fmt == "table" else ""
     head = "\n".join(wrap(line) for line in head.splitlines()) if fmt == "table" else head
     parts = [head, strategies + ("\n" + legend if legend else ""), breaks]
     if band is not None:
@@ -76,7 +100,8 @@ def as_json(comparison, history=None, band=None) -> dict:
     doc = {"currency": s.currency, "scenario": s.name, "horizon_s": s.horizon_s, "jobs": comparison.jobs,
            "prices": price_sources(s),
            "strategies": [{**r.as_dict(), "cost_per_year": yearly(r, s.horizon_s)} for r in comparison.results],
-           "break_even": [{"owned": b.owned, "versus": b.versus, "utilization": b.utilization}
+           "break_even": [{"owned": b.owned, "versus": b.versus, "utilization": b.utilization,
+                           "owned_unserved_jobs": next((r.unserved for r in comparison.results if r.name == b.owned), 0)}
                           for b in comparison.break_even],
            "sweep": [{"utilization": u, "cost_per_used_gpu_hour": rates} for u, rates in comparison.sweep.items()]}
     if history is not None:

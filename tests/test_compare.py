@@ -71,9 +71,12 @@ def test_hybrid_bursts_when_the_owned_wait_breaks_the_deadline():
     assert r.total_cost == pytest.approx(24.0 + 2 * 10)
 
 
-def test_owned_counts_jobs_too_big_for_it_as_unserved():
-    r = run(Strategy(name="own", kind="owned", gpus_per_node=8, ownership=OWN), [Job("big", 0, 16, H)] + JOBS, 24 * H)
-    assert r.unserved == 1 and r.deadline_misses == 1 and r.waits_s == [0, 1 * H, 0]
+def test_owned_counts_jobs_too_big_for_it_as_unserved_not_late():
+    big = Job("big", 0, 16, H, ref="4711")
+    r = run(Strategy(name="own", kind="owned", gpus_per_node=8, ownership=OWN), [big] + JOBS, 24 * H)
+    assert r.unserved_jobs == [big] and r.deadline_misses == 0 and r.waits_s == [0, 1 * H, 0]
+    assert r.used_gpu_hours == sum(j.gpus * j.duration_s for j in JOBS) / H and r.unserved_gpu_hours == 16
+    assert r.as_dict()["unserved_jobs"] == ["4711"]
 
 
 BURSTY = [Poisson(name="burst", rate_per_s=3 / 86400, gpu_choices=((8, 1.0),), duration_median_s=2 * H)]
@@ -121,7 +124,8 @@ def test_compare_seed_case_json(run_cli):
     rates = {s["name"]: s["cost_per_used_gpu_hour"] for s in doc["strategies"]}
     assert rates["own-4xA100"] == pytest.approx(650_000 / (3 * 8760 * 4 * 0.3))
     assert rates["cloud-A100-4.5"] == pytest.approx(4.5)
-    assert doc["break_even"] == [{"owned": "own-4xA100", "versus": "cloud-A100-4.5", "utilization": None}]
+    assert doc["break_even"] == [{"owned": "own-4xA100", "versus": "cloud-A100-4.5", "utilization": None,
+                                  "owned_unserved_jobs": 0}]
 
 
 def test_compare_h100_team_table_json_and_plot(run_cli, tmp_path):

@@ -228,3 +228,26 @@ def test_sacct_without_parsable_output_is_told_to_use_p(tmp_path, run_cli):
     assert result.stderr.strip() == (f"error: {path} line 1: header: this is sacct's table for people (fixed-width "
                                      "columns under a line of dashes): run sacct with -P (parsable, fields separated "
                                      f"by |) and --format={SACCT_FORMAT} (docs/compare.md)")
+
+
+def test_jobs_an_owned_server_cannot_run_are_unserved_not_late_and_named(run_cli, tmp_path):
+    """16-GPU jobs on one 8-GPU server: never run. The table says so apart from lateness, names the jobs
+    and why, and the break-even says how many jobs the owned fleet's figures cover."""
+    rows = ["11|11|gpu|2026-11-02T09:00:00|2026-11-02T09:00:00|2026-11-02T11:00:00|COMPLETED|gres/gpu=8,node=1|1|02:00:00",
+            "12|12|gpu|2026-11-03T09:00:00|2026-11-03T09:00:00|2026-11-03T10:00:00|COMPLETED|gres/gpu=16,node=2|2|01:00:00",
+            "13|13|gpu|2026-11-10T09:00:00|2026-11-10T09:00:00|2026-11-10T13:00:00|COMPLETED|gres/gpu=4,node=1|1|04:00:00"]
+    path = write(tmp_path, *rows)
+    result = run_cli("compare", "--history", str(path), "--hardware", "hgx-h100-8", "--resample", "0")
+    assert result.exit_code == 0, result.stderr
+    own = next(line for line in result.stdout.splitlines() if line.startswith("own-1x-hgx-h100-8 ") and "owned" in line)
+    assert own.split()[6:8] == ["0", "1"]   # late 0, unserved 1
+    assert ("own-1x-hgx-h100-8 cannot run 1 of 3 jobs (16 of 48 GPU-h, 33%): they ask for more GPUs than its 8 "
+            "(16 GPUs: 1 job; jobs 12).") in " ".join(result.stdout.split())
+    section = result.stdout.split("\nowned ")[1].split("\n\n")[0].splitlines()[2:]   # the break-even table's rows
+    evens = [line for line in section if line.startswith("own-1x-hgx-h100-8 ")]
+    assert evens and all(line.split()[-1] == "2/3" for line in evens)   # the jobs its break-even covers
+    doc = run_cli("compare", "--history", str(path), "--hardware", "hgx-h100-8", "--resample", "0", "--format",
+                  "json").json()
+    owned = next(s for s in doc["strategies"] if s["kind"] == "owned")
+    assert (owned["unserved"], owned["unserved_jobs"], owned["deadline_misses"]) == (1, ["12"], 0)
+    assert owned["used_gpu_hours"] == 32

@@ -17,6 +17,7 @@ class Job:
     gpus: int
     duration_s: float
     deadline_s: float | None = None   # relative to submission
+    ref: str = ""                     # the job's id where it came from (a history's JobID)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -96,5 +97,6 @@ def resampled_weeks(jobs: list[Job], span_s: float, rng: np.random.Generator) ->
     out = []
     for slot, week in enumerate(rng.integers(0, weeks, size=weeks)):
         shift = (slot - int(week)) * WEEK_S
-        out += [Job(job.name, job.submit_s + shift, job.gpus, job.duration_s, job.deadline_s) for job in by_week[week]]
+        out += [Job(job.name, job.submit_s + shift, job.gpus, job.duration_s, job.deadline_s, job.ref)
+                for job in by_week[week]]
     return sorted(out, key=lambda job: (job.submit_s, job.name)), weeks * WEEK_S

@@ -252,7 +252,7 @@ def _jobs(source: str, runs: list[Run], records: int, dropped: Counter) -> Histo
     for job, parts in by_job.items():
         first = min(parts, key=lambda r: r.submit)
         jobs.append(Job(name=first.partition or "history", submit_s=first.submit - start,
-                        gpus=max(r.gpus for r in parts), duration_s=sum(r.duration_s for r in parts)))
+                        gpus=max(r.gpus for r in parts), duration_s=sum(r.duration_s for r in parts), ref=job))
     end = max(r.start + r.duration_s for r in runs)
     jobs.sort(key=lambda j: (j.submit_s, j.name))
     return History(source=source, jobs=jobs, start=start, end=end, records=records, dropped=dropped,
