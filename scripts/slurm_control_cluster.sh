@@ -11,7 +11,7 @@
 # (127.0.0.1) keep job records for `sacct -a -P`: GPU counts need AccountingStorageTRES=gres/gpu, which
 # Slurm allows only with slurmdbd (jobcomp/filetxt records no GRES).
 #
-# Partitions on this one node (what ../shared/reference/SLURM-PREEMPTION.md saw preempt on 22.05):
+# Partitions on this one node (as seen preempting on Slurm 22.05: the higher PriorityTier cancels the lower after GraceTime):
 #   spot       PriorityTier=1,   PreemptMode=CANCEL, GraceTime=$GRACE (the spot notice, seconds)
 #   on-demand  PriorityTier=10,  PreemptMode=OFF
 #   reclaim    PriorityTier=100, PreemptMode=OFF: drills submit here to take the spot capacity away

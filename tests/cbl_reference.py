@@ -1,4 +1,4 @@
-"""Can't Be Late's Greedy and Uniform Progress as the authors state them (FACTS.md, NSDI'24), before
+"""Can't Be Late's Greedy and Uniform Progress as the authors state them (data/SOURCES.md, NSDI'24), before
 costsim made them safe under every overhead: the reference the safe policies are compared with.
 
 Greedy: spot while time left > work left + its checkpoints + one changeover; then on-demand for good.
