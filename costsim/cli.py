@@ -358,7 +358,7 @@ def _fmt(value) -> str:
               "offset (Slurm prints local time), e.g. Europe/Berlin")
 @click.option("--skip-bad", is_flag=True, help="skip history rows that do not parse (counted) instead of stopping")
 @click.option("--resample", type=click.IntRange(min=0), default=20, show_default=True, help="with --history: "
-              "histories made of its weeks drawn with replacement, for a 90%% band (0: none)")
+              "histories made of its weeks drawn with replacement, for a 90% band (0: none)")
 @click.option("--hardware", help="owned SKU from data/hardware/skus.yaml, e.g. hgx-h100-8")
 @click.option("--nodes", type=click.IntRange(min=1), default=1, show_default=True, help="owned servers (with --hardware)")
 @click.option("--horizon", type=DURATION, help="how long to simulate, e.g. 3y (needed with --fleet; with --scenario "
@@ -623,8 +623,8 @@ def control_command(plan, backend, run_dir, policy, trace, spot_partition, on_de
                     time_scale, notice, deadline, poll, steps, seed, nproc_per_node, options, runtime, plot, fmt):
     """Carry out a plan's market policy while the job runs, and bill what happened against the prediction.
 
-    Example: costsim control drill.json --policy uniform-progress --trace data/traces/cbl-us-west-2a-v100/6.json
-    --time-scale 600 --deadline 16h --notice 10m --steps 24000 --run-dir runs/drill --plot drill.png
+    Example: costsim control drill.json --policy uniform-progress --trace data/traces/cbl-us-west-2a-v100/59.json
+    --time-scale 600 --deadline 14h --notice 10m --steps 6000 --poll 0.1s --run-dir runs/drill --plot drill.png
     """
     from costsim.control import session
     if trace and backend == "slurm":

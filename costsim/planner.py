@@ -26,6 +26,7 @@ from costsim.sim.trial import MarketPrice
 from costsim.spec import ON_DEMAND, SPOT, Candidate, GpuProfile, Offering, Profile, Stats, Workload
 from costsim.storage import CheckpointCosts, Storage, checkpoint_costs, load_storage, unsuitable
 from costsim.throughput import Infeasible, StepModel, step_model
+from costsim.units import format_duration
 
 # Without preemptions a checkpoint only insures against failures the model does not simulate.
 INSURANCE_INTERVAL_S = 3600.0
@@ -307,12 +308,14 @@ def plan(workload: Workload, profile: Profile, offerings: list[Offering], option
     target = target_probability(workload, options)
     configured, skipped = configure(workload, profile, offerings, deadline_s)
     _check_profile_covers(profile, offerings, configured)
-    fastest = min(configured, key=lambda c: c.config.params.work_s)
-    if fastest.config.params.work_s > deadline_s:
-        raise InputError(workload.source, "deadline",
-                         f"{deadline_s / 3600:.1f}h is shorter than the work on the fastest configuration "
-                         f"({fastest.config.params.work_s / 3600:.1f}h on {fastest.candidate.label}); "
-                         "allow a later deadline, fewer samples or more nodes")
+    fastest = min(configured, key=lambda c: c.config.params.work_s + c.config.params.changeover_s)
+    work_s, start_s = fastest.config.params.work_s, fastest.config.params.changeover_s
+    if work_s + start_s > deadline_s:   # the screen would leave nothing to simulate
+        where, field = ("--deadline", "deadline") if options.deadline_s else (workload.source, "deadline")
+        raise InputError(where, field, f"{deadline_s / 3600:.1f}h is shorter than the fastest configuration "
+                         f"needs without a single preemption: {work_s / 3600:.2f}h of work and "
+                         f"{format_duration(start_s)} to start on {fastest.candidate.label}; allow a later "
+                         "deadline, fewer samples or more nodes")
     shortlist = screen(configured, deadline_s, options.shortlist)
     simulate = _Simulator(options, progress)
     ranked = _rank(shortlist, simulate(shortlist), target, options.budget)

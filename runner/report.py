@@ -192,7 +192,7 @@ def table(figures: dict) -> str:
         rows.append(("GPU memory", f"peak {end.get('peak_allocated_gb', 0):.1f} GB allocated, "
                                    f"{end['peak_reserved_gb']:.1f} GB reserved, {end.get('alloc_retries', 0)} retries"))
     if end.get("final_loss") is not None:
-        rows.append(("final loss", f"{end['final_loss']:.4g} (rank 0)"))
+        rows.append(("final loss", f"{end['final_loss']:.4g} (the last step's, mean over ranks)"))
     if f["validation_loss"]:
         rows.append(("validation loss", ", ".join(f"{loss:.4g} at step {step}" for step, loss in f["validation_loss"])
                      + f" ({_duration(f['validation_s'])} in all)"))

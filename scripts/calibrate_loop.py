@@ -42,6 +42,10 @@ def main() -> None:
     parser.add_argument("--work", type=Path)
     args = parser.parse_args()
     work = args.work or Path(tempfile.mkdtemp(prefix="calibrate-loop-"))
+    try:
+        work.mkdir(parents=True, exist_ok=True)   # a folder named for the runs: made if it is not there yet
+    except OSError as exc:
+        raise SystemExit(f"calibrate_loop.py: --work {work}: cannot make it ({exc.strerror})") from None
     doc = yaml.safe_load(resolve("tiny", "workloads").read_text())
     doc.update(name=f"tiny-{args.steps}", samples=doc["global_batch"] * args.steps)
     workload = work / "workload.yaml"

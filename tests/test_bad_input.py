@@ -75,7 +75,15 @@ def test_unknown_offering_for_simulate(run_cli):
 
 
 def test_deadline_shorter_than_the_work(run_cli):
-    check(run_cli("plan", "--workload", "sdxl", "--deadline", "1h"), "sdxl.yaml", "deadline", "shorter than the work")
+    check(run_cli("plan", "--workload", "sdxl", "--deadline", "1h"), "--deadline", "1.0h is shorter than the fastest")
+
+
+def test_a_deadline_with_no_time_to_start_is_one_line_and_no_empty_table(run_cli):
+    """2 h: the fastest configuration's work fits, its start does not; nothing is left to simulate. It used to
+    print an empty table and 'Prices: .' before the error."""
+    result = run_cli("plan", "--workload", "sdxl", "--deadline", "2h")
+    check(result, "--deadline", "2.0h is shorter than the fastest configuration needs without a single preemption")
+    assert result.stdout == ""
 
 
 def test_profile_missing_for_the_gpu_type(run_cli, tmp_path):

@@ -15,6 +15,7 @@ def test_every_command_has_help_with_an_example(run_cli):
         result = run_cli(name, "--help")
         assert result.exit_code == 0, name
         assert "Example:" in result.stdout, name
+        assert "%%" not in result.stdout, name   # click does not %-format help: `90%%` would print as written
 
 
 def test_plan_sdxl_prints_a_ranked_table_and_writes_plan_json(run_cli, tmp_path):

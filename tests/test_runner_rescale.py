@@ -160,3 +160,22 @@ def test_a_job_resumed_on_another_world_size_ends_where_the_uninterrupted_job_en
     from costsim.calibrate import load_run
     points = {(p.gpus, p.micro_batch, p.accumulation) for p in load_run(str(moved)).points}
     assert points == {(2, 32, 1), (1, 32, 2)}
+
+
+@pytest.mark.slow
+def test_the_final_loss_is_the_global_batchs_mean_whatever_the_world_size(plan, tmp_path):
+    """summary.json's final_loss (and `runner report`'s line) is the last step's loss over the whole global
+    batch: the mean of the ranks' micro-batch means. One process accumulating the same samples gets the
+    same figure; rank 0's own half of the batch does not (the report used to call it rank 0's)."""
+    two = execute(plan, tmp_path / "two", "--steps", "40", "--seed", "3")
+    one = execute(plan, tmp_path / "one", "--steps", "40", "--seed", "3", "--nproc-per-node", "1")
+    assert two.returncode == 0 and one.returncode == 0, (two.stderr[-2000:], one.stderr[-2000:])
+    both, alone = summary(tmp_path / "two")["final_loss"], summary(tmp_path / "one")["final_loss"]
+    assert both == pytest.approx(alone, rel=1e-4)
+    rank0 = [e for e in events(tmp_path / "two", "progress") if "loss_rank0" in e]
+    if rank0 and rank0[-1]["step"] == 40:
+        assert rank0[-1]["loss_rank0"] != pytest.approx(both, rel=1e-4)
+    report = subprocess.run([sys.executable, "-m", "runner", "report", str(tmp_path / "two")], capture_output=True,
+                            text=True, timeout=60)
+    line = next(x for x in report.stdout.splitlines() if x.startswith("final loss"))
+    assert line.split()[2] == f"{both:.4g}" and "mean over ranks" in line
