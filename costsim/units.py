@@ -7,9 +7,9 @@ import re
 
 from costsim.errors import InputError
 
-_SECONDS_PER = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0, "y": 365.0 * 86400.0}
-_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([smhdwy]?)\s*$")
-UNITS = "s, m, h, d, w, y"
+_SECONDS_PER = {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0, "y": 365.0 * 86400.0}
+_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(ms|[smhdwy]?)\s*$")
+UNITS = "ms, s, m, h, d, w, y"
 DURATION_HELP = "a positive duration with its unit, such as 90s, 5m, 2h, 3d, 1y"
 
 

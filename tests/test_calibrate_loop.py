@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -12,6 +13,7 @@ from tests.runner_helpers import execute
 
 pytest.importorskip("torch")
 pytestmark = pytest.mark.slow   # real DDP runs (see pyproject's markers)
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def costsim(*args):
@@ -136,3 +138,20 @@ def test_runner_profile_writes_a_profile_the_planner_uses(tmp_path):
     planned = costsim("plan", "--workload", "tiny", "--trials", "10", "--profile", str(out), "--out",
                       str(tmp_path / "plan.json"))
     assert planned.returncode == 0, planned.stderr
+
+
+def test_the_loop_script_runs_in_a_work_folder_it_makes(tmp_path):
+    """`scripts/calibrate_loop.py --work DIR` with a DIR that is not there yet makes it (it ended in a
+    traceback), and a folder it cannot make is one line."""
+    work = tmp_path / "new" / "sub"
+    script = ROOT / "scripts" / "calibrate_loop.py"
+    result = subprocess.run([sys.executable, str(script), "--work", str(work), "--steps", "60", "--pairs", "1"],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert f"runs of 60 steps in {work}" in result.stdout and (work / "plan1.json").is_file()
+    (tmp_path / "file").write_text("")
+    blocked = subprocess.run([sys.executable, str(script), "--work", str(tmp_path / "file" / "sub")],
+                             capture_output=True, text=True, timeout=60)
+    assert blocked.returncode != 0 and "Traceback" not in blocked.stderr
+    assert blocked.stderr.strip() == f"calibrate_loop.py: --work {tmp_path / 'file' / 'sub'}: cannot make it (Not a " \
+                                     "directory)"

@@ -120,3 +120,18 @@ def test_the_run_folder_holds_the_effective_plan_the_workers_read_and_a_plans_ow
     settings = [e["settings"] for e in events(tmp_path / "run", "runtime", rank=None)]
     assert len(settings) == 2 and all(s["gc_every"] == 5 for s in settings)   # both workers read it there
     assert summary(tmp_path / "run")["steps"] == 20
+
+
+def test_pace_holds_each_step_to_at_least_its_time_and_a_bad_pace_is_one_line(plan, tmp_path):
+    """The tiny workload's `pace` (the drill's stand-in for a job of a given speed): steps after the first
+    take at least the pace between them (time.sleep waits at least its time, so this lower bound cannot
+    flake on a slow machine; a step event's window is offset from the pacer's by the step's bookkeeping,
+    so n steps are bounded, not each), and the unpaced job, well under 20 ms a step here, is faster."""
+    paced = execute(plan, tmp_path / "paced", "--steps", "60", "--option", "pace=20ms")
+    assert paced.returncode == 0, paced.stderr[-2000:]
+    times = [e["step_time_s"] for e in events(tmp_path / "paced", "step")][2:]
+    assert len(times) >= 50 and sum(times) >= 0.020 * len(times) - 0.005
+    assert sorted(times)[len(times) // 2] >= 0.0199
+    assert execute(plan, tmp_path / "bare", "--steps", "60").returncode == 0
+    assert sorted(e["step_time_s"] for e in events(tmp_path / "bare", "step"))[30] < 0.020
+    one_line_error(execute(plan, tmp_path / "bad", "--option", "pace=5"), "option pace='5'", "without a unit")

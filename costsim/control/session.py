@@ -20,6 +20,7 @@ from costsim.errors import InputError
 from costsim.io.specs import load_trace
 from costsim.sim.market import TraceTimeline
 from costsim.spec import SPOT
+from costsim.units import format_duration
 
 BACKENDS = ("local", "slurm")
 
@@ -138,8 +139,14 @@ def open_session(req: Request, say) -> tuple[Controller, Journal, Lock, dict]:
             notice = grace_s * time_scale
         else:
             notice = req.notice_s if req.notice_s is not None else (plan.resources.spot_notice_s or 0.0)
+        deadline = req.deadline_s
+        if deadline is None:   # the plan's deadline is wall time for its job, like its step times: scaled alike
+            deadline = plan.policy.deadline_s * time_scale
+            if time_scale != 1.0:
+                say(f"costsim control: deadline {deadline / 3600:.2f} h of trace time: the plan's "
+                    f"{format_duration(plan.policy.deadline_s)} x --time-scale {time_scale:g} (--deadline sets another)")
         journal = Journal(plan_file=plan_path, policy=policy, backend=backend_name, offering=plan.resources.offering,
-                          deadline_s=req.deadline_s or plan.policy.deadline_s, time_scale=time_scale,
+                          deadline_s=deadline, time_scale=time_scale,
                           notice_s=notice, t0=time.time(), trace=str(Path(trace_path).resolve()) if trace_path else None,
                           run_id=run_id, runner_args=list(req.runner_args),
                           steps=req.steps, poll_s=req.poll_s or DEFAULT_POLL_S, partitions=partitions or {})

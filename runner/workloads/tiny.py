@@ -7,6 +7,8 @@ its masks would come from each rank's random state, which differs between world 
 
 from __future__ import annotations
 
+import time
+
 import torch
 from torch import nn
 
@@ -21,14 +23,29 @@ def _teacher(seed: int) -> torch.Tensor:
     return torch.randn(INPUT, OUTPUT, generator=generator)
 
 
-@workload(options={"hidden": f"width of the hidden layers ({HIDDEN}); 2048 makes a 53 MB checkpoint (object store "
-                             "tests need multipart uploads)"})
-def build(ctx: BuildContext) -> Built:
-    """The CPU-sized reference workload of data/workloads/tiny.yaml."""
-    text = ctx.options.get("hidden", str(HIDDEN))
+OPTIONS = {"hidden": f"width of the hidden layers ({HIDDEN}); 2048 makes a 53 MB checkpoint (object store tests "
+                     "need multipart uploads)",
+           "pace": "the least time an optimizer step takes, e.g. 5ms: a drill's stand-in for a job of that speed, the "
+                   "same on a fast machine and a slow one (default: as fast as it runs)"}
+
+
+def _settings(options: dict) -> tuple[int, float]:
+    """(hidden width, pace in seconds) from the options, or WorkloadOptionError naming the option."""
+    text = options.get("hidden", str(HIDDEN))
     if not text.isdigit() or int(text) < 1:
         raise WorkloadOptionError(f"option hidden={text!r}: expected a whole number of units >= 1")
-    hidden = int(text)
+    return int(text), _pace_s(options.get("pace"))
+
+
+def check(options: dict) -> None:
+    """What `runner execute` checks before any process starts."""
+    _settings(options)
+
+
+@workload(options=OPTIONS, check=check)
+def build(ctx: BuildContext) -> Built:
+    """The CPU-sized reference workload of data/workloads/tiny.yaml."""
+    hidden, pace_s = _settings(ctx.options)
     torch.manual_seed(ctx.seed)   # identical initial weights on every rank
     model = nn.Sequential(nn.Linear(INPUT, hidden), nn.ReLU(), nn.Linear(hidden, hidden),
                           nn.ReLU(), nn.Linear(hidden, OUTPUT)).to(ctx.device)
@@ -46,4 +63,29 @@ def build(ctx: BuildContext) -> Built:
         x, y = data
         return nn.functional.mse_loss(model(x), y)
 
-    return Built(model=model, optimizer=optimizer, scheduler=scheduler, batch=batch, loss=loss)
+    return Built(model=model, optimizer=optimizer, scheduler=scheduler, batch=batch, loss=loss,
+                 after_step=_pacer(pace_s) if pace_s else None)
+
+
+def _pace_s(text: str | None) -> float:
+    if text is None:
+        return 0.0
+    from costsim.errors import InputError
+    from costsim.units import parse_duration_s
+    try:
+        return parse_duration_s(text, source="option", field="pace")
+    except InputError as exc:
+        raise WorkloadOptionError(f"option pace={text!r}: {exc.message}") from None
+
+
+def _pacer(pace_s: float):
+    """after_step: wait out what is left of `pace_s` since the last step ended (a step that took longer,
+    or paid a checkpoint, waits nothing)."""
+    last = [time.monotonic()]
+
+    def after_step(step: int) -> None:
+        left = last[0] + pace_s - time.monotonic()
+        if left > 0:
+            time.sleep(left)
+        last[0] = time.monotonic()
+    return after_step
