@@ -76,7 +76,8 @@ PREREQUISITES = {
     "plan.json": ["costsim", "plan", "--workload", "sdxl", "--out", "plan.json"],
     "runs/demo": ["runner", "execute", "tiny.json", "--run-dir", "runs/demo", "--steps", "60"],
 }
-EXAMPLE_LINE = re.compile(r"^ {4}((?:costsim|runner|python3|bash|sky|sbatch|sacct) .*)$")
+# a command, not a line of a command's output shown in the docs (`costsim control: t=0.00 h: ...`)
+EXAMPLE_LINE = re.compile(r"^ {4}((?:costsim|runner|python3|bash|sky|sbatch|sacct) (?![\w-]+: ).*)$")
 
 
 def documented(path: Path) -> list[str]:
