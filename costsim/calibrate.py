@@ -41,6 +41,7 @@ class Run:
     runtime: Runtime = Runtime()          # the runner settings it ran with (its telemetry says)
     upload_gb_per_s: list[float] = field(default_factory=list)   # each save's upload to the object store
     fetch_gb_per_s: list[float] = field(default_factory=list)    # each fetch of a checkpoint from it
+    damaged_lines: tuple[int, ...] = ()   # telemetry lines passed over (the contract's rule for damage)
 
     @property
     def name(self) -> str:
@@ -96,6 +97,7 @@ def load_run(ref: str) -> Run:
     run.fetch_gb_per_s = [e["bytes"] / e["duration_s"] / 1e9 for e in events if e["event"] == "checkpoint_fetch"
                           and e.get("bytes") and e.get("duration_s")]
     run.async_cost_s = async_save_costs(events, run.point.step_s)
+    run.damaged_lines = events.damaged
     settings = next((e.get("settings") for e in events if e["event"] == "runtime" and e.get("rank") == 0), None)
     run.runtime = parse_runtime(settings, telemetry) if settings is not None else plan.runtime
     return run
@@ -286,6 +288,8 @@ def calibrate(runs: list[Run], profile: Profile) -> Calibration:
         if run.steps != run.plan.job_steps:
             notes.append(f"{run.name} ran {run.steps} of its plan's {run.plan.job_steps} steps: "
                          "its wall time is not compared with the plan's")
+        if run.damaged_lines:
+            notes.append(f"{run.name}'s telemetry has {len(run.damaged_lines)} damaged line(s), passed over")
         restarts, lost = run.summary.get("restarts", 0), run.summary.get("lost_steps", 0)
         if restarts or lost:
             notes.append(f"{run.name}'s refit wall time counts its own {restarts} restart(s) and {lost} steps trained "

@@ -77,6 +77,7 @@ class Checkpointer:
         # DCP's collectives get their own gloo group, so the async writer never shares one with training.
         self._group = dist.new_group(backend="gloo") if dist.is_initialized() else None
         self._check_shared()
+        self._sound: set[int] = set()   # local steps known intact: verified here, or written by this process
         self._choice: int | BaseException | None = None
         self._chooser: threading.Thread | None = None
         if rank == 0:
@@ -131,6 +132,7 @@ class Checkpointer:
             problem = verify(self.folder(step))
             if problem is None:
                 local = step
+                self._sound.add(step)
                 break
             self.warn(f"skipping checkpoint step-{step}: {problem}")
             self.on_event("checkpoint_skipped", step=step, reason=problem)
@@ -143,19 +145,40 @@ class Checkpointer:
         return local
 
     def _fetch(self, step: int) -> bool:
-        """Checkpoint `step` from the store into the local folder, checked against its manifest."""
+        """Checkpoint `step` from the store into the local folder. It is downloaded into a partial folder,
+        checked against its manifest, and only then renamed into place; the older local copies (the cache
+        holds one) go after that, never before: a damaged download leaves the local checkpoint as it was.
+        A disk with no room for both keeps the local one (the download is dropped, said in a line)."""
         started = time.perf_counter()
-        for old in self.steps():   # the cache holds one checkpoint: older local copies make room
-            shutil.rmtree(self.folder(old), ignore_errors=True)
-        folder = self.store.download(step, self.root)   # type: ignore[union-attr]
-        problem = verify(folder)
+        partial = layout.partial_folder(self.root, step)
+        try:
+            partial = self.store.download(step, self.root)   # type: ignore[union-attr]
+        except OSError as exc:
+            shutil.rmtree(partial, ignore_errors=True)
+            if not is_disk_full(exc, self.root, self.checkpoint_bytes()):
+                raise
+            kept = self.steps()
+            self.warn(f"no room to fetch checkpoint step-{step} from {self.store.url} beside the local "   # type: ignore[union-attr]
+                      + (f"step-{kept[0]}: resuming from that" if kept else "folder"))
+            self.on_event("checkpoint_skipped", step=step, reason="store: no room on this disk to fetch it")
+            return False
+        problem = verify(partial)
         if problem is not None:
             self.warn(f"skipping checkpoint step-{step} of {self.store.url}: {problem}")   # type: ignore[union-attr]
             self.on_event("checkpoint_skipped", step=step, reason=f"store: {problem}")
-            shutil.rmtree(folder, ignore_errors=True)
+            shutil.rmtree(partial, ignore_errors=True)
             return False
+        older = self.steps()
+        final = self.folder(step)
+        shutil.rmtree(final, ignore_errors=True)   # a damaged local copy of the same step, already skipped
+        os.rename(partial, final)
+        fsync_dir(self.root)
+        self._sound.add(step)
+        for old in older:   # the verified newer checkpoint is in place: the older copies make room now
+            if old != step:
+                shutil.rmtree(self.folder(old), ignore_errors=True)
         self.on_event("checkpoint_fetch", step=step, duration_s=time.perf_counter() - started,
-                      bytes=_folder_bytes(folder), location=self.store.url)   # type: ignore[union-attr]
+                      bytes=_folder_bytes(final), location=self.store.url)   # type: ignore[union-attr]
         return True
 
     # -- load -----------------------------------------------------------------------------------
@@ -239,12 +262,15 @@ class Checkpointer:
         return _folder_bytes(self.folder(newest[0])) if newest else self.estimate_bytes
 
     def make_room(self, needed: int, what: str, *, collective: bool = True) -> None:
-        """Free space for `needed` bytes beside the newest complete checkpoint, removing older ones
-        (oldest first) where that is enough; every rank learns the outcome (DiskFullError on all).
+        """Free space for `needed` bytes beside the newest intact checkpoint, removing older ones (oldest
+        first) where that is enough; every rank learns the outcome (DiskFullError on all). Only what is
+        older than a checkpoint known to be intact (verified, or written by this process) is removed.
         collective=False is for work that rank 0 does alone (the export): no other rank takes part."""
         ok = 1
         if self.rank == 0 and needed > 0:
             steps = self.steps()
+            if free_bytes(self.root) < needed:
+                steps = self._removable(steps)
             while free_bytes(self.root) < needed and len(steps) > 1:
                 oldest = steps.pop()
                 self.warn(f"removing checkpoint step-{oldest} to make room for {what} (the newest is kept)")
@@ -257,6 +283,18 @@ class Checkpointer:
             free = free_bytes(self.root)
             raise refuse(self.root, what, needed, free, "keep fewer checkpoints (plan.json checkpoint.keep), "
                          "or put them on a larger disk or an object store (runner execute --checkpoint-dir)")
+
+    def _removable(self, steps: list[int]) -> list[int]:
+        """`steps` (newest first) from the newest intact one on: what may make room (all but its first)."""
+        for index, step in enumerate(steps):
+            if step not in self._sound:
+                problem = verify(self.folder(step))
+                if problem is not None:
+                    self.warn(f"checkpoint step-{step} is damaged ({problem}): an older one is kept in its place")
+                    continue
+                self._sound.add(step)
+            return steps[index:]
+        return []
 
     def _failed_save(self, exc: BaseException, step: int, tmp: Path) -> BaseException:
         """A save that failed leaves nothing behind; out of space, it is a DiskFullError (not restarted)."""
@@ -321,9 +359,11 @@ class Checkpointer:
             shutil.rmtree(final)
         os.rename(tmp, final)
         fsync_dir(self.root)
+        self._sound.add(step)
 
     def _prune(self) -> None:
-        for step in self.steps()[self.local_keep:]:
+        """keep-k, counted from the newest intact checkpoint (the one just written)."""
+        for step in self._removable(self.steps())[self.local_keep:]:
             shutil.rmtree(self.folder(step), ignore_errors=True)
 
     def wait(self) -> None:

@@ -77,6 +77,8 @@ def measure(run_dir: Path, skip: int = WARMUP_STEPS) -> dict:
         "validation_loss": [(e["step"], round(e["loss"], 6)) for e in events
                             if e["event"] == "validation" and e.get("rank") == 0],
         "validation_s": round(sum(e.get("duration_s", 0.0) for e in events if e["event"] == "validation"), 3),
+        # lines of telemetry.jsonl that did not parse (a writer killed mid-line): passed over, by number
+        "damaged_lines": list(events.damaged),
         "exported": next(({"path": e["path"], "bytes": e["bytes"], "duration_s": round(e["duration_s"], 3)}
                           for e in reversed(events) if e["event"] == "export"), None),
         "summary": summary,
@@ -193,6 +195,10 @@ def table(figures: dict) -> str:
                                    f"{end['peak_reserved_gb']:.1f} GB reserved, {end.get('alloc_retries', 0)} retries"))
     if end.get("final_loss") is not None:
         rows.append(("final loss", f"{end['final_loss']:.4g} (the last step's, mean over ranks)"))
+    if f["damaged_lines"]:
+        lines = f["damaged_lines"]
+        rows.append(("telemetry", f"{len(lines)} damaged line(s) passed over (line "
+                                  f"{', '.join(map(str, lines[:5]))}{' ...' if len(lines) > 5 else ''})"))
     if f["validation_loss"]:
         rows.append(("validation loss", ", ".join(f"{loss:.4g} at step {step}" for step, loss in f["validation_loss"])
                      + f" ({_duration(f['validation_s'])} in all)"))

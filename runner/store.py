@@ -128,17 +128,16 @@ class S3Store:
         return sum(p.stat().st_size for p in files)
 
     def download(self, step: int, root: Path) -> Path:
-        """Checkpoint `step` into the local folder `root` (a partial folder renamed once complete)."""
+        """Checkpoint `step` into a partial folder under `root` (layout.partial_folder), its manifest last;
+        the caller verifies it and renames it into place (a partial folder is never loaded)."""
         client, config = self._client(), self._transfer()
         tmp = layout.partial_folder(root, step)
         tmp.mkdir(parents=True, exist_ok=True)
         manifest = client.get_object(Bucket=self.bucket, Key=self._key(f"step-{step}", MANIFEST))["Body"].read()
         for name in json.loads(manifest)["files"]:
             client.download_file(self.bucket, self._key(f"step-{step}", name), str(tmp / name), Config=config)
-        (tmp / MANIFEST).write_bytes(manifest)   # last: the local copy counts once complete, as in the store
-        final = layout.step_folder(root, step)
-        tmp.rename(final)
-        return final
+        (tmp / MANIFEST).write_bytes(manifest)
+        return tmp
 
     def delete(self, step: int) -> None:
         """The manifest first (it stops counting at once), then its files."""

@@ -2,7 +2,10 @@
 
 The file name, the event names and the reader are the contract's (costsim.contract.telemetry).
 
-Each line is written with one O_APPEND write, so lines from several processes never interleave.
+Each line is written with one O_APPEND write, so lines from several processes never interleave; a
+short write is written on until the whole buffer is out. A write that fails (a full disk) does not stop
+training: its lines are dropped and counted, said once, and a line cut by it is ended so that the next
+one starts whole (readers pass a damaged line over: costsim.contract.telemetry.parse_event).
 Step events are buffered and flushed about once a second (and before anything that may kill us).
 Thread-safe: the async checkpoint writer and the checksum check report from their own threads.
 """
@@ -11,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import threading
 import time
 from pathlib import Path
@@ -29,6 +33,7 @@ class Telemetry:
         self._flush_every_s = flush_every_s
         self._last_flush = time.monotonic()
         self._lock = threading.Lock()
+        self.dropped_lines = 0   # lines a failed write lost
 
     def event(self, event: str, *, buffered: bool = False, **figures) -> None:
         record = {"t": time.time(), **self.base, "event": check_event(event),
@@ -42,11 +47,31 @@ class Telemetry:
     def flush(self, durable: bool = False) -> None:
         with self._lock:
             if self._buffer:
-                os.write(self._fd, "".join(self._buffer).encode())
+                lines, data = len(self._buffer), "".join(self._buffer).encode()
                 self._buffer.clear()
+                self._write_all(lines, data)
             if durable:
-                os.fsync(self._fd)
+                try:
+                    os.fsync(self._fd)
+                except OSError:   # what was written stays; nothing to stop training for
+                    pass
             self._last_flush = time.monotonic()
+
+    def _write_all(self, lines: int, data: bytes) -> None:
+        view, written = memoryview(data), 0
+        try:
+            while written < len(data):
+                written += os.write(self._fd, view[written:])
+        except OSError as exc:
+            self.dropped_lines += lines
+            if written and data[written - 1:written] != b"\n":
+                try:   # end the cut line: the next one starts whole
+                    os.write(self._fd, b"\n")
+                except OSError:
+                    pass
+            if self.dropped_lines == lines:
+                print(f"runner: warning: telemetry {self.path} could not be written ({exc.strerror}); training "
+                      "goes on, the lost lines are counted", file=sys.stderr, flush=True)
 
     def close(self) -> None:
         self.flush(durable=True)

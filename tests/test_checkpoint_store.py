@@ -159,6 +159,39 @@ def test_a_kill_in_the_middle_of_an_upload_leaves_the_previous_checkpoint_the_ne
     assert clean.returncode == 0
 
 
+def test_a_damaged_store_checkpoint_never_replaces_an_intact_local_one(store, plan, tmp_path):
+    """A node with an intact local step-120 and a store whose newer step-200 is damaged (its older ones
+    pruned by keep): the resume skips step-200 and goes on from the local step-120, which it keeps
+    until a verified replacement is in place. (The fetch used to delete the local copies before it
+    checked the download: it skipped 200, found 120 gone, trained from step 0 and exited 0.)"""
+    url, prefix = f"s3://{BUCKET}/runs/damaged", "runs/damaged/"
+    run = tmp_path / "run"
+    first = execute(plan, run, "--steps", "120", "--seed", "5", "--checkpoint-dir", url)
+    assert first.returncode == 0, first.stderr[-3000:]
+    kept = tmp_path / "step-120"
+    shutil.copytree(run / "checkpoints" / "step-120", kept)   # what this node's disk held
+    second = execute(plan, run, "--steps", "200", "--seed", "5", "--checkpoint-dir", url)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert complete_steps(store, prefix) == [160, 200]
+    client = store["client"]
+    for key in listed(store, prefix + "step-160/"):                          # pruned by keep
+        client.delete_object(Bucket=BUCKET, Key=prefix + "step-160/" + key)
+    shard, size = max(((k, n) for k, n in listed(store, prefix + "step-200/").items() if k.endswith(".distcp")),
+                      key=lambda item: item[1])
+    client.put_object(Bucket=BUCKET, Key=prefix + "step-200/" + shard, Body=os.urandom(size))   # same size, bad bytes
+    shutil.rmtree(run / "checkpoints")
+    (run / "checkpoints").mkdir()
+    shutil.copytree(kept, run / "checkpoints" / "step-120")                 # the node with its local step-120
+    again = execute(plan, run, "--steps", "240", "--seed", "5", "--checkpoint-dir", url)
+    assert again.returncode == 0, again.stderr[-3000:]
+    skipped = events(run, "checkpoint_skipped")
+    assert any(e["step"] == 200 and "CRC-32" in e["reason"] for e in skipped), skipped
+    assert events(run, "start")[-1]["step"] == 120 and not events(run, "checkpoint_fetch")
+    clean = execute(plan, tmp_path / "clean", "--steps", "240", "--seed", "5")
+    assert clean.returncode == 0, clean.stderr[-3000:]
+    assert summary(run)["final_state_sha256"] == summary(tmp_path / "clean")["final_state_sha256"]
+
+
 @pytest.mark.parametrize("env, location, fragment", [
     ({"AWS_ENDPOINT_URL": "http://127.0.0.1:8399"}, f"s3://{BUCKET}/x", "no object store answers"),
     ({}, "s3://no-such-bucket/x", "does not exist"),

@@ -16,7 +16,8 @@ import pytest
 from costsim import policies
 from costsim.contract.plan import Plan
 from costsim.control.controller import Controller, PlanFigures
-from costsim.control.journal import Journal, Lock
+from costsim.control.backend import Status
+from costsim.control.journal import Instance, Journal, Lock
 from costsim.control.local import LocalBackend, TraceCapacity
 from costsim.control.progress import Progress
 from costsim.io.specs import load_trace
@@ -141,7 +142,7 @@ class VirtualJobs:
         live = job["exit"] is None and t >= job["begin"]
         steps, saved = self._at(job, t) if live else (self.durable, self.durable)
         p.step, p.checkpoint_step = steps, max(self.durable, saved)
-        p.step_t = t if live else None
+        p.step_t = p.stepped_t = t if live else None
         p.done = self.durable >= self.total
         if p.done and "ended" in job:
             p.end_t = job["ended"]
@@ -502,3 +503,134 @@ def test_without_deadline_a_drill_takes_the_plans_deadline_in_trace_time(run_cli
     assert journal.deadline_s == Plan.read(plan).policy.deadline_s * 600 == 100 * H
     assert said == ["costsim control: deadline 100.00 h of trace time: the plan's 10.0m x --time-scale 600 (--deadline sets "
                     "another)"]
+
+
+# -- the controller's reading of a run folder, on literal telemetry ---------------------------------
+def _write(run_dir: Path, *events: dict) -> None:
+    with open(run_dir / "telemetry.jsonl", "a") as handle:
+        for e in events:
+            handle.write(json.dumps({"run": "r", "world_size": 2, **e}) + "\n")
+
+
+def _life(t0: float, first_step: int, steps: int, *, start_s: float, warm_s: float, step_s: float) -> list[dict]:
+    """One runner life: launch at t0, its start event, WARMUP_STEPS steps of warm_s each, then steady ones."""
+    from costsim.contract.timing import WARMUP_STEPS
+    out = [{"t": t0, "rank": None, "event": "launch"}, {"t": t0 + start_s, "rank": 0, "event": "start", "step": first_step}]
+    t = t0 + start_s
+    for n in range(1, steps + 1):
+        t += warm_s if n <= WARMUP_STEPS else step_s
+        out.append({"t": t, "rank": 0, "event": "step", "step": first_step + n,
+                    "step_time_s": warm_s if n <= WARMUP_STEPS else step_s, "samples": 64})
+    return out
+
+
+def test_the_controller_reads_its_figures_off_the_telemetry(tmp_path):
+    """Step time, what a start and a restart cost, a save, from literal telemetry: two lives of a job (a
+    first start at trace 0, a restart at trace 100), each a launch, a 2 s start, 5 warm-up steps of 1 s, then
+    steps of 0.5 s; an interval save of 3 s; time scale 1 (trace = epoch here)."""
+    from costsim.control.progress import RunFolder
+    _write(tmp_path, *_life(0.0, 0, 25, start_s=2.0, warm_s=1.0, step_s=0.5))
+    _write(tmp_path, {"t": 18.0, "rank": 0, "event": "checkpoint_save", "step": 25, "duration_s": 3.0,
+                      "reason": "interval", "mode": "sync"})
+    _write(tmp_path, *_life(100.0, 25, 25, start_s=2.0, warm_s=1.0, step_s=0.5))
+    journal = Journal(plan_file="-", policy="greedy", backend="local", offering="x", deadline_s=1000.0, time_scale=1.0,
+                      notice_s=0.0, t0=0.0)
+    journal.instances = [Instance(offering="x", market="spot", start_s=0.0, end_s=50.0, ended="preempted",
+                                  handle={"progressing": True}),
+                         Instance(offering="x", market="on-demand", start_s=100.0, handle={"progressing": True})]
+    plan = PlanFigures(total_steps=100, step_s=9.0, start_s=9.0, checkpoint_s=9.0, checkpoint_stall_s=None,
+                       interval_s=60.0, restart_s=9.0)
+    controller = Controller(journal, LocalBackend(None, None, notice_s=0.0), RunFolder(tmp_path), VirtualClock(),
+                            policies.get("greedy"), plan, run_dir=tmp_path, poll_s=1.0, horizon_s=4000.0,
+                            say=lambda line: None)
+    progress = controller.folder.observe()
+    m = controller.measured(progress, t=120.0)
+    # steady steps: 20 a life (step 26, which pays the save of step 25, is a warm-up step of the second life)
+    assert m.step_s == 0.5 and m.step_seen and len(progress.step_times) == 40
+    assert m.checkpoint_s == 3.0
+    # a start: from the instance's start to the end of its 5 warm-up steps (2 + 5 x 1 s), less 5 steady steps
+    assert m.start_s == pytest.approx(7.0 - 2.5) and m.resume_s == pytest.approx(4.5) and m.restart_seen
+    f = m.figures(100, 50, 0.0, with_margin=False)
+    assert (f.work_total_s, f.changeover_s, f.restart_s) == (50.0, pytest.approx(4.5), pytest.approx(0.0))
+
+
+def test_an_instance_is_progressing_from_its_first_trained_step_not_its_start(tmp_path):
+    """The runner's `start` event comes before its first (compiling) step: the simulator's start-up ends at
+    that step, and so does the controller's (it used to count the job as training from `start`)."""
+    from costsim.control.progress import RunFolder
+    journal = Journal(plan_file="-", policy="greedy", backend="local", offering="x", deadline_s=1000.0, time_scale=1.0,
+                      notice_s=0.0, t0=0.0)
+    instance = Instance(offering="x", market="spot", start_s=10.0)
+    journal.instances = [instance]
+    plan = PlanFigures(total_steps=100, step_s=1.0, start_s=5.0, checkpoint_s=1.0, checkpoint_stall_s=None,
+                       interval_s=60.0)
+    controller = Controller(journal, LocalBackend(None, None, notice_s=0.0), RunFolder(tmp_path), VirtualClock(),
+                            policies.get("greedy"), plan, run_dir=tmp_path, poll_s=1.0, horizon_s=4000.0,
+                            say=lambda line: None)
+    _write(tmp_path, {"t": 11.0, "rank": None, "event": "launch"}, {"t": 12.0, "rank": 0, "event": "start", "step": 40})
+    progress = controller.folder.observe()
+    assert not controller._progressing(instance, progress)
+    assert controller.live_step(30.0, progress, instance) == 40.0   # no steps counted that have not happened
+    _write(tmp_path, {"t": 20.0, "rank": 0, "event": "step", "step": 41, "step_time_s": 8.0, "samples": 64})
+    assert controller._progressing(instance, controller.folder.observe())
+
+
+class FinishesWhenPolled:
+    """A runner that writes its `end` and `exit` and exits 0 exactly when the backend looks at it: what a job
+    does that finishes between two of the controller's looks."""
+
+    log = Path("finishing.log")
+
+    def __init__(self, run_dir: Path, clock: VirtualClock):
+        self.run_dir, self.clock = run_dir, clock
+
+    def exit_code(self, handle: dict) -> tuple[bool, int | None]:
+        t = self.clock.now()
+        _write(self.run_dir, {"t": t, "rank": 0, "event": "end", "step": 100, "samples": 6400},
+               {"t": t, "rank": None, "event": "exit", "status": "done"})
+        return True, 0
+
+    def alive(self, handle: dict) -> bool:
+        return False
+
+    def notify(self, handle: dict) -> None:
+        pass
+
+    def kill(self, handle: dict) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_job_that_finishes_between_two_looks_is_finished_not_failed(tmp_path):
+    """The controller looks at the job before its telemetry: a job seen to have ended has written all it will
+    (it read the telemetry first, then found the job gone with no `end` in what it had read: 'failed')."""
+    from costsim.control.progress import RunFolder
+    clock = VirtualClock()
+    clock.t = 50.0
+    _write(tmp_path, *_life(0.0, 0, 10, start_s=1.0, warm_s=1.0, step_s=1.0))
+    journal = Journal(plan_file="-", policy="on-demand", backend="local", offering="x", deadline_s=1000.0,
+                      time_scale=1.0, notice_s=0.0, t0=0.0)
+    journal.instances = [Instance(offering="x", market="on-demand", start_s=0.0, handle={"pid": 1, "progressing": True})]
+    plan = PlanFigures(total_steps=100, step_s=1.0, start_s=1.0, checkpoint_s=1.0, checkpoint_stall_s=None,
+                       interval_s=60.0)
+    controller = Controller(journal, LocalBackend(None, FinishesWhenPolled(tmp_path, clock), notice_s=0.0),
+                            RunFolder(tmp_path), clock, policies.get("on-demand"), plan, run_dir=tmp_path, poll_s=1.0,
+                            horizon_s=4000.0, say=lambda line: None)
+    done = controller.run()
+    assert done.status == "done" and done.instances[0].ended == "finished"
+
+
+@pytest.mark.parametrize("status, done, stopping, ended", [
+    (Status(ended=True, exit_code=0), False, False, "finished"),        # exit 0: the runner finished
+    (Status(ended=True, exit_code=None), True, False, "finished"),      # its `end` event, exit unknown (adopted)
+    (Status(ended=True, withdrawn=True), False, False, "withdrawn"),
+    (Status(ended=True, exit_code=75, preempted=True), False, False, "preempted"),
+    (Status(ended=True, exit_code=75), False, True, "stopped"),         # it left because we asked (a move)
+    (Status(ended=True, exit_code=75), False, False, "preempted"),      # a notice we did not give
+    (Status(ended=True, exit_code=1), False, False, "failed"),
+])
+def test_how_an_instance_ended_is_one_table(status, done, stopping, ended):
+    from costsim.control.controller import ended_as
+    assert ended_as(status, done=done, stopping=stopping) == ended

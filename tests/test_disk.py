@@ -80,3 +80,30 @@ def test_a_disk_that_fills_in_the_middle_of_a_save_stops_the_job_for_good_in_one
     s = summary(tmp_path / "run")
     assert s["status"] == "failed" and s["reason"] == "disk" and s["restarts"] == 0
     assert not events(tmp_path / "run", "checkpoint_save")
+
+
+def test_telemetry_on_a_full_disk_drops_lines_and_never_stops_training(tmp_path):
+    """The telemetry writer on a disk that fills: the writes that fail are counted and said once, a line
+    cut by a short write is ended, and once there is room again whole lines follow (the reader passes a
+    damaged line over)."""
+    from costsim.contract.telemetry import read_events
+    from runner.telemetry import Telemetry
+    with small_disk(tmp_path / "disk", "64k") as disk:
+        telemetry = Telemetry(disk / "run", "r", 0, 1)
+        filler = disk / "filler"
+        fd = os.open(filler, os.O_WRONLY | os.O_CREAT)   # fill the disk
+        try:
+            while os.write(fd, b"x" * 1024):
+                pass
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+        for step in range(50):
+            telemetry.event("step", step=step, step_time_s=0.01, samples=64)   # no exception
+        assert telemetry.dropped_lines > 0
+        filler.unlink()
+        telemetry.event("end", step=50, samples=3200)
+        telemetry.close()
+        events = read_events(disk / "run")
+    assert events[-1]["event"] == "end" and len(events.damaged) <= 1

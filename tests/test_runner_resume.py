@@ -152,3 +152,26 @@ def test_a_single_process_run_without_ddp_resumes_exactly(plan, tmp_path):
     # One process trains the bare model (no DDP wrapper); its checkpoints and resume are the same.
     _, drill = clean_and_killed(plan, tmp_path, "--steps", "120", "--seed", "5", "--nproc-per-node", "1", kill="kill@70")
     assert [e["world_size"] for e in events(drill, "start")] == [1, 1]
+
+
+def test_a_torn_telemetry_line_between_lives_stops_nothing(plan, clean, tmp_path):
+    """A life killed mid-line leaves a torn line; the next life appends after it. The job goes on to the
+    same final state (its supervisor used to stop on the line), and `runner report` and `costsim
+    calibrate` say they passed one damaged line over."""
+    import subprocess
+    import sys
+    run = tmp_path / "run"
+    first = execute(plan, run, "--steps", "200", "--seed", "3")
+    assert first.returncode == 0, first.stderr[-3000:]
+    with open(run / "telemetry.jsonl", "a") as handle:
+        handle.write('{"t": 1.0, "run": "x", "rank": 0, "event": "st')   # a writer killed mid-line
+    second = execute(plan, run, "--steps", STEPS, "--seed", "3")
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert summary(run)["final_state_sha256"] == clean["final_state_sha256"]
+    report = subprocess.run([sys.executable, "-m", "runner", "report", str(run)], capture_output=True, text=True,
+                            timeout=60)
+    assert report.returncode == 0 and "1 damaged line(s) passed over" in report.stdout, report.stdout
+    calibrated = subprocess.run([sys.executable, "-m", "costsim", "calibrate", str(run), "--out",
+                                 str(tmp_path / "cal.yaml")], capture_output=True, text=True, timeout=120)
+    assert calibrated.returncode == 0, calibrated.stderr[-2000:]
+    assert "telemetry has 1 damaged line(s), passed over" in calibrated.stderr + calibrated.stdout

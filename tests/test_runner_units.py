@@ -276,3 +276,34 @@ def test_a_short_write_by_torchs_zip_writer_is_out_of_space_only_where_the_disk_
     assert is_disk_full(short, tmp_path, free + 1)          # less room than the write needed: the disk
     assert not is_disk_full(short, tmp_path, free // 2)     # room enough: something else went wrong
     assert not is_disk_full(short) and not is_disk_full(RuntimeError("Connection reset by peer"), tmp_path, free + 1)
+
+
+def test_making_room_never_removes_the_only_intact_checkpoint(tmp_path):
+    """The newest checkpoint on disk is damaged, an older one is intact: a save that needs room may remove
+    checkpoints older than an intact one, never that one (it used to keep 'the newest', the damaged one,
+    and remove the intact step-10); keep-k counts from the newest intact checkpoint too."""
+    from runner.checkpoint import Checkpointer
+    from runner.diskspace import DiskFullError, free_bytes
+
+    def checkpointer():
+        c = Checkpointer(tmp_path, keep=1, async_mode=False, rank=0, warn=warned.append, on_event=lambda *a, **f: None)
+        c.agree_on_step()
+        return c
+
+    warned: list[str] = []
+    first = checkpointer()
+    state = {"model": {"w": torch.arange(64.0)}, "progress": {"step": 1}}
+    first.save(10, state)
+    first.keep = first.local_keep = 2
+    first.save(20, state)
+    first.close()
+    shard = next((tmp_path / "step-20").glob("*.distcp"))
+    shard.write_bytes(bytes(b ^ 0xFF for b in shard.read_bytes()))     # same size, damaged
+    later = checkpointer()                                              # a new process on this disk
+    assert later.agree_on_step() == 10 and warned and "step-20" in warned[0]
+    with pytest.raises(DiskFullError):
+        later.make_room(free_bytes(tmp_path) + 1, "checkpoint step-30")
+    assert verify(tmp_path / "step-10") is None                         # still there, intact
+    later.save(30, state)                                               # keep 1: from step-30, the intact newest
+    assert sorted(p.name for p in tmp_path.glob("step-*")) == ["step-30"]
+    later.close()

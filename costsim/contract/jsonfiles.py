@@ -11,6 +11,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
+from typing import Callable
 
 from costsim.errors import InputError
 from costsim.units import parse_duration_s, parse_positive, parse_probability
@@ -31,26 +32,40 @@ def read_json(path: Path) -> dict:
     return doc
 
 
-def read_jsonl(path: Path) -> list[dict]:
-    """The records of a JSON-lines file (telemetry), in file order; a missing file has none. A torn last
-    line (a writer killed while appending it) is forgiven; a line elsewhere that does not parse is an
-    InputError naming it (every writer appends whole lines in one write: anything else is damage)."""
+class Records(list):
+    """The records of a JSON-lines file, in file order; `damaged`: the numbers of the lines passed over."""
+
+    damaged: tuple[int, ...] = ()
+
+
+def read_jsonl(path: Path, *, valid: Callable[[object], bool] = lambda record: isinstance(record, dict)) -> Records:
+    """The records of a JSON-lines file (telemetry); a missing file has none. A line that does not parse,
+    or is not a `valid` record, is passed over and its number kept in `damaged`: a writer killed while
+    appending leaves a torn line, and later writers append after it. It is never an error: one damaged
+    line must not stop a job or hide the rest of its record (readers say how many they passed over)."""
     path = Path(path)
+    records = Records()
     if not path.exists():
-        return []
-    lines = path.read_text().split("\n")
-    records = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            records.append(json.loads(line))
-        except ValueError:
-            if number == len(lines):   # after the last newline: the line being written when its writer died
-                continue
-            raise InputError(str(path), f"line {number}", "not valid JSON, and not the last line (a torn last line "
-                             "is forgiven; this is damage)") from None
+        return records
+    damaged = []
+    with open(path, "rb") as handle:
+        for number, line in enumerate(handle, start=1):
+            record = parse_json_line(line, valid)
+            if record is not None:
+                records.append(record)
+            elif line.strip():
+                damaged.append(number)
+    records.damaged = tuple(damaged)
     return records
+
+
+def parse_json_line(line: bytes | str, valid: Callable[[object], bool] = lambda record: isinstance(record, dict)):
+    """One line's record, or None when it is blank, torn or not a `valid` record (the one rule for damage)."""
+    try:
+        record = json.loads(line)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return record if valid(record) else None
 
 
 def write_atomic(path: str | Path, text: str) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from costsim.contract.jsonfiles import read_jsonl
+from costsim.contract.jsonfiles import Records, parse_json_line, read_jsonl
 from costsim.errors import InputError
 
 PLAN = "plan.json"             # the job's plan, written once by the first `runner execute` (contract.job)
@@ -79,9 +79,22 @@ def run_folder(ref: str | Path) -> Path:
     return folder
 
 
-def read_events(run_dir: str | Path) -> list[dict]:
-    """All telemetry records of a run, in file order; a torn last line (a killed writer's) is skipped."""
-    return read_jsonl(Path(run_dir) / TELEMETRY)
+def is_event(record: object) -> bool:
+    """A telemetry record: a JSON object with its `event` name and its time `t`."""
+    return (isinstance(record, dict) and isinstance(record.get("event"), str)
+            and isinstance(record.get("t"), (int, float)) and not isinstance(record.get("t"), bool))
+
+
+def parse_event(line: bytes | str) -> dict | None:
+    """One telemetry line's record, or None for a damaged one (torn by a writer that died mid-line, or
+    garbled): every reader passes it over and counts it (read_events' `damaged`), none stops for it."""
+    return parse_json_line(line, is_event)
+
+
+def read_events(run_dir: str | Path) -> Records:
+    """All telemetry records of a run, in file order; damaged lines are passed over, their numbers in
+    the result's `damaged`."""
+    return read_jsonl(Path(run_dir) / TELEMETRY, valid=is_event)
 
 
 def events_of(events: list[dict], name: str, rank: int | None = 0) -> list[dict]:

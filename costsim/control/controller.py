@@ -207,6 +207,27 @@ def release_times(journal: Journal, progress: Progress, clock) -> list[float]:
     return out
 
 
+# How an instance ended, from the backend's status, the job's telemetry and the controller's own asking,
+# in this order: the first rule that holds. The runner's exit statuses are the contract's (README):
+# 0 done, 75 left on a notice after its checkpoint.
+EXIT_DONE, EXIT_NOTICE = 0, 75
+
+
+def ended_as(status, *, done: bool, stopping: bool) -> str:
+    """finished | withdrawn | preempted | stopped | failed (costsim.control.journal.Instance.ended)."""
+    if done or status.exit_code == EXIT_DONE:
+        return "finished"
+    if status.withdrawn:
+        return "withdrawn"
+    if status.preempted:
+        return "preempted"
+    if stopping:
+        return "stopped"
+    if status.exit_code == EXIT_NOTICE:   # a notice we did not give (the scheduler's, an admin's): its market's
+        return "preempted"
+    return "failed"
+
+
 class Controller:
     def __init__(self, journal: Journal, backend: Backend, folder: RunFolder, clock: Clock, policy: Policy,
                  plan: PlanFigures, *, run_dir: Path, poll_s: float, horizon_s: float,
@@ -264,11 +285,13 @@ class Controller:
             t = self.clock.now()
             current = j.current
             self.backend.duties(t, current.handle if current else None)
+            # The job first, then its telemetry: a job seen to have ended has written all it will write
+            # (read the other way round, a job that finished in between looked like one that failed).
+            status = self.backend.poll(current.handle, t) if current is not None else None
             progress = self.folder.observe()
             changed = self._capacity(t)
             ask = ask or (changed and not self.backend.foresight)   # else the View already said when
-            if current is not None:
-                status = self.backend.poll(current.handle, t)
+            if current is not None and status is not None:
                 if status.ended:
                     self._release(current, t, status, progress)
                     ask = changed = True
@@ -341,8 +364,9 @@ class Controller:
         return True
 
     def _progressing(self, instance: Instance, progress: Progress) -> bool:
-        """The instance's job has made a step since it started (what ends the simulator's start-up)."""
-        return progress.step_t is not None and progress.step_t >= self.clock.wall(instance.start_s) - 1e-3
+        """The instance's job has trained a step since it started (what ends the simulator's start-up): its
+        `start` event, before the first (compiling) step, is not progress yet."""
+        return progress.stepped_t is not None and progress.stepped_t >= self.clock.wall(instance.start_s) - 1e-3
 
     def _figures_moved(self, t: float, progress: Progress) -> bool:
         """Whether what committing to on-demand would cost (the policies' need) moved by more than
@@ -394,16 +418,10 @@ class Controller:
     def _release(self, instance: Instance, t: float, status, progress: Progress) -> None:
         end = status.end_s if status.end_s is not None else t
         instance.end_s = round(max(end, instance.start_s), 3)
-        if progress.done:
-            instance.ended = "finished"
-        elif status.withdrawn:
-            instance.ended = "withdrawn"
-        elif status.preempted:
-            instance.ended = "preempted"
-        elif instance.handle.get("stopping") is not None:
-            instance.ended = "stopped"
-        else:
-            instance.ended = "failed"
+        instance.handle.setdefault("exit_code", status.exit_code)
+        ended = ended_as(status, done=progress.done, stopping=instance.handle.get("stopping") is not None)
+        instance.ended = ended
+        if ended == "failed":
             self.j.status, self.j.end_s = "failed", t
             self.say(f"costsim control: the job failed on {instance.market} (runner exit {status.exit_code}); "
                      f"see {self.backend.log_of(instance.handle)}")

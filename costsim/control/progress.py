@@ -7,13 +7,12 @@ checkpoint saves), all in wall seconds; the controller turns them into trace tim
 
 from __future__ import annotations
 
-import json
 import statistics
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from costsim.contract.telemetry import TELEMETRY
+from costsim.contract.telemetry import TELEMETRY, parse_event
 from costsim.contract.timing import WARMUP_STEPS, is_steady
 
 RECENT_STEPS = 1000             # the steady steps the step time now is taken over
@@ -25,8 +24,9 @@ NOTICE_REASONS = ("notice", "preemption")   # a save on a notice (the contract's
 class Progress:
     """What the run folder says so far (wall-clock seconds, epoch times)."""
 
-    step: int = 0                    # the last step rank 0 reported
+    step: int = 0                    # the last step rank 0 reported (a start reports the step it resumed from)
     step_t: float | None = None      # when it reported it
+    stepped_t: float | None = None   # when rank 0 last reported a step it trained (not a start)
     checkpoint_step: int = 0         # the newest complete checkpoint
     done: bool = False               # the job's `end` event was written
     end_t: float | None = None       # when
@@ -96,16 +96,14 @@ class RunFolder:
             return self.progress
         self._offset += end + 1
         for line in chunk[:end].split(b"\n"):
-            try:
-                event = json.loads(line)
-            except ValueError:   # a whole line that does not parse: damage, said once, then passed over
+            event = parse_event(line)
+            if event is not None:
+                self._apply(event)
+            elif line.strip():   # damage (the contract's rule): counted, said once, passed over
                 self.bad_lines += 1
                 if self.bad_lines == 1:
-                    print(f"costsim control: warning: {self.path} has a line that is not JSON (passed over)",
+                    print(f"costsim control: warning: {self.path} has a damaged line (passed over)",
                           file=sys.stderr, flush=True)
-                continue
-            if isinstance(event, dict) and "event" in event and "t" in event:
-                self._apply(event)
         return self.progress
 
     def _apply(self, e: dict) -> None:
@@ -115,7 +113,7 @@ class RunFolder:
         elif kind == "start" and e.get("rank") == 0:
             p.step, p.step_t, p._since_start = int(e["step"]), e["t"], 0
         elif kind == "step":
-            p.step, p.step_t = int(e["step"]), e["t"]
+            p.step, p.step_t, p.stepped_t = int(e["step"]), e["t"], e["t"]
             p._since_start += 1
             if p._since_start == WARMUP_STEPS:
                 p.warm_at.append(e["t"])

@@ -11,7 +11,7 @@ from pathlib import Path
 from costsim import policies
 from costsim.contract.plan import Billing, Plan
 from costsim.control.backend import Backend, check_runner
-from costsim.control.controller import Clock, Controller, PlanFigures, stint_dynamics, unseen_step_factor
+from costsim.control.controller import Clock, Controller, PlanFigures, ended_as, stint_dynamics, unseen_step_factor
 from costsim.control.journal import Journal, Lock
 from costsim.control.local import LocalBackend, Processes, TraceCapacity
 from costsim.control.progress import RunFolder
@@ -193,7 +193,8 @@ def adopt(controller: Controller, t: float, say) -> None:
     exits = [x for x in map(controller.clock.trace, progress.exits) if x >= current.start_s]
     end = status.end_s if status.end_s is not None else (min(exits) if exits else j.updated_s)
     current.end_s = round(max(current.start_s, end), 3)
-    current.ended = "finished" if progress.done else ("preempted" if status.preempted else "lost")
+    ended = ended_as(status, done=progress.done, stopping=current.handle.get("stopping") is not None)
+    current.ended = "lost" if ended == "failed" and status.exit_code is None else ended   # unwatched: not known
     say(f"costsim control: the {current.market} instance started at t={current.start_s / 3600:.2f} h ended while "
         f"no controller watched it: billed to t={current.end_s / 3600:.2f} h")
     j.save(controller.run_dir)
