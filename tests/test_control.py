@@ -15,8 +15,8 @@ import pytest
 
 from costsim import policies
 from costsim.contract.plan import Plan
-from costsim.control.controller import Controller, PlanFigures
 from costsim.control.backend import Status
+from costsim.control.controller import Controller, PlanFigures
 from costsim.control.journal import Instance, Journal, Lock
 from costsim.control.local import LocalBackend, TraceCapacity
 from costsim.control.progress import Progress
