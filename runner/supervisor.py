@@ -18,7 +18,7 @@ from pathlib import Path
 from costsim.contract.job import fingerprint
 from costsim.contract.jsonfiles import write_atomic
 from costsim.contract.plan import Plan, RunSection
-from costsim.contract.telemetry import CURRENT_PLAN, PLAN, SUMMARY, read_events
+from costsim.contract.telemetry import CURRENT_PLAN, PLAN, SUMMARY, moved_since, read_events
 from runner import faults, layout
 from runner.launch import Node, TorchrunReportFilter, torchrun_argv
 from runner.plan import RunSpec
@@ -169,18 +169,24 @@ class Supervisor:
         # Every node's supervisor summarises; on shared storage only node 0 owns summary.json.
         name = SUMMARY if self.x.node.node_rank == 0 else f"summary.node-{self.x.node.node_rank}.json"
         write_atomic(self.x.run_dir / name, json.dumps(summary, indent=2) + "\n")
-        self.telemetry.event("exit", status=status, restarts=restarts, ended=instance_end(status, self.x.spec.market))
+        moved = moved_since(self.x.run_dir, started)
+        self.telemetry.event("exit", status=status, restarts=restarts,
+                             ended=instance_end(status, self.x.spec.market, moved=moved))
         self.telemetry.close()
         return 0 if status == "done" else 1
 
 
-def instance_end(status: str, market: str) -> str:
-    """Why the instance's life ended: a notice on spot is a preemption; elsewhere someone stopped it."""
+def instance_end(status: str, market: str, *, moved: bool = False) -> str:
+    """Why the instance's life ended (INSTANCE_ENDS): a notice the controller gave is a move; a notice on
+    spot otherwise is the market's reclaim; elsewhere someone stopped it."""
     if status == "done":
         return "finished"
     if status == "preempted":
+        if moved:
+            return "moved"
         return "preempted-notice" if market == "spot" else "cancelled"
     return "failed"
+
 
 
 def newest_checkpoint(run_dir: Path, location: str | None = None) -> int:

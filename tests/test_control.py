@@ -150,7 +150,11 @@ class VirtualJobs:
 
 
 def controlled(ticks, gap_s, policy, *, total_steps, step_s, startup_s, interval_s, deadline_s, notice_s, poll_s,
-               checkpoint_s=0.0, restart_s=0.0, release_s=0.0):
+               checkpoint_s=0.0, restart_s=0.0, release_s=0.0, run_dir: Path | None = None):
+    """The controller on the virtual job; `run_dir` takes what it writes there (a move's word), a
+    temporary folder by default."""
+    import tempfile
+    run_dir = run_dir or Path(tempfile.mkdtemp(prefix="virtual-run-"))
     clock = VirtualClock()
     jobs = VirtualJobs(clock, total_steps=total_steps, step_s=step_s, startup_s=startup_s, interval_s=interval_s,
                        checkpoint_s=checkpoint_s, restart_s=restart_s, release_s=release_s)
@@ -165,7 +169,7 @@ def controlled(ticks, gap_s, policy, *, total_steps, step_s, startup_s, interval
         observe = staticmethod(jobs.observe)
 
     # the virtual job's figures are exact: no margin, so that the two decide on the same figures
-    controller = Controller(journal, backend, Folder(), clock, policies.get(policy), figures, run_dir=Path("virtual"),
+    controller = Controller(journal, backend, Folder(), clock, policies.get(policy), figures, run_dir=run_dir,
                             poll_s=poll_s, horizon_s=4 * deadline_s, say=lambda line: None, margin=False)
     controller.j.save = lambda run_dir: None   # the journal's file is tested elsewhere
     journal = controller.run()
@@ -183,7 +187,7 @@ def simulated(ticks, gap_s, policy, *, total_steps, step_s, startup_s, interval_
 
 
 @pytest.mark.parametrize("policy", ["greedy", "uniform-progress"])
-def test_controller_makes_the_simulators_decisions_on_real_windows(policy):
+def test_controller_makes_the_simulators_decisions_on_real_windows(policy, tmp_path):
     """Can't Be Late's setting (48 h job, 52 h deadline, 0.1 h start-up) with every overhead non-zero, on
     the 100 shipped real windows: the controller, driving the local backend in virtual time, starts the
     same markets in the same order as the simulator, each start within one poll interval and one save of
@@ -200,7 +204,7 @@ def test_controller_makes_the_simulators_decisions_on_real_windows(policy):
     switches, parted = 0, []
     for window in range(100):
         ticks, gap_s = load_trace(WINDOWS / f"{window}.json")
-        journal = controlled(ticks, gap_s, policy, poll_s=poll_s, **setting)
+        journal = controlled(ticks, gap_s, policy, poll_s=poll_s, run_dir=tmp_path, **setting)
         outcome = simulated(ticks, gap_s, policy, **setting)
         assert journal.status == "done" and outcome.finished
         assert journal.end_s <= setting["deadline_s"] and outcome.met_deadline, window

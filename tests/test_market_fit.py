@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from costsim import io
+from costsim.contract.telemetry import announce_move
 from costsim.io.market import read_market
 from costsim.market_fit import Span, fit_exponential, fit_market, fit_weibull, kaplan_meier_mean, naive_mean_s, trace_spans
 
@@ -177,6 +178,22 @@ def test_the_controllers_journal_is_read_with_censoring(tmp_path):
     assert result.returncode == 2 and result.stderr.count("\n") == 1 and "outages[0]: expected a mapping" in result.stderr
 
 
+def test_a_controlled_run_folder_is_read_through_its_journal_in_trace_time_and_once(tmp_path):
+    """A drill's run folder: its telemetry is in wall seconds, its journal in trace seconds (x600 here); the
+    folder is read through the journal, and a journal named beside its own folder is not counted twice
+    (a 4-second wall life used to be a 4-second spot life)."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "telemetry.jsonl").write_text(
+        '{"t": 100.0, "rank": null, "event": "instance", "offering": "aws/x", "market": "spot"}\n'
+        '{"t": 104.0, "rank": null, "event": "exit", "status": "preempted", "ended": "preempted-notice"}\n')
+    (run / "control.json").write_text(json.dumps({"time_scale": 600.0, "end_s": 2400.0, "instances": [
+        {"offering": "aws/x", "market": "spot", "start_s": 0.0, "end_s": 2400.0, "ended": "preempted"}]}))
+    for refs in ([str(run)], [str(run), str(run / "control.json")]):
+        lives, _ = read_market(refs)["aws/x"]
+        assert [(s.duration_s, s.event) for s in lives] == [(2400.0, True)]
+
+
 @pytest.mark.slow
 def test_a_runs_instance_lives_are_recorded_a_notice_as_a_preemption_a_finish_as_censored(tmp_path):
     pytest.importorskip("torch")
@@ -196,13 +213,21 @@ def test_a_runs_instance_lives_are_recorded_a_notice_as_a_preemption_a_finish_as
         time.sleep(0.05)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=120) == 75
+    # a second life that `costsim control` moves off spot: its SIGTERM is the same, its word says it is a move
+    proc = subprocess.Popen([sys.executable, "-m", "runner", "execute", str(plan), "--run-dir", str(run), "--seed", "1",
+                             "--steps", "400"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    while not any(e["step"] >= 120 for e in events(run, "step")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    announce_move(run, from_market="spot", to_market="on-demand", reason="no slack left")
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=120) == 75
     assert execute(plan, run, "--seed", "1", "--steps", "200").returncode == 0   # a new instance finishes the job
     lives, outages = read_market([str(run)])["test/spot-cpu"]
-    assert [(s.ended, s.event) for s in lives] == [("preempted-notice", True), ("finished", False)]
+    assert [(s.ended, s.event) for s in lives] == [("preempted-notice", True), ("moved", False), ("finished", False)]
     assert all(s.duration_s > 1 for s in lives) and outages == []
     fitted = costsim("calibrate", "--market", str(run), "--format", "json")   # a run folder, through the CLI
     assert fitted.returncode == 0, fitted.stderr
     [record] = json.loads(fitted.stdout)["offerings"]
-    assert (record["offering"], record["preemptions"], record["censored"]) == ("test/spot-cpu", 1, 1)
+    assert (record["offering"], record["preemptions"], record["censored"]) == ("test/spot-cpu", 1, 2)
     assert record["weibull_shape_pinned"] and record["ci"]["weibull_shape"] is None   # one event fixes no shape
     assert set(record["thin"]) >= {"weibull_shape", "mean_up_s"}

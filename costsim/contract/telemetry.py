@@ -8,15 +8,24 @@ supervisor), `world_size`, `event` (one of EVENTS) and that event's figures. The
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
-from costsim.contract.jsonfiles import Records, parse_json_line, read_jsonl
+from costsim.contract.jsonfiles import Records, parse_json_line, read_jsonl, write_atomic
 from costsim.errors import InputError
 
 PLAN = "plan.json"             # the job's plan, written once by the first `runner execute` (contract.job)
 CURRENT_PLAN = "current-plan.json"   # the plan as the latest `runner execute` carries it out; its workers read it
 TELEMETRY = "telemetry.jsonl"
 SUMMARY = "summary.json"       # written by the supervisor when it exits (docs/plan-json.md)
+JOURNAL = "control.json"       # `costsim control`'s journal of a run it carries out (costsim.control.journal)
+# `costsim control`'s word, written before it asks the job to leave (SIGTERM, as a spot notice is): the
+# leaving is a move, not the market's reclaim. {"t": epoch seconds, "from": market, "to": market or null,
+# "reason"}. The supervisor whose instance started before `t` ends its life as "moved" (exit's `ended`).
+MOVE = "move.json"
+# How an instance's life ended (the supervisor's `exit` event, `ended`): a spot notice is the market's
+# reclaim; a move is the controller's; elsewhere a SIGTERM is someone cancelling it.
+INSTANCE_ENDS = ("finished", "preempted-notice", "moved", "cancelled", "failed")
 
 # Every event a run writes: who writes it, and every field it may carry besides the base ones.
 BASE_FIELDS = frozenset({"t", "run", "rank", "world_size", "event", "node"})
@@ -30,7 +39,7 @@ EVENT_FIELDS: dict[str, tuple[str, tuple[str, ...]]] = {
                      "what differs, where the earlier plan.json was kept", ("changes", "superseded")),
     "launch": ("supervisor, per torchrun launch; fault: an injected one", ("attempt", "fault")),
     "restart": ("supervisor", ("attempt", "restarts", "reason", "exit_code")),
-    "exit": ("supervisor, last; ended: how the instance ended", ("status", "restarts", "ended")),
+    "exit": ("supervisor, last; ended: how the instance ended (INSTANCE_ENDS)", ("status", "restarts", "ended")),
     "runtime": ("worker, per start: the settings, compiled modules, compile cache, the batch split, nodes and "
                 "the start's phases", ("settings", "compiled_modules", "compile_cache_bytes", *SPLIT_FIELDS, "nodes",
                                        "process_start_t", "start_phases_s")),
@@ -68,6 +77,22 @@ def check_event(name: str) -> str:
     if name not in EVENTS:
         raise ValueError(f"unknown telemetry event {name!r}; known: {', '.join(EVENTS)}")
     return name
+
+
+def announce_move(run_dir: str | Path, *, from_market: str, to_market: str | None, reason: str) -> None:
+    """`costsim control`'s word, before it asks the job to leave, that the leaving is a move (MOVE)."""
+    write_atomic(Path(run_dir) / MOVE, json.dumps({"t": time.time(), "from": from_market, "to": to_market,
+                                                   "reason": reason}) + "\n")
+
+
+def moved_since(run_dir: str | Path, started: float) -> bool:
+    """Whether `costsim control` said it moves the job (MOVE) since epoch time `started` (a life's start)."""
+    try:
+        said = json.loads((Path(run_dir) / MOVE).read_text())
+    except (OSError, ValueError):
+        return False
+    t = said.get("t") if isinstance(said, dict) else None
+    return isinstance(t, (int, float)) and not isinstance(t, bool) and t >= started
 
 
 def run_folder(ref: str | Path) -> Path:

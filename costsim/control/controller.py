@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from costsim import checkpoint as ckpt
+from costsim.contract.telemetry import announce_move
 from costsim.contract.timing import WARMUP_STEPS, exit_s, start_cost_s
 from costsim.control.backend import Backend
 from costsim.control.journal import Instance, Journal
@@ -399,6 +400,8 @@ class Controller:
             return False
         if current is not None:       # move: the job checkpoints and leaves; the next start comes when it has
             current.handle["stopping"] = round(t, 3)
+            # said first: the SIGTERM the runner gets is a move, which its exit records as one, not a reclaim
+            announce_move(self.run_dir, from_market=current.market, to_market=decision.market, reason=reason)
             self.backend.stop(current.handle)
             self.j.decide(t, decision.market, reason, margin)
             self.say(f"costsim control: t={t / 3600:.2f} h: leaving {running} for {decision.market or 'idle'} ({reason})")

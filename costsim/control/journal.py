@@ -17,10 +17,10 @@ import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from costsim.contract.telemetry import JOURNAL
 from costsim.errors import InputError
 from costsim.io.files import read_json, write_atomic
 
-JOURNAL = "control.json"
 LOCK = "control.lock"
 SCHEMA = "costsim.control/1"
 

@@ -6,9 +6,13 @@ controller's journal. Each becomes instance lives and capacity outages per offer
   its available stretches are lives (a stretch cut by the trace's end is censored), its unavailable
   stretches outages. A trace names no offering: `--offering` labels it (default `traces`).
 - A run folder (`runner execute`): each `instance` event of the supervisors starts a life, ended by
-  that node's `exit` event (`ended`: finished, preempted-notice, cancelled, failed). A life with no
+  that node's `exit` event (`ended`: finished, preempted-notice, moved, cancelled, failed). A life with no
   exit (the instance vanished) ended at that node's last event, a preemption without notice on
   spot. Only spot lives are evidence of the spot market; the others are left out.
+- A run folder that `costsim control` ran (it holds control.json): its journal, not its telemetry. The
+  journal's times are trace time (a drill at --time-scale 600 lives 600 trace seconds a wall second),
+  the telemetry's wall time; the journal also knows which instances the controller moved. A journal
+  named beside its own folder counts once.
 - A JSON file with `instances` (the controller's journal, control.json): each
   {"offering", "market", "start_s", "end_s", "ended"}; optional `outages`: {"offering", "start_s",
   "end_s"} (end_s null: capacity had not come back when the journal ended, censored).
@@ -18,7 +22,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from costsim.contract.telemetry import read_events, run_folder
+from costsim.contract.telemetry import JOURNAL, read_events, run_folder
 from costsim.errors import InputError
 from costsim.io.files import read_json
 from costsim.io.specs import load_trace
@@ -27,7 +31,7 @@ from costsim.market_fit import Span, trace_spans
 PREEMPTED = ("preempted", "preempted-notice")
 # costsim control's: stopped (the policy moved the job), lost (gone while no controller watched),
 # withdrawn (a spot request that never ran)
-ENDINGS = ("finished", "preempted-notice", "preempted", "cancelled", "failed", "stopped", "lost", "withdrawn")
+ENDINGS = ("finished", "preempted-notice", "preempted", "moved", "cancelled", "failed", "stopped", "lost", "withdrawn")
 TRACE_LABEL = "traces"
 
 Observations = dict[str, tuple[list[Span], list[Span]]]   # offering -> (lives, outages)
@@ -45,8 +49,14 @@ def read_market(refs: list[str], offering: str | None = None) -> Observations:
         have[0].extend(lives)
         have[1].extend(outages)
 
+    read: set[Path] = set()
     for ref in refs:
         path = Path(ref)
+        if path.is_dir() and (path / JOURNAL).is_file():   # a controlled run: its journal, in trace time
+            path = path / JOURNAL
+        if path.resolve() in read:
+            continue
+        read.add(path.resolve())
         if path.is_dir():
             for label, lives in _run_lives(path).items():
                 add(label, lives, [])
