@@ -18,6 +18,9 @@ from costsim.errors import InputError, ModelError
 
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
+# An OSError about a path the user named is bad input; any other (a full disk, an I/O error, a network
+# that drops) is not the user's input: the command failed.
+BAD_PATH = (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError, FileExistsError)
 
 
 def run(group: click.Group, prog_name: str, argv: list[str] | None = None) -> None:
@@ -43,5 +46,6 @@ def run(group: click.Group, prog_name: str, argv: list[str] | None = None) -> No
         click.echo(f"error: {exc}", err=True)
         sys.exit(1)
     except OSError as exc:
-        click.echo(f"error: {exc.filename or ''}: {exc.strerror or exc}", err=True)
-        sys.exit(EXIT_BAD_INPUT)
+        where = f"{exc.filename}: " if exc.filename else ""
+        click.echo(f"error: {where}{exc.strerror or exc}", err=True)
+        sys.exit(EXIT_BAD_INPUT if isinstance(exc, BAD_PATH) else EXIT_FAILED)

@@ -95,7 +95,10 @@ def execute_command(plan, run_dir, run_id, nnodes, node_rank, rdzv_endpoint, npr
         run_id = run_id or node.run_id or (Path(run_dir).name if node.nnodes > 1 else None) or default_run_id()
         folder = Path(run_dir or Path("runs") / run_id)
         total = steps or spec.total_steps
-        schedule = faults.parse_schedule(inject, total_steps=total, seed=seed) if inject else []
+        try:
+            schedule = faults.parse_schedule(inject, total_steps=total, seed=seed) if inject else []
+        except ValueError as exc:
+            raise InputError("--inject-preemptions", "inject-preemptions", str(exc)) from None
         settings = parse_pairs(runtime, base=spec.runtime)
         smallest = min_nodes or spec.min_nodes or node.nnodes
         if min_nodes and min_nodes > node.nnodes:
@@ -123,10 +126,6 @@ def execute_command(plan, run_dir, run_id, nnodes, node_rank, rdzv_endpoint, npr
         raise InputError("node", "rendezvous", str(exc)) from None
     except PermissionError as exc:
         raise InputError("--run-dir", "run-dir", str(exc)) from None
-    except ValueError as exc:
-        if isinstance(exc, InputError):
-            raise
-        raise InputError("--inject-preemptions", "inject-preemptions", str(exc)) from None
     click.echo(f"runner: {spec.workload} ({spec.model}) on {node.nnodes} node(s) x {nproc} process(es) "
                f"[{node.source}], {total} steps of {spec.global_batch} samples (per GPU: micro-batch {split.micro_batch} "
                f"x accumulation {split.accumulation}), {settings.describe()}; run folder {folder}", err=True)

@@ -39,18 +39,41 @@ def _int(value: str, name: str) -> int:
 
 
 def expand_slurm_nodelist(nodelist: str) -> list[str]:
-    """`gpu[01-03,07],cpu1` -> ['gpu01', 'gpu02', 'gpu03', 'gpu07', 'cpu1'] (Slurm's compact form)."""
-    hosts = []
-    for prefix, ranges, plain in re.findall(r"([^,\[]+)\[([^\]]+)\]|([^,\[\]]+)", nodelist):
-        if plain:
-            hosts.append(plain)
-            continue
-        for part in ranges.split(","):
-            low, _, high = part.partition("-")
-            width = len(low)
-            for number in range(int(low), int(high or low) + 1):
-                hosts.append(f"{prefix}{number:0{width}d}")
+    """Slurm's compact host list in full: `gpu[01-03,07],cpu1` -> gpu01, gpu02, gpu03, gpu07, cpu1; text may
+    follow a bracket (`node[1-2]-ib` -> node1-ib, node2-ib) and brackets combine in order (`r[1-2]n[1-2]` ->
+    r1n1, r1n2, r2n1, r2n2), as `scontrol show hostnames` expands them."""
+    hosts: list[str] = []
+    for expression in _top_level(nodelist):
+        names = [""]
+        for literal, ranges in re.findall(r"([^\[\]]*)(?:\[([^\]]*)\])?", expression):
+            suffixes = [literal + number for number in _numbers(ranges)] if ranges else [literal]
+            names = [name + suffix for name in names for suffix in suffixes]
+        hosts.extend(name for name in names if name)
     return hosts
+
+
+def _top_level(nodelist: str) -> list[str]:
+    """The comma-separated host expressions, commas inside brackets kept."""
+    parts, depth, current = [], 0, ""
+    for char in nodelist:
+        depth += (char == "[") - (char == "]")
+        if char == "," and depth == 0:
+            parts.append(current)
+            current = ""
+        else:
+            current += char
+    return [p for p in parts + [current] if p]
+
+
+def _numbers(ranges: str) -> list[str]:
+    """`01-03,07` -> 01, 02, 03, 07 (zero-padded to the width written)."""
+    out = []
+    for part in ranges.split(","):
+        low, _, high = part.partition("-")
+        if not low.isdigit() or (high and not high.isdigit()):
+            raise LaunchError(f"SLURM_JOB_NODELIST: cannot read the range [{ranges}]")
+        out += [f"{number:0{len(low)}d}" for number in range(int(low), int(high or low) + 1)]
+    return out
 
 
 def discover(*, nnodes: int | None, node_rank: int | None, endpoint: str | None, env: Mapping[str, str]) -> Node:

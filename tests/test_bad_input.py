@@ -187,3 +187,29 @@ def test_calibrate_never_writes_into_the_shipped_data_and_says_where_it_wrote(ru
     out = tmp_path / "mine.yaml"
     result = run_cli("calibrate", str(run), "--out", str(out), "--format", "json")
     assert result.exit_code == 0 and out.exists() and f"wrote the calibrated profile to {out}" in result.stderr
+
+
+@pytest.mark.parametrize("error, code, line", [
+    (FileNotFoundError(2, "No such file or directory", "runs/x/plan.json"), 2,
+     "error: runs/x/plan.json: No such file or directory"),
+    (PermissionError(13, "Permission denied", "/etc/plan.json"), 2, "error: /etc/plan.json: Permission denied"),
+    (OSError(28, "No space left on device", "out/plan.json"), 1, "error: out/plan.json: No space left on device"),
+    (OSError(5, "Input/output error"), 1, "error: Input/output error"),
+])
+def test_an_os_error_is_bad_input_only_when_it_is_about_a_path_the_user_named(capsys, error, code, line):
+    """Exit 2 is bad input; a full disk or an I/O error is the command failing (1), not the user's input."""
+    import click
+
+    from costsim.entry import run
+
+    @click.group()
+    def group():
+        pass
+
+    @group.command()
+    def go():
+        raise error
+
+    with pytest.raises(SystemExit) as done:
+        run(group, "costsim", ["go"])
+    assert done.value.code == code and capsys.readouterr().err.strip() == line

@@ -147,7 +147,8 @@ ENGINE = (os.geteuid() == 0 and (os.environ.get("CI") or os.environ.get("COSTSIM
 
 def job_mix(folder: Path) -> None:
     """GPUs as GRES and as TRES counts, an array, a job cancelled while it waited, a CPU-only job, and
-    a spot job that a higher-priority job preempts and Slurm requeues."""
+    a spot job that a higher-priority job preempts and Slurm requeues, and a job an administrator requeues
+    (`scontrol requeue`: its first run's record is REQUEUED)."""
     def submit(*args: str) -> str:
         return subprocess.run(["sbatch", "--parsable", "--chdir", str(folder), *args], capture_output=True, text=True,
                               check=True, timeout=30).stdout.strip().split(";")[0]
@@ -167,6 +168,14 @@ def job_mix(folder: Path) -> None:
         time.sleep(0.5)
     time.sleep(4)
     submit("-p", "reclaim", "-c3", "--wrap", "sleep 5")   # CPU-only; takes the spot job's CPUs
+    requeued = submit("-p", "on-demand", "-c1", "--gres=gpu:1", "--requeue", "--wrap", "sleep 8")
+    for _ in range(120):   # an administrator's requeue once it runs: its first run ends REQUEUED
+        state = subprocess.run(["squeue", "-h", "-j", requeued, "-o", "%T"], capture_output=True, text=True).stdout
+        if state.strip() == "RUNNING":
+            break
+        time.sleep(0.5)
+    time.sleep(3)
+    subprocess.run(["scontrol", "requeue", requeued], check=True, timeout=30)
     for _ in range(120):
         if not subprocess.run(["squeue", "-h"], capture_output=True, text=True).stdout.strip():
             return
@@ -251,3 +260,19 @@ def test_jobs_an_owned_server_cannot_run_are_unserved_not_late_and_named(run_cli
     owned = next(s for s in doc["strategies"] if s["kind"] == "owned")
     assert (owned["unserved"], owned["unserved_jobs"], owned["deadline_misses"]) == (1, ["12"], 0)
     assert owned["used_gpu_hours"] == 32
+
+
+def test_a_requeued_run_used_its_gpus_and_an_end_that_is_no_time_is_refused(tmp_path, run_cli):
+    """`sacct -D`: a run that ended when its job was requeued (state REQUEUED) ran on its GPUs: it is one
+    of the job's runs, merged with the next (it used to be left out as 'still pending or running'). A
+    row whose End is not a time is one line naming it, even where Elapsed gives the run time."""
+    rows = ["9|9|gpu|2026-11-02T09:00:00|2026-11-02T09:00:00|2026-11-02T10:00:00|REQUEUED|gres/gpu=8,node=1|1|01:00:00",
+            "9|9|gpu|2026-11-02T10:00:00|2026-11-02T10:05:00|2026-11-02T12:05:00|COMPLETED|gres/gpu=8,node=1|1|02:00:00"]
+    h = load_history(write(tmp_path, *rows))
+    (job,) = h.jobs
+    assert job.duration_s == 3 * 3600 and h.merged_runs == 1 and not h.dropped
+    bad = rows[1].replace("2026-11-02T12:05:00", "tomorrow")
+    result = run_cli("compare", "--history", str(write(tmp_path, rows[0], bad, name="bad.txt")), "--hardware",
+                     "hgx-h100-8")
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1
+    assert "line 3: End: got 'tomorrow'; expected a time" in result.stderr

@@ -98,8 +98,13 @@ def test_discover_rejects_bad_node_information(kwargs, env, message):
 
 
 def test_slurm_nodelist_expansion():
+    """As `scontrol show hostnames` expands them (node[1-2]-ib used to come out as node1, node2, -ib)."""
     assert expand_slurm_nodelist("gpu[01-03,07],cpu1") == ["gpu01", "gpu02", "gpu03", "gpu07", "cpu1"]
     assert expand_slurm_nodelist("a,b") == ["a", "b"]
+    assert expand_slurm_nodelist("node[1-2]-ib") == ["node1-ib", "node2-ib"]
+    assert expand_slurm_nodelist("rack[1-2]-n[09-10],x") == ["rack1-n09", "rack1-n10", "rack2-n09", "rack2-n10", "x"]
+    with pytest.raises(LaunchError, match=r"cannot read the range \[a-b\]"):
+        expand_slurm_nodelist("node[a-b]")
 
 
 def test_torchrun_argv_is_a_list_without_a_shell():

@@ -32,7 +32,9 @@ CSV_REQUIRED = ("job_id", "submit", "start", "end", "gpus")
 CSV_OPTIONAL = ("nodes", "state", "partition")
 FORMATS = ("sacct", "csv")
 NOT_STARTED = {"", "None", "Unknown"}
-UNFINISHED = {"PENDING", "RUNNING", "REQUEUED", "RESIZING", "SUSPENDED", "REQUEUE_HOLD", "REQUEUE_FED"}
+# States of a record that has not ended yet. A REQUEUED record (and REQUEUE_HOLD, REQUEUE_FED) is a run
+# that ended when its job was requeued: it used its GPUs, and with `-D` its job's next run follows.
+UNFINISHED = {"PENDING", "RUNNING", "RESIZING", "SUSPENDED"}
 _GPU = re.compile(r"(?:^|,)gres/gpu(?::[^=,]+)?=(\d+)")
 _UNTYPED_GPU = re.compile(r"(?:^|,)gres/gpu=(\d+)")
 _ELAPSED = re.compile(r"^(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+(?:\.\d+)?)$")
@@ -170,9 +172,10 @@ def _sacct_run(where: str, row: dict[str, str], zone: dt.tzinfo, dropped: Counte
         dropped["no GPUs (CPU-only)"] += 1
         return None
     submit, start = _time(where, "Submit", row["Submit"], zone), _time(where, "Start", row["Start"], zone)
-    duration = elapsed if elapsed is not None else _time(where, "End", row["End"], zone) - start
-    if duration < 0:
+    end = _time(where, "End", row["End"], zone)   # a time, even where Elapsed gives the run time
+    if elapsed is None and end < start:   # (with Elapsed, a clock set back at night may put End before Start)
         raise InputError(where, "End", f"{row['End']} is before Start {row['Start']}")
+    duration = elapsed if elapsed is not None else end - start
     nodes = int(row["NNodes"]) if row.get("NNodes", "").strip().isdigit() else 1
     return Run(job=job, submit=submit, start=start, duration_s=duration, gpus=gpus, nodes=max(nodes, 1),
                partition=row.get("Partition", "").strip())
