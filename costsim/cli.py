@@ -225,6 +225,8 @@ def _price_dates(result) -> str:
 @click.option("--policy", type=click.Choice(sorted(POLICIES)), default="spot-only", show_default=True)
 @click.option("--on-demand-price", type=click.FloatRange(min=0), help="per instance-hour")
 @click.option("--spot-price", type=click.FloatRange(min=0), help="per instance-hour")
+@click.option("--owned-price", type=click.FloatRange(min=0), help="policy owned: the server's cost of ownership per "
+              "hour (its TCO share: `costsim catalog` prices the shipped servers)")
 @click.option("--trials", type=click.IntRange(min=1), default=1000, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--per-trial", is_flag=True, help="list every trial: cost, finish, preemptions and when it first went "
@@ -237,7 +239,8 @@ def _price_dates(result) -> str:
 @output_options
 def simulate_command(workload, offering, nodes, variant, work_hours, deadline, checkpoint_interval, checkpoint_cost,
                      checkpoint_stall, restart_cost, changeover, notice, preemption_mtbf, capacity_wait,
-                     weibull_shape, traces, policy, on_demand_price, spot_price, trials, seed, per_trial, spot_model,
+                     weibull_shape, traces, policy, on_demand_price, spot_price, owned_price, trials, seed, per_trial,
+                     spot_model,
                      more_traces, catalog_ref, fmt):
     """Simulate one configuration many times: what-if questions and checks of the model.
 
@@ -278,7 +281,7 @@ def simulate_command(workload, offering, nodes, variant, work_hours, deadline, c
         job = BareJob(work_s=work_hours * 3600, deadline_s=deadline, checkpoint_interval_s=checkpoint_interval,
                       checkpoint_s=checkpoint_cost, checkpoint_stall_s=checkpoint_stall, restart_s=restart_cost,
                       changeover_s=changeover, notice_s=notice, on_demand_price=on_demand_price,
-                      spot_price=spot_price, mtbf_s=preemption_mtbf, capacity_wait_s=capacity_wait,
+                      spot_price=spot_price, owned_price=owned_price, mtbf_s=preemption_mtbf, capacity_wait_s=capacity_wait,
                       weibull_shape=weibull_shape)
         config = bare_config(job, policy, list(traces))
     if traces:

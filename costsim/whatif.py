@@ -15,7 +15,7 @@ from costsim.policies import POLICY_MARKETS
 from costsim.sim.job import JobParams
 from costsim.sim.market import HazardModel
 from costsim.sim.trial import MarketPrice
-from costsim.spec import ON_DEMAND, SPOT, Offering, Workload
+from costsim.spec import ON_DEMAND, OWNED, SPOT, Offering, Workload
 from costsim.storage import load_storage, unsuitable
 from costsim.throughput import Infeasible, step_model
 
@@ -34,6 +34,7 @@ class BareJob:
     notice_s: float = 0.0
     on_demand_price: float | None = None
     spot_price: float | None = None
+    owned_price: float | None = None   # the owned server's cost of ownership per hour
     mtbf_s: float | None = None
     capacity_wait_s: float = 0.0
     weibull_shape: float = 1.0
@@ -44,13 +45,11 @@ def bare_config(job: BareJob, policy: str, traces: list[str]) -> SimConfig:
     markets = POLICY_MARKETS[policy]
     prices = {}
     for market, price, flag in ((ON_DEMAND, job.on_demand_price, "--on-demand-price"),
-                                (SPOT, job.spot_price, "--spot-price")):
+                                (SPOT, job.spot_price, "--spot-price"), (OWNED, job.owned_price, "--owned-price")):
         if market in markets:
-            if price is None:
+            if price is None:   # never a silent 0.00: an owned server costs its ownership by the hour
                 raise InputError(flag, flag.lstrip("-"), f"policy {policy} runs on {market}; give its price per hour")
             prices[market] = MarketPrice(per_hour=price)
-    if "owned" in markets:
-        prices["owned"] = MarketPrice(per_hour=job.on_demand_price or 0.0)
     if SPOT in markets and not traces and job.mtbf_s is None:
         raise InputError("--preemption-mtbf", "preemption-mtbf",
                          f"policy {policy} uses spot: give --preemption-mtbf or --trace FILE...")

@@ -103,6 +103,15 @@ def test_bare_simulate_needs_prices_for_its_markets(run_cli):
                   "--policy", "greedy", "--preemption-mtbf", "1h", "--spot-price", "1"), "--on-demand-price")
 
 
+def test_bare_simulate_of_an_owned_server_needs_its_cost_of_ownership(run_cli):
+    """It billed 0.00 (an owned server is not free: its TCO share by the hour)."""
+    args = ["simulate", "--work-hours", "4", "--deadline", "10h", "--checkpoint-interval", "1h", "--policy", "owned",
+            "--trials", "10"]
+    check(run_cli(*args), "--owned-price", "policy owned runs on owned")
+    priced = run_cli(*args, "--owned-price", "12.5", "--format", "json").json()
+    assert priced["cost"]["mean"] == pytest.approx(4 * 12.5)
+
+
 def test_bare_simulate_needs_a_spot_model(run_cli):
     check(run_cli("simulate", "--work-hours", "1", "--deadline", "2h", "--checkpoint-interval", "1h",
                   "--spot-price", "1"), "--preemption-mtbf", "--trace")

@@ -638,3 +638,42 @@ def test_a_job_that_finishes_between_two_looks_is_finished_not_failed(tmp_path):
 def test_how_an_instance_ended_is_one_table(status, done, stopping, ended):
     from costsim.control.controller import ended_as
     assert ended_as(status, done=done, stopping=stopping) == ended
+
+
+def _live_members(group: int) -> list[int]:
+    """Processes of a process group that still run (a killed one may linger as a zombie until reaped)."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        fields = text[text.rindex(")") + 2:].split()
+        if int(fields[2]) == group and fields[0] not in ("Z", "X"):
+            members.append(int(stat.parent.name))
+    return members
+
+
+def test_the_local_backend_kills_its_jobs_group_and_never_a_number_that_is_no_longer_its():
+    """A job that exits leaving a worker behind: its group is killed before its leader is reaped (while the
+    number is still the job's). A handle whose process is gone (or whose number another program now has,
+    seen by its start time) is never killed: the backend used to killpg whatever had the number."""
+    from costsim.control.local import Processes, process_start_ticks
+    jobs = Processes(plan=Path("-"), run_dir=Path("-"), run_id="r", runner_args=[])
+    leader = subprocess.Popen(["sh", "-c", "sleep 60 & exit 0"], start_new_session=True)
+    jobs._children[leader.pid] = leader
+    handle = {"pid": leader.pid, "proc_start": process_start_ticks(leader.pid)}
+    deadline = time.monotonic() + 30
+    while not jobs.exit_code(handle)[0]:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    while _live_members(leader.pid) and time.monotonic() < deadline:   # the worker it left goes with it
+        time.sleep(0.05)
+    assert _live_members(leader.pid) == []
+    other = subprocess.Popen(["sleep", "60"], start_new_session=True)   # "another program" with its own group
+    try:
+        jobs.kill({"pid": other.pid, "proc_start": (process_start_ticks(other.pid) or 0) + 1})   # not the job's
+        assert other.poll() is None
+    finally:
+        other.kill()
+        other.wait()

@@ -131,3 +131,32 @@ def test_billing_increment_and_minimum_apply_per_stint():
                     policies.get("on-demand"), Timeline(), prices)
     assert out.makespan_s == pytest.approx(101)
     assert out.cost == pytest.approx(2 * 3.6 * 600 / 3600)
+
+
+def test_the_emergency_save_waits_for_the_async_write_in_flight_as_the_runner_does():
+    """A notice during an async write: the runner finishes that write, then saves (runner/checkpoint.py: a
+    save waits for the previous one). Spot [0, 1800), notice 580 s: the stall ends at 962, its 450 s write at
+    1412; the notice comes at 1220 with 1158 s done. The emergency save could start only at 1412 and would
+    end at 1862, past the reclaim: only the write in flight counts (900 s), 258 s are lost. (The simulator
+    used to start the emergency save at the notice, beside the write, and keep all 1158 s.)"""
+    out = run_trial(params(checkpoint_s=450, checkpoint_stall_s=2, notice_s=580), policies.get("greedy"),
+                    TraceTimeline(TRACE, 600), PRICES, record_log=True)
+    assert out.record.log[:6] == [(0, "start", "spot"), (60, "progress", "spot"), (1220, "notice", ""),
+                                  (1412, "checkpoint", ""), (1800, "preempted", "spot"), (1800, "release", "spot")]
+    assert out.lost_work_s == pytest.approx(258)
+
+
+def test_a_move_right_after_an_async_save_does_not_write_the_same_checkpoint_again():
+    """The policy leaves spot when the stall of the save of 900 s ends (962): that save's write (300 s) is
+    the move's checkpoint; the job leaves when it lands (1262), not after a second, synchronous save of the
+    same 900 s (1562)."""
+    def leave_spot_at_962(view):
+        if view.t < 962 - 1e-6:
+            return policies.Decision("spot" if view.running == "spot" or view.spot_available_at <= view.t else None,
+                                     962)
+        return policies.Decision("on-demand")
+    out = run_trial(params(checkpoint_s=300, checkpoint_stall_s=2), leave_spot_at_962, AlwaysAvailable(), PRICES,
+                    record_log=True)
+    assert out.record.log[:5] == [(0, "start", "spot"), (60, "progress", "spot"), (1262, "checkpoint", ""),
+                                  (1262, "release", "spot"), (1262, "start", "on-demand")]
+    assert out.record.stints[0].end_s == 1262

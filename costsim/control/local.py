@@ -77,10 +77,15 @@ class Processes:
         child = self._children.get(handle["pid"])
         if child is None:
             return (not self.alive(handle)), None
-        if child.poll() is None:
+        try:   # ended? Looked at without reaping: until it is reaped its pid, and so its group, stay its own
+            ended = os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+        except ChildProcessError:   # reaped already (by Popen itself)
+            ended = True
+        if not ended:
             return False, None
-        del self._children[handle["pid"]]
         self.kill(handle)   # nothing of the job outlives its instance (the runner leads its own process group)
+        child.wait()
+        del self._children[handle["pid"]]
         return True, child.returncode
 
     def alive(self, handle: dict) -> bool:
@@ -97,6 +102,12 @@ class Processes:
                 pass
 
     def kill(self, handle: dict) -> None:
+        """SIGKILL the job's process group, but only while its leader is known to be the job's: our child
+        not yet reaped, or the same live process (pid and start time). A group whose leader is gone may
+        carry a reused number by now: killing it could kill another program."""
+        child = self._children.get(handle["pid"])
+        if (child is None or child.returncode is not None) and not self.alive(handle):
+            return
         try:
             os.killpg(handle["pid"], signal.SIGKILL)
         except ProcessLookupError:

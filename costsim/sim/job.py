@@ -233,6 +233,8 @@ class Job:
             if pending[0] > self.env.now + _EPS:
                 yield self.env.timeout(pending[0] - self.env.now)
             self._settle(self.env.now)
+            if target <= self.durable_s + _EPS:   # that write was this checkpoint: nothing left to save
+                return
         if self.p.checkpoint_stall_s is None or final:
             self._phase = ("checkpoint", (self.env.now, target))
             yield self.env.timeout(self.p.checkpoint_s)
@@ -264,13 +266,15 @@ class Job:
             return
         if phase == "work":
             self.live_s += (now - detail) / self._slowness
-        window_s = reclaim_at - now
-        self._settle(reclaim_at)   # an async write finishing inside the window still counts
+        # An async write in flight is finished first (the runner's save waits for the previous one): it
+        # counts if it lands by the reclaim, and the emergency save can only start after it.
+        free_at = max(now, self._pending[0]) if self._pending is not None else now
+        self._settle(reclaim_at)
         if phase == "checkpoint" and detail[0] + self.p.checkpoint_s <= reclaim_at + _EPS:
             yield self.env.timeout(detail[0] + self.p.checkpoint_s - now)
             self._bank(detail[1])
-        elif self.live_s > self.durable_s + _EPS and self.p.checkpoint_s <= window_s + _EPS:
-            yield self.env.timeout(self.p.checkpoint_s)
+        elif self.live_s > self.durable_s + _EPS and free_at + self.p.checkpoint_s <= reclaim_at + _EPS:
+            yield self.env.timeout(free_at + self.p.checkpoint_s - now)
             self._bank(self.live_s)
         if reclaim_at > self.env.now:
             yield self.env.timeout(reclaim_at - self.env.now)
