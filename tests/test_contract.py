@@ -182,14 +182,18 @@ def test_every_reader_passes_a_damaged_telemetry_line_over_and_counts_it(tmp_pat
 
 
 def test_the_planner_prices_the_batch_split_the_runner_runs():
-    """One rule (costsim.contract.batching): global batch 18 on 2 GPUs of at most 8 each is 3 x 3 for
-    both (the planner used to call it infeasible, the runner ran 3 x 3)."""
+    """One rule (costsim.contract.batching), both sides on literal cases: global batch 18 on 2 GPUs of at most
+    8 each is 3 x 3 (the planner used to call it infeasible, the runner ran 3 x 3); 64 on 8 of at most 4 is
+    4 x 2; 60 on 4 of at most 16 is 15 x 1. (test_runner_rescale checks the runner's split on its own cases.)"""
     from dataclasses import replace as with_fields
 
     from costsim import io
     from costsim.throughput import step_model
-    from runner.batching import split_batch
-    gpu = with_fields(io.load_profile("sdxl-unet").gpus["H200"], max_batch_per_gpu=8)
-    priced = step_model(gpu, global_batch=18, gpus_per_node=2, nodes=1, inter_node_gbps=100)
-    ran = split_batch(18, 2, 8)
-    assert (priced.per_gpu_batch, priced.accumulation) == (ran.micro_batch, ran.accumulation) == (3, 3)
+    from runner import batching
+    h200 = io.load_profile("sdxl-unet").gpus["H200"]
+    for (global_batch, gpus, largest), expected in (((18, 2, 8), (3, 3)), ((64, 8, 4), (4, 2)), ((60, 4, 16), (15, 1))):
+        priced = step_model(with_fields(h200, max_batch_per_gpu=largest), global_batch=global_batch,
+                            gpus_per_node=gpus, nodes=1, inter_node_gbps=100)
+        ran = batching.split_batch(global_batch, gpus, largest)
+        assert (priced.per_gpu_batch, priced.accumulation) == expected
+        assert (ran.micro_batch, ran.accumulation) == expected
