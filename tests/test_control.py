@@ -705,3 +705,34 @@ def test_the_local_backend_kills_its_jobs_group_and_never_a_number_that_is_no_lo
     finally:
         other.kill()
         other.wait()
+
+
+def test_a_withdrawn_request_is_no_restart_no_stint_and_no_bill(tmp_path):
+    """On Slurm a spot request withdrawn before it ran (the capacity went between the look and the request)
+    is in the journal, but the job never started there: it is not a restart, it bills nothing (not even the
+    billing minimum), and the replays' stints are the instances that ran (each with its own start-up: the
+    withdrawn one used to shift every later stint's by one)."""
+    from costsim.control.controller import stint_dynamics
+    from costsim.control.progress import RunFolder
+    from costsim.control.report import Prices, summary
+    _write(tmp_path, *_life(0.0, 0, 25, start_s=2.0, warm_s=1.0, step_s=0.5))
+    _write(tmp_path, *_life(100.0, 25, 25, start_s=6.0, warm_s=1.0, step_s=0.5))   # a slower second start
+    journal = Journal(plan_file="-", policy="greedy", backend="slurm", offering="x", deadline_s=1000.0,
+                      time_scale=1.0, notice_s=0.0, t0=0.0, status="done", end_s=200.0)
+    journal.instances = [
+        Instance(offering="x", market="spot", start_s=0.0, end_s=50.0, ended="preempted", handle={"progressing": True}),
+        Instance(offering="x", market="spot", start_s=60.0, end_s=60.0, ended="withdrawn"),
+        Instance(offering="x", market="on-demand", start_s=100.0, end_s=150.0, ended="finished",
+                 handle={"progressing": True})]
+    plan = PlanFigures(total_steps=50, step_s=0.5, start_s=2.0, checkpoint_s=1.0, checkpoint_stall_s=None,
+                       interval_s=60.0)
+    controller = Controller(journal, LocalBackend(None, None, notice_s=0.0), RunFolder(tmp_path), VirtualClock(),
+                            policies.get("greedy"), plan, run_dir=tmp_path, poll_s=1.0, horizon_s=4000.0,
+                            say=lambda line: None)
+    progress = controller.folder.observe()
+    stints = stint_dynamics(journal, progress, controller.clock, controller.measured(progress))
+    assert [round(start, 6) for start, _ in stints] == [4.5, 8.5]   # 2 + 5 - 2.5, then 6 + 5 - 2.5
+    report = summary(journal, Prices(per_node_h={"spot": 1.0, "on-demand": 3.0}, nodes=1, minimum_s=60.0), None)
+    assert report["restarts"] == 1 and report["bill"]["markets"]["spot"]["instances"] == 1
+    spot = report["bill"]["markets"]["spot"]
+    assert (spot["hours"], spot["cost"]) == (pytest.approx(50.0 / 3600), pytest.approx(60.0 / 3600))   # its minimum

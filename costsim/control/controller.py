@@ -144,6 +144,11 @@ def measured(progress: Progress, plan: PlanFigures, scale: float, *, resumes: Se
                     step_seen=bool(progress.step_times), unseen_step=plan.unseen_step)
 
 
+def ran(journal: Journal) -> list[Instance]:
+    """The instances on which the job ran: every one but the requests withdrawn before they ran (Slurm)."""
+    return [i for i in journal.instances if i.ended != "withdrawn"]
+
+
 def resume_times(journal: Journal, progress: Progress, clock, step_s: float) -> list[float]:
     """What each start cost, trace seconds: from the instance's start (the runner's own start-up, on
     Slurm the scheduling, included) to the end of its warm-up steps, less as many steady steps
@@ -181,7 +186,7 @@ def stint_dynamics(journal: Journal, progress: Progress, clock, m: Measured) -> 
     step_s = m.step_s / journal.time_scale
     starts = iter(resume_times(journal, progress, clock, m.step_s))
     out = []
-    for instance in journal.instances:
+    for instance in ran(journal):   # a withdrawn request (nothing ran) is no stint of the simulated job
         end = instance.end_s if instance.end_s is not None else math.inf
         times = [d for d, t in zip(progress.step_times, progress.step_ends)
                  if instance.start_s <= clock.trace(t) <= end]

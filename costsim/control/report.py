@@ -13,7 +13,7 @@ import bisect
 import math
 from dataclasses import dataclass
 
-from costsim.control.controller import Measured
+from costsim.control.controller import Measured, ran
 from costsim.control.journal import Journal
 from costsim.cost import instance_cost
 from costsim.policies import Decision, Figures, Policy, View, build_view
@@ -36,10 +36,11 @@ class Prices:
 
 
 def bill(journal: Journal, prices: Prices) -> dict:
-    """Hours and cost per market, and the total, from the journal's instances."""
+    """Hours and cost per market, and the total, from the journal's instances (a request withdrawn before it
+    ran is not billed: not even the billing minimum)."""
     per: dict[str, dict] = {}
     end_default = journal.end_s if journal.end_s is not None else journal.updated_s
-    for instance in journal.instances:
+    for instance in ran(journal):
         end = instance.end_s if instance.end_s is not None else end_default
         held_s = max(0.0, end - instance.start_s)
         price = prices.market(instance.market)
@@ -158,7 +159,7 @@ def summary(journal: Journal, prices: Prices, prediction: dict | None, hindsight
     as known, `hindsight`, `plan`) and the errors against the first two."""
     billed = bill(journal, prices)
     finish = journal.end_s if journal.status == "done" else None
-    restarts = max(0, len(journal.instances) - 1)
+    restarts = max(0, len(ran(journal)) - 1)   # a withdrawn request never started the job
     out = {
         "bill": billed, "cost": billed["cost"], "finish_s": finish, "deadline_s": journal.deadline_s,
         "deadline_met": finish is not None and finish <= journal.deadline_s + 1e-6,
