@@ -4,7 +4,11 @@
 #   bash scripts/slurm_control_cluster.sh up     # install (Debian packages) if missing, configure, start
 #   ACCOUNTING=1 bash scripts/slurm_control_cluster.sh up   # and real accounting: slurmdbd on MariaDB
 #   bash scripts/slurm_control_cluster.sh down   # cancel jobs, stop the daemons (and the database)
+#   NODES=2 bash scripts/slurm_control_cluster.sh up   # two nodes on this host (two slurmd: -N NAME, own ports)
 #
+# With NODES=2 the nodes are costsim-n1 and costsim-n2, each with its own slurmd (Debian's slurmd runs
+# one per node name with -N), port, spool and log, both at 127.0.0.1 (NodeAddr), 4 CPUs and gpu:4 each:
+# a multi-node job is a real gang of two slurmd (srun starts one task on each).
 # The node has 4 GPUs as GRES (gpu:4; the devices are stand-ins, /dev/null's major and minor), so jobs
 # ask for GPUs as real clusters' jobs do (--gres=gpu:N, --gpus=N) and accounting records them
 # (AllocTRES gres/gpu=N). With ACCOUNTING=1, MariaDB (its own data folder, 127.0.0.1:3307) and slurmdbd
@@ -100,9 +104,26 @@ if ! command -v slurmctld >/dev/null || ! command -v munged >/dev/null; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurmd slurmctld slurm-client munge >/dev/null
 fi
 HOST=$(hostname -s)
+NODES=${NODES:-1}
 mkdir -p /etc/slurm /var/spool/slurmctld /var/spool/slurmd /var/log/slurm /run/munge /etc/munge "$RUN"
 for i in 0 1 2 3; do [ -c "$RUN/gpu$i" ] || mknod "$RUN/gpu$i" c 1 3; done   # stand-ins for /dev/nvidiaN
-echo "NodeName=$HOST Name=gpu File=$RUN/gpu[0-3]" > /etc/slurm/gres.conf
+if [ "$NODES" = 1 ]; then
+  NAMES=$HOST
+  NODE_LINES="NodeName=$HOST CPUs=4 Gres=gpu:4 State=UNKNOWN"
+  SLURMD_FILES=""
+  echo "NodeName=$HOST Name=gpu File=$RUN/gpu[0-3]" > /etc/slurm/gres.conf
+else
+  NAMES="costsim-n[1-$NODES]"
+  NODE_LINES=""
+  : > /etc/slurm/gres.conf
+  for n in $(seq "$NODES"); do
+    NODE_LINES="$NODE_LINES
+NodeName=costsim-n$n NodeHostname=$HOST NodeAddr=127.0.0.1 Port=$((17000 + n)) CPUs=4 Gres=gpu:4 State=UNKNOWN"
+    echo "NodeName=costsim-n$n Name=gpu File=$RUN/gpu[0-3]" >> /etc/slurm/gres.conf
+    mkdir -p "/var/spool/slurmd/costsim-n$n"
+  done
+  SLURMD_FILES="SlurmdPidFile=$RUN/slurmd-%n.pid"
+fi
 [ -s /etc/munge/munge.key ] || dd if=/dev/urandom of=/etc/munge/munge.key bs=1024 count=1 status=none
 chown -R munge:munge /etc/munge /run/munge 2>/dev/null || true
 chmod 0400 /etc/munge/munge.key
@@ -124,7 +145,8 @@ SlurmdUser=root
 AuthType=auth/munge
 AuthInfo=cred_expire=10
 StateSaveLocation=/var/spool/slurmctld
-SlurmdSpoolDir=/var/spool/slurmd
+SlurmdSpoolDir=/var/spool/slurmd$( [ "$NODES" = 1 ] || echo /%n )
+$SLURMD_FILES
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SelectType=select/cons_tres
@@ -142,13 +164,17 @@ GresTypes=gpu
 $ACCOUNTING_CONF
 JobCompLoc=/var/log/slurm/jobcomp.log
 SlurmctldLogFile=/var/log/slurm/slurmctld.log
-SlurmdLogFile=/var/log/slurm/slurmd.log
-NodeName=$HOST CPUs=4 Gres=gpu:4 State=UNKNOWN
-PartitionName=spot Nodes=$HOST Default=YES MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=CANCEL GraceTime=$GRACE
-PartitionName=on-demand Nodes=$HOST MaxTime=INFINITE State=UP PriorityTier=10 PreemptMode=OFF
-PartitionName=reclaim Nodes=$HOST MaxTime=INFINITE State=UP PriorityTier=100 PreemptMode=OFF
+SlurmdLogFile=/var/log/slurm/slurmd$( [ "$NODES" = 1 ] || echo -%n ).log
+$NODE_LINES
+PartitionName=spot Nodes=$NAMES Default=YES MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=CANCEL GraceTime=$GRACE
+PartitionName=on-demand Nodes=$NAMES MaxTime=INFINITE State=UP PriorityTier=10 PreemptMode=OFF
+PartitionName=reclaim Nodes=$NAMES MaxTime=INFINITE State=UP PriorityTier=100 PreemptMode=OFF
 CONF
 slurmctld -c
-slurmd -c
+if [ "$NODES" = 1 ]; then
+  slurmd -c
+else
+  for n in $(seq "$NODES"); do slurmd -c -N "costsim-n$n"; done
+fi
 for _ in $(seq 30); do sinfo -h -o %T 2>/dev/null | grep -qE "idle|mixed" && break; sleep 1; done
 sinfo -h -o "%P %a %C %G" | sed 's/^/slurm: partition /'

@@ -483,6 +483,50 @@ def test_slurm_backend_learns_preemptions_from_slurm(run_cli, tmp_path):
     assert doc["instances"][-1]["market"] == "on-demand" and doc["instances"][-1]["ended"] == "finished"
 
 
+@pytest.mark.skipif(not ENGINE, reason="starts a Slurm cluster on this machine: only in CI or with "
+                    "COSTSIM_ENGINE_TESTS=1, as root")
+@pytest.mark.slow
+@pytest.mark.slurm
+def test_a_two_node_plan_trains_on_both_nodes_of_a_real_slurm_and_is_billed_for_both(run_cli, tmp_path):
+    """A 2-node plan under --backend slurm on a one-host Slurm of two slurmd (NODES=2: costsim-n1 and
+    costsim-n2, scripts/slurm_control_cluster.sh): every instance is a 2-node job whose batch script starts
+    one runner a node with srun (it used to `exec` one runner on the first node, which waited at the
+    rendezvous for a second that never came); the job trains at world size 2 across both nodes, survives
+    Slurm's preemption of its spot job (window 59: spot for 1.5 h, then a reclaim job takes a node), and the
+    bill counts two nodes."""
+    script = ROOT / "scripts" / "slurm_control_cluster.sh"
+    up = subprocess.run(["bash", str(script), "up"], env={**os.environ, "NODES": "2"}, capture_output=True,
+                        text=True, timeout=600)
+    assert up.returncode == 0, up.stderr[-2000:]
+    try:
+        one = Plan.read(_plan(run_cli, tmp_path))
+        from dataclasses import replace
+        plan = replace(one, resources=replace(one.resources, nodes=2, gpus_per_node=1)).write(tmp_path / "two.json")
+        proc = subprocess.Popen([sys.executable, "-m", "costsim", "control", str(plan), "--backend", "slurm",
+                                 "--policy", "uniform-progress", "--reclaim-trace", str(WINDOWS / "59.json"),
+                                 "--time-scale", "300", "--deadline", "14h", "--steps", "6000", "--run-dir",
+                                 str(tmp_path / "run"), "--format", "json"], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        out, err = proc.communicate(timeout=500)
+    finally:
+        subprocess.run(["bash", str(script), "down"], capture_output=True, timeout=120)
+    assert proc.returncode == 0, err[-3000:]
+    doc = json.loads(out)
+    assert doc["status"] == "done" and doc["deadline_met"], doc["instances"]
+    assert [i["ended"] for i in doc["instances"] if i["market"] == "spot"][:1] == ["preempted"], doc["instances"]
+    assert doc["instances"][-1]["market"] == "on-demand" and doc["instances"][-1]["ended"] == "finished"
+    from costsim.contract.telemetry import read_events
+    events = read_events(tmp_path / "run")
+    # every life ran on both nodes: one supervisor a node, and workers at world size 2
+    lives = [e for e in events if e["event"] == "instance"]
+    assert sorted({e.get("node", 0) for e in lives}) == [0, 1] and len(lives) == 2 * sum(
+        1 for i in doc["instances"] if i["ended"] != "withdrawn")
+    assert {e["world_size"] for e in events if e["event"] == "step"} == {2}
+    price = Plan.read(plan).resources.price_per_node_h
+    for market, entry in doc["bill"]["markets"].items():   # two nodes by the hour (the billing minimum aside)
+        assert entry["cost"] >= 2 * price[market] * entry["hours"] - 1e-9
+
+
 def test_the_simulators_release_time_holds_the_instance_after_the_work():
     """JobParams.release_s (the job's exit, measured by the controller): the instance is held and
     billed that much longer after the last save; zero leaves the model as the planner uses it."""

@@ -45,7 +45,8 @@ def test_a_job_past_min_job_age_is_gone_and_a_slurm_that_did_not_answer_is_not()
 
 def test_jobs_are_sized_from_the_plan():
     assert slurm.job_size("H200", 8, 2, "spot") == ["--nodes", "2", "--ntasks-per-node", "1", "--gpus-per-node", "8"]
-    assert slurm.job_size("cpu", 2, 1, "spot") == ["--nodes", "1", "--cpus-per-task", "2"]   # the one-host drill
+    assert slurm.job_size("cpu", 2, 1, "spot") == ["--nodes", "1", "--ntasks-per-node", "1", "--cpus-per-task", "2"]
+    assert slurm.job_size("cpu", 1, 2, "on-demand")[:2] == ["--nodes", "2"]   # a 2-node drill: a gang of two
     grace = slurm._fields(read("slurm-partition-spot.txt"))["GraceTime"]
     assert grace == "10"
 

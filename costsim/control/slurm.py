@@ -43,6 +43,12 @@ from costsim.spec import ON_DEMAND, SPOT
 PARTITIONS = {SPOT: "spot", ON_DEMAND: "on-demand"}   # the defaults (--spot-partition, --on-demand-partition)
 RECLAIM_PARTITION = "reclaim"
 RECHECK_S = 60.0          # trace seconds after which an unavailable spot partition is looked at again
+PROBE_EVERY_S = 10.0      # wall seconds between capacity probes (squeue + sbatch --test-only)
+# Why Slurm holds a pending job when the partition has no room for it now (squeue's %r); any other reason
+# (None: not looked at yet, BeginTime, Dependency...) is not the capacity's.
+CAPACITY_REASONS = {"Resources", "Priority", "ReqNodeNotAvail", "PartitionNodeLimit", "PartitionTimeLimit",
+                    "NodeDown", "Nodes_required_for_job_are_DOWN,_DRAINED_or_reserved_for_jobs_in_higher_priority_"
+                    "partitions"}
 START_SLACK_S = 5.0       # a test-only start this close to now is "now"
 RETRIES, RETRY_WAIT_S = 3, 1.0   # a failed or timed-out read-only Slurm command is tried again this often
 # The one-host drill cluster's sizes (scripts/slurm_control_cluster.sh): a reclaim job fits beside an
@@ -51,7 +57,21 @@ CPUS = {SPOT: 2, ON_DEMAND: 1, RECLAIM_PARTITION: 3}
 COMMANDS = ("sbatch", "squeue", "sinfo", "scontrol", "scancel")
 ENDED = {"COMPLETED", "FAILED", "CANCELLED", "PREEMPTED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL",
          "DEADLINE", "REVOKED", "SPECIAL_EXIT"}
-BATCH = "#!/bin/sh\n# costsim control: the runner's command line comes as arguments (no shell string)\nexec \"$@\"\n"
+# The job's batch script: fixed text, the runner's command line after it as arguments (no shell string).
+# One node: the runner is the batch shell (Slurm's signals reach it). Several: srun starts one runner a node
+# (each reads SLURM_NODEID and SLURM_NNODES), the first node's address hosts the rendezvous, and srun
+# passes the batch shell's signals (a preemption's, the controller's move) on to every node's runner.
+BATCH = """#!/bin/sh
+# costsim control: the runner's command line comes as arguments (no shell string); one runner a node
+if [ "${SLURM_NNODES:-1}" -gt 1 ]; then
+  first=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
+  MASTER_ADDR=$(scontrol show node "$first" -o | tr ' ' '\\n' | sed -n 's/^NodeAddr=//p')
+  MASTER_PORT=$((20000 + ${SLURM_JOB_ID:-0} % 20000))
+  export MASTER_ADDR MASTER_PORT
+  exec srun --kill-on-bad-exit=0 --ntasks-per-node=1 "$@"
+fi
+exec "$@"
+"""
 
 
 def _run(argv: list[str], check: bool = True) -> str:
@@ -125,9 +145,9 @@ def _fields(text: str) -> dict[str, str]:
 
 
 def job_size(gpu: str, gpus_per_node: int, nodes: int, market: str) -> list[str]:
-    """sbatch's size of one instance: the plan's nodes and GPUs (the CPU drill: its CPU sizes)."""
+    """sbatch's size of one instance: the plan's nodes and GPUs (the CPU drill: its CPU sizes a node)."""
     if gpu.lower() == "cpu":
-        return ["--nodes", "1", "--cpus-per-task", str(CPUS[market])]
+        return ["--nodes", str(nodes), "--ntasks-per-node", "1", "--cpus-per-task", str(CPUS[market])]
     return ["--nodes", str(nodes), "--ntasks-per-node", "1", "--gpus-per-node", str(gpus_per_node)]
 
 
@@ -144,20 +164,31 @@ class SlurmBackend:
         self.partitions = dict(partitions or PARTITIONS)
         self.size = size   # (gpu, GPUs per node, nodes) of the plan
         self.script = run_dir / "slurm-job.sh"
-        if not self.script.exists():
+        if not self.script.exists() or self.script.read_text() != BATCH:
             write_atomic(self.script, BATCH)
         self.reclaim_name = f"costsim-reclaim-{run_id}"
         self._reclaim_job = self._find_reclaim()
-        self._available: tuple[float, bool] | None = None
+        self._available: tuple[float, bool, float] | None = None   # (trace t, answer, monotonic time)
 
     # -- capacity ------------------------------------------------------------------------
     def spot_available(self, t: float) -> bool:
-        if self._available is not None and self._available[0] == t:
+        """Whether a spot job would run now. Our own job on the spot partition answers for itself (running:
+        yes; pending: by why Slurm holds it, since a probe would only queue behind it); else a probe, at
+        most every PROBE_EVERY_S of wall time (each is a squeue and an sbatch --test-only, which runs the
+        scheduler: a shared cluster's admins do not want them twice a second). Our own starts, stops and
+        reclaim jobs look again at once."""
+        now = time.monotonic()
+        if self._available is not None and (self._available[0] == t or now - self._available[2] < PROBE_EVERY_S):
             return self._available[1]
-        ours = _run(["squeue", "-h", "-p", self.partitions[SPOT], "-t", "RUNNING", "-n", self._job_name(), "-o", "%i"],
-                    check=False)
-        available = bool(ours.strip()) or self._would_start_now(SPOT)
-        self._available = (t, available)
+        ours = _run(["squeue", "-h", "-p", self.partitions[SPOT], "-n", self._job_name(), "-o", "%T %r"],
+                    check=False).split()
+        if ours[:1] == ["RUNNING"]:
+            available = True
+        elif ours[:1] == ["PENDING"]:
+            available = (ours[1] if len(ours) > 1 else "None") not in CAPACITY_REASONS
+        else:
+            available = self._would_start_now(SPOT)
+        self._available = (t, available, now)
         return available
 
     def _would_start_now(self, market: str) -> bool:
@@ -236,6 +267,7 @@ class SlurmBackend:
             return Status(ended=False)
         code = state.get("ExitCode", "").split(":")[0]
         handle["state"] = job_state
+        self._available = None   # our job left the partition: what it held may be free, or taken
         return Status(ended=True, exit_code=int(code) if code.isdigit() else None,
                       preempted=job_state == "PREEMPTED" or "noticed" in handle)
 
