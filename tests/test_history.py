@@ -34,13 +34,15 @@ def write(tmp_path: Path, *rows: str, header: str = HEADER, name: str = "h.txt")
 def test_a_real_dump_is_cleaned_with_a_reason_for_every_record_left_out():
     """The one-host Slurm's own `sacct -a -P -D` output (recorded by test_slurm_accounting_is_read_back,
     the job mix below): steps dropped, the array's elements kept, the cancelled and CPU-only jobs left
-    out, the preempted job's two runs one job with both run times."""
+    out, the preempted job's two runs one job with both run times, and so the requeued job's (its first
+    run's record is REQUEUED: 4 s before the requeue, then its whole 8 s)."""
     h = load_history(RECORDED)
-    assert h.dropped == {"job steps": 8, "cancelled before it started": 1, "no GPUs (CPU-only)": 1}
-    assert h.merged_runs == 1
-    assert sorted(j.gpus for j in h.jobs) == [1, 1, 1, 1, 2, 2]
+    assert h.dropped == {"job steps": 10, "cancelled before it started": 1, "no GPUs (CPU-only)": 1}
+    assert h.merged_runs == 2
+    assert sorted(j.gpus for j in h.jobs) == [1, 1, 1, 1, 1, 2, 2]
     preempted = [j for j in h.jobs if j.name == "spot"]
     assert len(preempted) == 1 and preempted[0].duration_s == pytest.approx(20 + 30)   # its two runs
+    assert sorted(j.duration_s for j in h.jobs if j.name == "on-demand")[-1] == pytest.approx(4 + 8)
 
 
 def test_requeued_runs_are_one_job_from_its_first_submission_and_times_follow_the_zone(tmp_path):
@@ -176,8 +178,10 @@ def job_mix(folder: Path) -> None:
         time.sleep(0.5)
     time.sleep(3)
     subprocess.run(["scontrol", "requeue", requeued], check=True, timeout=30)
-    for _ in range(120):
-        if not subprocess.run(["squeue", "-h"], capture_output=True, text=True).stdout.strip():
+    for _ in range(120):   # every job gone from the queue, and the requeued one's second run done
+        shown = subprocess.run(["scontrol", "show", "job", requeued, "-o"], capture_output=True, text=True).stdout
+        if not subprocess.run(["squeue", "-h"], capture_output=True, text=True).stdout.strip() \
+                and "JobState=COMPLETED" in shown and "Restarts=1" in shown:
             return
         time.sleep(1)
     raise AssertionError("the job mix did not finish")
@@ -205,11 +209,12 @@ def test_slurm_accounting_is_read_back(run_cli, tmp_path):
     if os.environ.get("COSTSIM_RECORD_SACCT"):
         shutil.copy(dump, RECORDED)
     h = load_history(dump)
-    assert h.dropped == {"job steps": 8, "cancelled before it started": 1, "no GPUs (CPU-only)": 1}, dump.read_text()
-    assert h.merged_runs == 1 and sorted(j.gpus for j in h.jobs) == [1, 1, 1, 1, 2, 2], dump.read_text()
+    assert h.dropped == {"job steps": 10, "cancelled before it started": 1, "no GPUs (CPU-only)": 1}, dump.read_text()
+    assert h.merged_runs == 2 and sorted(j.gpus for j in h.jobs) == [1, 1, 1, 1, 1, 2, 2], dump.read_text()
+    assert "|REQUEUED|" in dump.read_text()   # Slurm's own record of a requeued run
     doc = run_cli("compare", "--history", str(dump), "--hardware", "hgx-h100-8", "--resample", "0",
                   "--format", "json").json()
-    assert doc["history"]["jobs"] == 6 and doc["jobs"] == 6
+    assert doc["history"]["jobs"] == 7 and doc["jobs"] == 7
     print(json.dumps(doc["history"]), file=sys.stderr)
 
 
