@@ -66,3 +66,32 @@ def test_a_command_that_fails_before_it_answers_is_tried_again_and_logged(tmp_pa
     assert slurm.job_state(result.stdout, result.returncode)["JobState"] == "RUNNING"
     assert counter.read_text().strip() == "3"
     assert capsys.readouterr().err.count("trying again") == 2
+
+
+def _stand_in(folder: Path, name: str, body: str) -> None:
+    script = folder / name
+    script.write_text("#!/bin/sh\n" + body)
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+
+
+def test_our_own_pending_spot_job_answers_for_the_capacity_and_probes_are_rate_limited(tmp_path, monkeypatch):
+    """Stand-ins for squeue and sbatch on PATH (answers as a real Slurm 22.05 gives them). Our spot job
+    pends, not looked at yet (reason None): capacity is there, whatever a probe says (a --test-only job
+    queues behind ours, a year away; the backend used to believe it and withdraw its own request). Held for
+    Resources: not there. With no job of ours, a probe: at most one per PROBE_EVERY_S of wall time."""
+    calls = tmp_path / "calls"
+    state = tmp_path / "state"
+    _stand_in(tmp_path, "squeue", f"echo squeue >> {calls}\ncat {state}\n")
+    _stand_in(tmp_path, "sbatch", f"echo sbatch >> {calls}\ncat {DATA / 'slurm-testonly-busy.txt'} >&2\n")
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    backend = slurm.SlurmBackend(None, plan=Path("plan.json"), run_dir=tmp_path, run_id="r", runner_args=[])
+    state.write_text("PENDING None\n")
+    assert backend.spot_available(1.0) and "sbatch" not in calls.read_text()
+    backend._available = None
+    state.write_text("PENDING Resources\n")
+    assert not backend.spot_available(2.0)
+    backend._available = None
+    state.write_text("")
+    assert not backend.spot_available(3.0)             # no job of ours: the probe (busy: a year away)
+    assert not backend.spot_available(4.0)             # 1 s of trace later: the same answer, no new probe
+    assert calls.read_text().split().count("sbatch") == 1
