@@ -29,10 +29,13 @@ def run_cli(capsys):
     return run
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """Under pytest-xdist (`-n 2 --dist loadgroup`, pyproject's addopts): a file's tests stay on one
     worker (its module fixtures, the object store on its port, are made once), and every test that
-    starts the one-host Slurm shares one worker (the machine holds one Slurm at a time)."""
+    starts the one-host Slurm shares one worker (the machine holds one Slurm at a time). tryfirst:
+    xdist's own hook turns these markers into the groups it schedules by; run after it, they were
+    never seen (each file's tests, the Slurm ones too, went to whichever worker was free)."""
     for item in items:
         group = "slurm" if item.get_closest_marker("slurm") else item.nodeid.split("::")[0]
         item.add_marker(pytest.mark.xdist_group(group))
