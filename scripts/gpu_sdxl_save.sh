@@ -28,12 +28,15 @@ fi
 [ "$PART" = bench ] && exit 0
 python3 -m costsim plan --workload sdxl --gpu H200 --out /tmp/plan.json > "$OUT/plan.txt" 2>&1
 echo "plan exit $?"
-notice() {   # $1 step (even: progress events come every 2 steps), $2 log: SIGTERM to runner execute once
-            # step $1 is done (as a spot agent would)
+reached() {   # whether a progress event of this run folder has reached step $1 (progress comes every 2 steps)
+  python3 -c "import json,sys; print(max((e.get('step', 0) for e in map(json.loads, open('/tmp/run/telemetry.jsonl'))
+    if e.get('event') == 'progress'), default=0) >= int(sys.argv[1]))" "$1" 2>/dev/null | grep -q True
+}
+notice() {   # $1 step, $2 log: SIGTERM to runner execute once step $1 is done (as a spot agent would)
   python3 -m runner execute /tmp/plan.json --run-dir /tmp/run --steps "$STEPS" > "$OUT/$2" 2>&1 &
   local pid=$! sent=""
-  for _ in $(seq 1000); do
-    if [ -z "$sent" ] && grep -q "\"event\":\"progress\",\"step\":$1," /tmp/run/telemetry.jsonl 2>/dev/null; then
+  for _ in $(seq 1600); do
+    if [ -z "$sent" ] && reached "$1"; then
       sent=$(date +%s.%N); kill -TERM $pid
     fi
     kill -0 $pid 2>/dev/null || break
