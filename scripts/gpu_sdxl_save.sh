@@ -47,6 +47,7 @@ notice() {   # $1 step, $2 log: SIGTERM to runner execute once step $1 is done (
   echo "$2: exit $code; notice to exit $(python3 -c "import time; print(round(time.time() - ${sent:-0}, 1))") s"
   date +%T
 }
+rm -rf /tmp/run   # a warm machine keeps an earlier call's run folder
 notice "$NOTICE" execute.txt
 notice "$RESUME" resume.txt
 grep -v '"event":"step"' /tmp/run/telemetry.jsonl > "$OUT/telemetry.jsonl" 2>/dev/null
