@@ -29,16 +29,15 @@ def run_cli(capsys):
     return run
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config, items):
+def pytest_itemcollected(item):
     """Under pytest-xdist (`-n 2 --dist loadgroup`, pyproject's addopts): a file's tests stay on one
     worker (its module fixtures, the object store on its port, are made once), and every test that
-    starts the one-host Slurm shares one worker (the machine holds one Slurm at a time). tryfirst:
-    xdist's own hook turns these markers into the groups it schedules by; run after it, they were
-    never seen (each file's tests, the Slurm ones too, went to whichever worker was free)."""
-    for item in items:
-        group = "slurm" if item.get_closest_marker("slurm") else item.nodeid.split("::")[0]
-        item.add_marker(pytest.mark.xdist_group(group))
+    starts the one-host Slurm shares one worker (the machine holds one Slurm at a time). Marked as each
+    test is collected: xdist turns the markers into its groups in its own pytest_collection_modifyitems,
+    and a conftest's modifyitems hook ran after it (with any order pluggy chose), so that no test was
+    ever grouped (each file's tests, the Slurm ones too, went to whichever worker was free)."""
+    group = "slurm" if item.get_closest_marker("slurm") else item.nodeid.split("::")[0]
+    item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture(autouse=True)
