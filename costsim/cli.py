@@ -21,7 +21,7 @@ from costsim.planfile import plan_of, spot_model_name
 from costsim.planner import PlanOptions, plan
 from costsim.policies import POLICIES
 from costsim.units import format_duration
-from costsim.whatif import BareJob, bare_config, summary, workload_config
+from costsim.whatif import BareJob, bare_config, load_traces, summary, workload_config
 
 FORMATS = ["table", "json", "csv"]
 
@@ -260,6 +260,8 @@ def simulate_command(workload, offering, nodes, variant, work_hours, deadline, c
         if spot_model:
             chosen = with_spot_models([chosen], io.load_fitted_spot_models(spot_model))[0]
         config = workload_config(spec, chosen, nodes, policy, checkpoint_interval, deadline, variant)
+        if traces:   # the traces' capacity in place of the offering's spot model (they were ignored)
+            config = replace(config, traces=load_traces(list(traces)))
     else:
         missing = [f for f, v in (("--work-hours", work_hours), ("--deadline", deadline),
                                   ("--checkpoint-interval", checkpoint_interval)) if v is None]

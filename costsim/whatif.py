@@ -58,11 +58,16 @@ def bare_config(job: BareJob, policy: str, traces: list[str]) -> SimConfig:
                        checkpoint_s=job.checkpoint_s, checkpoint_stall_s=job.checkpoint_stall_s,
                        restart_s=job.restart_s, changeover_s=job.changeover_s, notice_s=job.notice_s,
                        horizon_s=max(4 * job.deadline_s, 4 * job.work_s))
-    loaded = tuple((tuple(t), g) for t, g in (io.load_trace(path) for path in traces))
+    loaded = load_traces(traces)
     hazard = None
     if job.mtbf_s is not None and not traces:
         hazard = HazardModel(mtbf_s=job.mtbf_s, wait_mean_s=job.capacity_wait_s, shape=job.weibull_shape)
     return SimConfig(params=params, policy=policy, prices=prices, hazard=hazard, traces=loaded)
+
+
+def load_traces(traces: list[str]) -> tuple:
+    """Capacity traces as SimConfig carries them: (ticks, gap_s) each, one per trial, cycled."""
+    return tuple((tuple(t), g) for t, g in (io.load_trace(path) for path in traces))
 
 
 def workload_config(workload: Workload, offering: Offering, nodes: int, policy: str,

@@ -185,3 +185,18 @@ def test_simulate_per_trial_lists_each_trial_and_when_it_went_on_demand(run_cli)
     assert 0 < len(switched) <= 20 and f"on-demand in {len(switched)} of 20 trials" in table.stdout
     assert all(0 <= h <= t["makespan_h"] for t in trials if (h := t["on_demand_from_h"]) is not None)
     assert "on-demand from h" not in run_cli(*args).stdout   # without the flag: the summary only
+
+
+def test_simulate_of_a_workload_replays_the_traces_it_is_given(run_cli, tmp_path):
+    """--workload/--offering with --trace: the traces are the spot market (they were ignored, and the
+    offering's model drawn while the output said 'one per trace file'). Spot never there: spot-only never
+    finishes; spot always there: it finishes without a preemption."""
+    never, always = tmp_path / "never.json", tmp_path / "always.json"
+    never.write_text(json.dumps({"metadata": {"gap_seconds": 600}, "data": [1] * 48}))
+    always.write_text(json.dumps({"metadata": {"gap_seconds": 600}, "data": [0] * 2000}))
+    args = ("simulate", "--workload", "sdxl", "--offering", "aws/us-east-1/p5en.48xlarge", "--policy", "spot-only",
+            "--format", "json", "--trace")
+    stranded = run_cli(*args, str(never)).json()
+    assert stranded["trials"] == 1 and stranded["deadline_met"] == 0 and stranded["unfinished"] == 1
+    steady = run_cli(*args, str(always)).json()
+    assert steady["deadline_met"] == 1 and steady["preemptions"] == 0
