@@ -8,14 +8,12 @@ calibrated exactly as `costsim calibrate` would calibrate them, so the profile h
 from __future__ import annotations
 
 import datetime
+import subprocess
 import sys
 from pathlib import Path
 from typing import Sequence
 
-import yaml
-
 from costsim import io as cio
-from costsim.calibrate import calibrate, load_run, updated_profile_document
 from costsim.contract.plan import Checkpoint, Plan, Policy, Prediction, ProfileRef, Resources, Workload
 from costsim.runtime import parse_pairs
 from costsim.spec import OWNED
@@ -67,6 +65,10 @@ def measure(workload_ref: str, *, gpus: list[int], batches: list[int], steps: in
             if Supervisor(execution).run() != 0:
                 raise RuntimeError(f"profiling run {folder} failed: see its output above")
             run_dirs.append(folder)
-    result = calibrate([load_run(str(d)) for d in run_dirs], profile)
-    cio.write_atomic(out, yaml.safe_dump(updated_profile_document(profile.path, result), sort_keys=False))
+    # The fit is costsim's (`costsim calibrate`), run as its own command: the runner reads its telemetry
+    # through the contract and never imports the fitter (scipy, the profile's YAML).
+    fitted = subprocess.run([sys.executable, "-m", "costsim", "calibrate", *map(str, run_dirs), "--profile",
+                             profile.path, "--out", str(out)], stdout=sys.stderr)
+    if fitted.returncode != 0:
+        raise RuntimeError(f"costsim calibrate of {', '.join(map(str, run_dirs))} failed (exit {fitted.returncode})")
     return Path(out)

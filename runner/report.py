@@ -11,7 +11,7 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from costsim.calibrate import async_save_costs, classified_steps, steady_step_times, steady_steps_by_split
+from costsim.contract.steps import async_save_costs, classified_steps, steady_step_times, steady_steps_by_split
 from costsim.contract.telemetry import read_events, read_summary
 from costsim.contract.timing import WARMUP_STEPS
 

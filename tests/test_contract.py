@@ -197,3 +197,21 @@ def test_the_planner_prices_the_batch_split_the_runner_runs():
         ran = batching.split_batch(global_batch, gpus, largest)
         assert (priced.per_gpu_batch, priced.accumulation) == expected
         assert (ran.micro_batch, ran.accumulation) == expected
+
+
+def test_the_runner_reads_telemetry_through_the_contract_never_the_fitter():
+    """Nothing in runner/ imports costsim.calibrate (scipy, the profile fit): the rules it shares with
+    calibrate live in costsim.contract (steps, timing, telemetry); `runner profile` runs the fit as
+    `costsim calibrate`, its own command."""
+    import ast
+    root = Path(__file__).resolve().parents[1] / "runner"
+    importers = []
+    for path in root.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([node.module or ""] if isinstance(node, ast.ImportFrom)
+                     else [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            if any(name == "costsim.calibrate" or name.startswith("costsim.calibrate.") for name in names) or (
+                    isinstance(node, ast.ImportFrom) and node.module == "costsim"
+                    and any(a.name == "calibrate" for a in node.names)):
+                importers.append(f"{path.relative_to(root.parent)}:{node.lineno}")
+    assert not importers, importers

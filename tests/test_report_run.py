@@ -49,7 +49,7 @@ def test_first_start_and_restart_are_split_into_their_phases(tmp_path):
 def test_an_async_saves_cost_is_its_stalled_step_and_the_slower_steps_beside_its_write(tmp_path):
     """Steady steps of 0.5 s; an async save after step 10 stalls 0.25 s, and the step that pays it
     takes 0.125 s more besides; its background write then runs for three steps of 0.75 s."""
-    from costsim.calibrate import async_save_costs, steady_step_times
+    from costsim.contract.steps import async_save_costs, steady_step_times
     times = {11: 0.875, 12: 0.75, 13: 0.75, 14: 0.75}
     events, t = [{"t": 0.0, "event": "start", "rank": 0, "step": 0}], 0.0
     for n in range(1, 21):
