@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from costsim import io
+from costsim.contract.lives import lives
 from costsim.contract.plan import Plan
 from costsim.contract.steps import SKIP_AFTER_START, async_save_costs, steady_steps_by_split
 from costsim.contract.telemetry import PLAN, TELEMETRY, read_events, read_summary, run_folder
@@ -41,6 +42,7 @@ class Run:
     upload_gb_per_s: list[float] = field(default_factory=list)   # each save's upload to the object store
     fetch_gb_per_s: list[float] = field(default_factory=list)    # each fetch of a checkpoint from it
     damaged_lines: tuple[int, ...] = ()   # telemetry lines passed over (the contract's rule for damage)
+    job_wall_s: float | None = None       # the sum of its lives' wall times, where it lived more than once
 
     @property
     def name(self) -> str:
@@ -48,7 +50,8 @@ class Run:
 
     @property
     def wall_s(self) -> float | None:
-        return self.summary.get("wall_s")
+        """The job's wall time: every life's in this folder (costsim.contract.lives), else the summary's."""
+        return self.job_wall_s if self.job_wall_s is not None else self.summary.get("wall_s")
 
     @property
     def ran_as_priced(self) -> bool:
@@ -97,6 +100,8 @@ def load_run(ref: str) -> Run:
                           and e.get("bytes") and e.get("duration_s")]
     run.async_cost_s = async_save_costs(events, run.point.step_s)
     run.damaged_lines = events.damaged
+    job = lives(events)
+    run.job_wall_s = job.wall_s if len(job.lives) > 1 else None
     settings = next((e.get("settings") for e in events if e["event"] == "runtime" and e.get("rank") == 0), None)
     run.runtime = parse_runtime(settings, telemetry) if settings is not None else plan.runtime
     return run
@@ -121,10 +126,13 @@ def _first_step_overhead(events: list[dict], since: int, steady_s: float,
     """From events[since] to the end of the warm-up steps after it (those the step fit leaves out),
     less as many steady steps: the whole price of a (re)start, including a first step slowed by
     compilation and autotuning, and later ones slowed by allocating the checkpoint staging buffers."""
-    steps = []
+    steps, started = [], False
     for e in events[since + 1:]:
-        if e["event"] == "restart":
+        # the next start (a relaunch, a new life) ends this one's look, warm or not; a relaunch's own
+        # `launch` follows its `restart` event
+        if e["event"] in ("restart", "instance") or (e["event"] == "launch" and started):
             break
+        started = started or e["event"] == "start"
         if e["event"] == "step":
             steps.append(e)
             if len(steps) == warmup:
@@ -135,7 +143,7 @@ def _first_step_overhead(events: list[dict], since: int, steady_s: float,
 def _fixed_overhead(events: list[dict], steady_s: float) -> float | None:
     launch = next((i for i, e in enumerate(events) if e["event"] == "launch"), None)
     end = next((e["t"] for e in events if e["event"] == "end"), None)
-    done = next((e["t"] for e in events if e["event"] == "exit"), None)
+    done = next((e["t"] for e in events if e["event"] == "exit" and end is not None and e["t"] >= end), None)
     if launch is None or end is None or done is None or any(e["event"] == "restart" for e in events):
         return None
     start = _first_step_overhead(events, launch, steady_s)
@@ -143,11 +151,15 @@ def _fixed_overhead(events: list[dict], steady_s: float) -> float | None:
 
 
 def _restarts(events: list[dict], steady_s: float) -> list[float]:
-    """Each restart's cost on the node's own disk: a fetch from the object store before its first step
-    is left out (the planner adds it from the store's read bandwidth)."""
+    """Each restart's cost on the node's own disk: a relaunch inside a life (`restart`), and every life
+    after the first (its `launch`: a new `runner execute` resuming the job after a notice, a kill or a
+    move). A fetch from the object store before its first step is left out (the planner adds it from the
+    store's read bandwidth)."""
     out = []
+    launches = [i for i, e in enumerate(events)   # each life's first launch, node 0's (the others join it)
+                if e["event"] == "launch" and e.get("attempt", 0) == 0 and (e.get("node") or 0) == 0]
     for i, e in enumerate(events):
-        if e["event"] != "restart":
+        if e["event"] != "restart" and i not in launches[1:]:
             continue
         cost = _first_step_overhead(events, i, steady_s)
         if cost is not None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import random
 import signal
+import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,6 +108,23 @@ def fire(fault: Fault, *, local_rank: int, local_world_size: int) -> None:
         os.write(2, f"{DRILL_MARK} notice at step {fault.step} (SIGTERM to every worker: emergency checkpoint)\n"
                  .encode())
         notify_workers(os.getppid())
+
+
+def die_with_parent() -> None:
+    """A worker goes when its torchrun agent goes. torchrun starts each worker in a session of its own, so
+    a SIGKILL to the runner's process group (a reclaim, `costsim control` killing a job that would not
+    leave, a test standing in for a node that vanished) reached the agent and not the workers, which
+    trained on beside the next instance's, in its run folder. Linux's parent-death signal kills the
+    worker with its agent; elsewhere this does nothing."""
+    if sys.platform != "linux":
+        return
+    import ctypes
+    agent = os.getppid()
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(1, int(signal.SIGKILL), 0, 0, 0) != 0:   # PR_SET_PDEATHSIG
+        return
+    if os.getppid() != agent:   # the agent died before the signal was set: go now
+        os._exit(STUCK_EXIT)
 
 
 def children(pid: int) -> list[int]:

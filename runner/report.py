@@ -11,6 +11,7 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
+from costsim.contract.lives import lives
 from costsim.contract.steps import async_save_costs, classified_steps, steady_step_times, steady_steps_by_split
 from costsim.contract.telemetry import read_events, read_summary
 from costsim.contract.timing import WARMUP_STEPS
@@ -24,6 +25,7 @@ def measure(run_dir: Path, skip: int = WARMUP_STEPS) -> dict:
         raise ValueError(f"{run_dir}: no training steps in its telemetry.jsonl (not a run folder, or a run that "
                          "never trained)")
     summary = read_summary(run_dir)
+    job = lives(events)
     steady = steady_step_times(events, skip)
     world = next((e["world_size"] for e in events if e.get("world_size")), 1)
     # The global batch as the steps ran it (every step event carries it; a run folder needs no plan here).
@@ -79,6 +81,9 @@ def measure(run_dir: Path, skip: int = WARMUP_STEPS) -> dict:
         "validation_s": round(sum(e.get("duration_s", 0.0) for e in events if e["event"] == "validation"), 3),
         # lines of telemetry.jsonl that did not parse (a writer killed mid-line): passed over, by number
         "damaged_lines": list(events.damaged),
+        # the job is every life it lived in this folder (costsim.contract.lives): each, and their totals
+        "lives": [life.as_dict() for life in job.lives],
+        "job": job.totals(),
         "exported": next(({"path": e["path"], "bytes": e["bytes"], "duration_s": round(e["duration_s"], 3)}
                           for e in reversed(events) if e["event"] == "export"), None),
         "summary": summary,
@@ -158,10 +163,19 @@ def restart_times(events: list[dict]) -> list[float | None]:
 def table(figures: dict) -> str:
     """The figures for people: one row a figure, with units, rounded; `--format json` has them all."""
     f, rows = figures, []
-    s = f["summary"]
+    s, job = f["summary"], f["job"]
     if s:
-        rows.append(("run", f"{s.get('status')}: {s.get('steps')} steps, {s.get('restarts')} restarts, "
-                            f"{s.get('lost_steps')} steps lost to preemptions, wall {_duration(s.get('wall_s'))}"))
+        count = f"{job['lives']} li{'ves' if job['lives'] > 1 else 'fe'}"
+        rows.append(("run", f"{s.get('status')}: {s.get('steps')} steps, {job['restarts']} restarts, "
+                            f"{job['lost_steps']} steps trained again, {count}, wall {_duration(job['wall_s'])} "
+                            f"({job['gpu_hours']:,.3g} GPU-h)"))
+    if len(f["lives"]) > 1:
+        for life in f["lives"]:
+            rows.append((f"  life {life['number']}", f"{life['started']}, {life['market'] or '?'}"
+                                                    + (f" on {life['host']}" if life["host"] else "")
+                                                    + f": {life['trained']} steps ({life['trained_again']} again), "
+                                                    f"{_duration(life['wall_s'])}, ended {life['ended']}"
+                                                    + (f" ({life['relaunches']} relaunches)" if life["relaunches"] else "")))
     rows.append(("batch", f"{f['global_batch']} samples a step on {f['world_size']} process(es)"))
     if f["step_time_s"]:
         rows += [("step time", f"{_seconds(f['step_time_s'])} mean, {_seconds(f['step_time_median_s'])} median over "

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from costsim.contract.job import fingerprint
 from costsim.contract.jsonfiles import write_atomic
+from costsim.contract.lives import lives
 from costsim.contract.plan import Plan, RunSection
 from costsim.contract.telemetry import CURRENT_PLAN, PLAN, SUMMARY, moved_since, read_events
 from runner import faults, layout
@@ -164,14 +165,14 @@ class Supervisor:
                   file=sys.stderr, flush=True)
 
     def _finish(self, started: float, attempts: list, restarts: int, status: str, reason: str | None = None) -> int:
-        summary = summarise(self.x.run_dir, run_id=self.x.run_id, wall_s=time.time() - started, restarts=restarts,
-                            status=status, attempts=attempts, reason=reason)
+        ended = instance_end(status, self.x.spec.market, moved=moved_since(self.x.run_dir, started))
+        self.telemetry.flush()   # this life's last lines, for the summary's count of the job's lives
+        summary = summarise(self.x.run_dir, run_id=self.x.run_id, wall_s=time.time() - started, status=status,
+                            attempts=attempts, reason=reason, ending=ended)
         # Every node's supervisor summarises; on shared storage only node 0 owns summary.json.
         name = SUMMARY if self.x.node.node_rank == 0 else f"summary.node-{self.x.node.node_rank}.json"
         write_atomic(self.x.run_dir / name, json.dumps(summary, indent=2) + "\n")
-        moved = moved_since(self.x.run_dir, started)
-        self.telemetry.event("exit", status=status, restarts=restarts,
-                             ended=instance_end(status, self.x.spec.market, moved=moved))
+        self.telemetry.event("exit", status=status, restarts=restarts, ended=ended)
         self.telemetry.close()
         return 0 if status == "done" else 1
 
@@ -207,11 +208,14 @@ def _child_env(x: Execution) -> dict:
 SPLIT_FIELDS = ("world_size", "micro_batch", "accumulation")
 
 
-def summarise(run_dir: Path, *, run_id: str, wall_s: float, restarts: int, status: str, attempts: list,
-              reason: str | None = None) -> dict:
+def summarise(run_dir: Path, *, run_id: str, wall_s: float, status: str, attempts: list,
+              reason: str | None = None, ending: str | None = None) -> dict:
     """The run's summary, read off its telemetry. Each attempt carries the batch split it ran with
     (world size, micro-batch, accumulation); the run's own fields are its last attempt's."""
     events = read_events(run_dir)
+    job = lives(events)
+    if ending is not None and job.lives:   # this life, whose `exit` is written after the summary
+        job.lives[-1].ended, job.lives[-1].ended_t = ending, time.time()
     end = next((e for e in reversed(events) if e["event"] == "end"), None)
     saves = [e for e in events if e["event"] == "checkpoint_save" and e.get("rank") == 0]
     steps = [e for e in events if e["event"] == "step"]
@@ -227,21 +231,11 @@ def summarise(run_dir: Path, *, run_id: str, wall_s: float, restarts: int, statu
         "final_loss": end.get("final_loss") if end else None,
         "steps": end["step"] if end else max((e["step"] for e in steps), default=0),
         "samples": end["samples"] if end else sum(e.get("samples", 0) for e in steps),
-        "restarts": restarts, "lost_steps": lost_steps(events),
+        # the job's, over every life in this folder (costsim.contract.lives); `attempts` are this life's
+        "restarts": job.restarts, "lost_steps": job.lost_steps, "job": job.totals(),
+        "lives": [life.as_dict() for life in job.lives],
         "checkpoint_stall_s": sum(e.get("stall_s", 0.0) for e in saves),
         "checkpoint_saves": len(saves),
         "final_state_sha256": end.get("final_state_sha256") if end else None,
         "attempts": attempts,
     }
-
-
-def lost_steps(events: list[dict]) -> int:
-    """Steps trained twice: for each preemption, the step reached less the step resumed from."""
-    lost, reached = 0, None
-    for e in events:
-        if e["event"] == "preempted" and e.get("rank") in (0, None):
-            reached = e["step"] if e.get("kind") != "notice" else None
-        elif e["event"] == "start" and e.get("rank") == 0 and reached is not None:
-            lost += max(reached - e["step"], 0)
-            reached = None
-    return lost

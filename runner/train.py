@@ -319,6 +319,7 @@ def parse(argv: list[str] | None):
 
 def main(argv: list[str] | None = None) -> None:
     started = process_start_t()
+    faults.die_with_parent()
     marks = {"process": started, "imports": IMPORTED_T} if started else {"imports": IMPORTED_T}
     args = parse(argv)
     spec = load_run_spec(args.plan)

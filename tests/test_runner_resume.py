@@ -175,3 +175,73 @@ def test_a_torn_telemetry_line_between_lives_stops_nothing(plan, clean, tmp_path
                                  str(tmp_path / "cal.yaml")], capture_output=True, text=True, timeout=120)
     assert calibrated.returncode == 0, calibrated.stderr[-2000:]
     assert "telemetry has 1 damaged line(s), passed over" in calibrated.stderr + calibrated.stdout
+
+
+def test_a_job_is_all_its_lives_a_notice_a_kill_and_the_resume_that_finishes_it(plan, tmp_path):
+    """The same command three times on one run folder, as a spot job lives: a notice (SIGTERM: exit 75), a
+    SIGKILL (a node that vanished: no exit record), then the life that finishes. summary.json, `runner
+    report` and `costsim calibrate` count all three lives: 2 restarts (they said 0: only in-process
+    relaunches were counted), the steps the killed life's successor trained again, and a restart cost
+    measured from the real resumes (calibrate said 'restart: not measured')."""
+    import json
+    import signal
+    import subprocess
+    import sys
+    import time
+    run = tmp_path / "run"
+
+    def life(until_step: int, sig: int) -> int:
+        began = time.time()
+        proc = subprocess.Popen([sys.executable, "-m", "runner", "execute", str(plan), "--run-dir", str(run), *paced],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        deadline = time.monotonic() + 120
+        while not any(e["step"] >= until_step and e["t"] > began for e in events(run, "step")):
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.05)
+        (proc.send_signal if sig == signal.SIGTERM else lambda s: os.killpg(proc.pid, s))(sig)
+        return proc.wait(timeout=120)
+
+    import os
+    paced = ["--steps", "3000", "--seed", "3", "--option", "pace=3ms"]   # 9 s: time to catch each life mid-way
+    assert life(600, signal.SIGTERM) == 75
+    assert life(1500, signal.SIGKILL) == -signal.SIGKILL
+    # a vanished node takes its workers with it: none trains on beside the next life (torchrun starts each
+    # worker in a session of its own, which a SIGKILL to the runner's group used to leave running)
+    deadline = time.monotonic() + 10
+    while _workers_of(run) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _workers_of(run) == []
+    last = execute(plan, run, *paced)
+    assert last.returncode == 0, last.stderr[-3000:]
+    s = summary(run)
+    assert s["status"] == "done" and s["steps"] == 3000
+    assert s["job"]["lives"] == 3 and s["restarts"] == 2
+    # the tiny plan is on owned hardware: a SIGTERM there is someone cancelling it (on spot: preempted-notice)
+    assert [life["ended"] for life in s["lives"]] == ["cancelled", "vanished", "finished"]
+    starts = [(e["t"], e["step"]) for e in events(run, "start")]
+    assert [life["resumed_from"] > 0 for life in s["lives"]] == [False, True, True], (s["lives"], starts)
+    assert s["lives"][1]["resumed_from"] == s["lives"][0]["reached"]   # the notice's checkpoint: nothing lost
+    report = subprocess.run([sys.executable, "-m", "runner", "report", str(run)], capture_output=True, text=True,
+                            timeout=60)
+    assert "2 restarts" in report.stdout and "3 lives" in report.stdout and "life 3" in report.stdout, report.stdout
+    calibrated = subprocess.run([sys.executable, "-m", "costsim", "calibrate", str(run), "--out",
+                                 str(tmp_path / "cal.yaml"), "--format", "json"], capture_output=True, text=True,
+                                timeout=120)
+    assert calibrated.returncode == 0, calibrated.stderr[-2000:]
+    (row,) = json.loads(calibrated.stdout)["runs"]
+    assert row["restart_s"]["measured"] is not None and row["restart_s"]["measured"] > 0
+
+
+def _workers_of(run_dir) -> list[int]:
+    """Live worker processes (`runner.train`) of this run folder."""
+    from pathlib import Path
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            words = cmdline.read_bytes().split(b"\0")
+            state = (cmdline.parent / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if b"runner.train" in words and str(run_dir).encode() in words and state not in ("Z", "X"):
+            found.append(int(cmdline.parent.name))
+    return found

@@ -1,0 +1,56 @@
+"""A job is all its lives (costsim.contract.lives): every `runner execute` on a run folder, read from the
+folder's telemetry, on literal events worked by hand."""
+
+from costsim.contract.lives import VANISHED, lives
+
+
+def sup(t, event, **fields):
+    return {"t": t, "rank": None, "node": 0, "event": event, **fields}
+
+
+def worker(t, event, **fields):
+    return {"t": t, "rank": 0, "world_size": 2, "event": event, **fields}
+
+
+def steps(t0, first, last, dt=1.0):
+    return [worker(t0 + (n - first + 1) * dt, "step", step=n, step_time_s=dt) for n in range(first, last + 1)]
+
+
+def test_a_notice_a_kill_and_a_resume_are_three_lives():
+    """Life 1: fresh, steps 1-10, a notice saves step 10, exit. Life 2: resumed from 10, steps 11-20, killed
+    (no exit) with its newest checkpoint at 15. Life 3: resumed from 15: steps 16-20 are trained again
+    (5 steps lost), then 21-25 and the end."""
+    events = [sup(0, "instance", market="spot", host="a"), sup(0, "launch", attempt=0), worker(5, "start", step=0),
+              *steps(5, 1, 10), worker(16, "checkpoint_save", step=10, reason="notice"),
+              sup(20, "exit", status="preempted", ended="preempted-notice"),
+              sup(100, "instance", market="spot", host="b"), sup(100, "launch", attempt=0),
+              worker(110, "start", step=10), *steps(110, 11, 20), worker(116, "checkpoint_save", step=15),
+              sup(200, "instance", market="on-demand", host="c"), sup(200, "launch", attempt=0),
+              worker(212, "start", step=15), *steps(212, 16, 25), worker(223, "end", step=25),
+              sup(225, "exit", status="done", ended="finished")]
+    job = lives(events)
+    assert [(x.number, x.started, x.ended, x.trained, x.trained_again, x.host) for x in job.lives] == [
+        (1, "fresh", "preempted-notice", 10, 0, "a"),
+        (2, "resumed from step 10", VANISHED, 10, 0, "b"),
+        (3, "resumed from step 15", "finished", 10, 5, "c")]
+    assert [x.wall_s for x in job.lives] == [20, 20, 25]   # life 2 ends at its last event (step 20, t = 120)
+    assert (job.restarts, job.lost_steps, job.wall_s) == (2, 5, 65)
+    assert job.ends == {"preempted-notice": 1, VANISHED: 1, "finished": 1}
+    assert job.gpu_hours == 65 * 2 / 3600
+    assert [x.first_step_t for x in job.lives] == [6, 111, 213]
+
+
+def test_a_relaunch_inside_a_life_is_a_restart_and_another_nodes_supervisor_joins_the_life():
+    events = [sup(0, "instance", market="on-demand"), {**sup(0, "instance", market="on-demand"), "node": 1},
+              worker(1, "start", step=0), *steps(1, 1, 8), sup(10, "restart", attempt=1, reason="failed"),
+              worker(12, "start", step=5), *steps(12, 6, 12), sup(20, "exit", status="done", ended="finished"),
+              {**sup(20.5, "exit", status="done", ended="finished"), "node": 1}]
+    job = lives(events)
+    (life,) = job.lives
+    assert (life.nodes, life.relaunches, life.trained, life.trained_again, life.reached) == (2, 1, 15, 3, 12)
+    assert (job.restarts, job.lost_steps) == (1, 3) and life.ended == "finished"
+
+
+def test_a_folder_of_an_older_runner_without_instance_events_is_one_life():
+    job = lives([worker(0, "start", step=0), *steps(0, 1, 3)])
+    assert [(x.number, x.trained, x.ended) for x in job.lives] == [(1, 3, VANISHED)]
