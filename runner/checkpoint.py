@@ -297,8 +297,11 @@ class Checkpointer:
         return []
 
     def _failed_save(self, exc: BaseException, step: int, tmp: Path) -> BaseException:
-        """A save that failed leaves nothing behind; out of space, it is a DiskFullError (not restarted)."""
-        full = is_disk_full(exc, self.root, self.checkpoint_bytes())
+        """A save that failed leaves nothing behind; out of space, it is a DiskFullError (not restarted) on
+        every rank. DCP raises a failed save on all ranks (its collective shares the failure), so the ranks
+        can agree here: a rank whose view is PyTorch's short write, checked after another rank had already
+        removed its part and freed the space, used to raise the raw error beside the other's one line."""
+        full = self._on_any_rank(is_disk_full(exc, self.root, self.checkpoint_bytes()))
         shutil.rmtree(tmp, ignore_errors=True)
         if full:
             newest = self.steps()
@@ -310,6 +313,13 @@ class Checkpointer:
                 f"checkpoint was expected); {kept}; keep fewer, or use a larger disk or an object store "
                 "(runner execute --checkpoint-dir)")
         return exc
+
+    def _on_any_rank(self, flag: bool) -> bool:
+        if self._group is None or self.world_size == 1:
+            return flag
+        shared = torch.tensor([int(flag)], dtype=torch.int64)
+        dist.all_reduce(shared, op=dist.ReduceOp.MAX, group=self._group)
+        return bool(shared.item())
 
     def prepare(self, state: dict) -> None:
         """Async mode: start allocating the host staging buffers now, off the training path."""

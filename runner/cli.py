@@ -69,6 +69,7 @@ def execute_command(plan, run_dir, run_id, nnodes, node_rank, rdzv_endpoint, npr
     from costsim.contract.plan import Plan
     from runner import faults
     from runner.launch import LaunchError, discover, wait_for_rendezvous
+    from runner.lease import Lease
     from runner.plan import effective_plan, load_run_spec, run_spec
     from runner.supervisor import Execution, Supervisor, default_run_id, prepare_run_dir
     from runner.workloads import UnknownWorkload, WorkloadOptionError, check_options, resolve
@@ -115,8 +116,17 @@ def execute_command(plan, run_dir, run_id, nnodes, node_rank, rdzv_endpoint, npr
             click.echo(f"runner: {plan} would run in {folder}: {spec.workload} ({spec.model}), {total} steps on "
                        f"{node.nnodes} node(s) x {nproc} process(es)", err=True)
             return
-        written = prepare_run_dir(folder, effective, changes=tuple(changes), run_id=run_id)
-        spec = load_run_spec(written)   # what the workers will read
+        lease = None
+        if node.node_rank == 0:   # one runner per run folder: node 0 holds it for the job's nodes
+            lease = Lease(folder, run_id, say=lambda line: click.echo(line, err=True))
+            lease.acquire()
+        try:
+            written = prepare_run_dir(folder, effective, changes=tuple(changes), run_id=run_id)
+            spec = load_run_spec(written)   # what the workers will read
+        except BaseException:
+            if lease is not None:
+                lease.release()
+            raise
     except Finished as done:
         click.echo(f"runner: {done}", err=True)
         return
@@ -131,7 +141,12 @@ def execute_command(plan, run_dir, run_id, nnodes, node_rank, rdzv_endpoint, npr
                f"x accumulation {split.accumulation}), {settings.describe()}; run folder {folder}", err=True)
     execution = Execution(spec=spec, node=node, run_dir=folder, run_id=run_id, nproc_per_node=nproc,
                           schedule=schedule, max_restarts=max_restarts, min_nodes=min_nodes or spec.min_nodes)
-    sys.exit(Supervisor(execution).run())
+    try:
+        code = Supervisor(execution, lease=lease).run()
+    finally:
+        if lease is not None:
+            lease.release()
+    sys.exit(code)
 
 
 @cli.command("profile")

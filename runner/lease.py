@@ -1,0 +1,152 @@
+"""One runner per run folder: a lease (RUN/lease.json) with its holder and a heartbeat.
+
+`runner execute` takes the lease before it writes anything in the folder, renews it every
+HEARTBEAT_S while it runs, and gives it back when it exits. A second runner on the same folder finds
+it held and exits 2 with one line naming the holder. A holder that stopped renewing has let it go:
+on this host when its process is gone (pid and start time), elsewhere once its heartbeat is TTL_S old
+(a runner that finds a fresh lease of another host waits at most that long to tell a dead holder from a
+live one). A SIGKILL never leaves a folder locked for good. The holder that finds its lease taken over
+(it was thought dead) stops its workers before they write again.
+
+Node 0 holds the lease for every node of a job (the others join its rendezvous). No torch here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
+
+from costsim.contract.jsonfiles import write_atomic
+from costsim.errors import InputError
+
+LEASE = "lease.json"
+TTL_S = float(os.environ.get("COSTSIM_LEASE_TTL_S", "30"))   # a heartbeat this old is a dead holder's
+HEARTBEAT_S = TTL_S / 3
+
+
+@dataclass
+class Holder:
+    token: str          # this holding's own id (a runner taking over writes a new one)
+    host: str
+    pid: int
+    run_id: str
+    started: float      # epoch seconds
+    heartbeat: float
+    proc_start: int | None = None   # the holder's start in clock ticks (/proc): a reused pid is not it
+
+    def describe(self, now: float) -> str:
+        return (f"runner pid {self.pid} on {self.host} (run {self.run_id}), heartbeat {now - self.heartbeat:.0f} s "
+                "ago")
+
+
+def _proc_start(pid: int) -> int | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2:].split()
+    return None if fields[0] in ("Z", "X") else int(fields[19])
+
+
+def read(path: Path) -> Holder | None:
+    """The lease's holder; None when there is none; an InputError for a file that is not a lease."""
+    try:
+        doc = json.loads(path.read_text())
+        return Holder(**{k: doc[k] for k in Holder.__dataclass_fields__ if k in doc})
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, TypeError, KeyError):
+        raise InputError(str(path), "lease", "not a runner's lease (unreadable or missing fields); remove it if "
+                         "no runner uses this folder") from None
+
+
+def _gone(holder: Holder, now: float) -> bool:
+    """Whether the holder has let the lease go: its process is gone (on this host: the pid is not running,
+    or is another process now), or it has been silent for TTL_S."""
+    if holder.host == socket.gethostname():
+        running = _proc_start(holder.pid)
+        if running is None or (holder.proc_start is not None and running != holder.proc_start):
+            return True
+    return now - holder.heartbeat >= TTL_S
+
+
+class Lease:
+    """This runner's hold on a run folder."""
+
+    def __init__(self, run_dir: Path, run_id: str, *, say: Callable[[str], None]):
+        self.path = Path(run_dir) / LEASE
+        self.say = say
+        now = time.time()
+        self.mine = Holder(token=uuid.uuid4().hex, host=socket.gethostname(), pid=os.getpid(), run_id=run_id,
+                           started=now, heartbeat=now, proc_start=_proc_start(os.getpid()))
+        self.lost = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def acquire(self, wait: Callable[[float], None] = time.sleep) -> None:
+        """Take the lease, or an InputError naming its holder. Another host's fresh lease is watched for
+        up to TTL_S: a heartbeat that moves is a live holder."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        holder = read(self.path)
+        if holder is not None and not _gone(holder, time.time()):
+            if holder.host == socket.gethostname():
+                raise self._held(holder)
+            seen = holder.heartbeat
+            self.say(f"runner: {self.path.parent} is held by {holder.describe(time.time())}: waiting up to "
+                     f"{TTL_S:.0f} s for its heartbeat")
+            while True:
+                wait(min(HEARTBEAT_S / 2, 5.0))
+                holder = read(self.path)
+                if holder is None or _gone(holder, time.time()):
+                    break
+                if holder.heartbeat != seen:
+                    raise self._held(holder)
+        if holder is not None:
+            self.say(f"runner: taking over {self.path.parent} from {holder.describe(time.time())} (gone)")
+        self._write()
+        time.sleep(0.05)   # two that took over at once: the later write wins, the other sees it and stops
+        if (read(self.path) or self.mine).token != self.mine.token:
+            raise self._held(read(self.path) or self.mine)
+
+    def _held(self, holder: Holder) -> InputError:
+        return InputError(str(self.path.parent), "run-dir", f"held by {holder.describe(time.time())}: one runner "
+                          f"per run folder; when that runner is gone its lease is taken over (at once on its own "
+                          f"host, after {TTL_S:.0f} s without a heartbeat elsewhere), or give another --run-dir")
+
+    def _write(self) -> None:
+        self.mine.heartbeat = time.time()
+        write_atomic(self.path, json.dumps(asdict(self.mine), indent=1) + "\n")
+
+    def start(self, on_lost: Callable[[Holder], None]) -> None:
+        """Renew every HEARTBEAT_S; on finding another holder's token, `on_lost(holder)` once."""
+        def beat() -> None:
+            while not self._stop.wait(HEARTBEAT_S):
+                try:
+                    holder = read(self.path)
+                except InputError:
+                    holder = None
+                if holder is not None and holder.token != self.mine.token:
+                    self.lost.set()
+                    on_lost(holder)
+                    return
+                self._write()
+        self._thread = threading.Thread(target=beat, name="lease", daemon=True)
+        self._thread.start()
+
+    def release(self) -> None:
+        """Stop renewing; give the lease back if it is still ours."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=HEARTBEAT_S)
+        try:
+            if not self.lost.is_set() and (read(self.path) or self.mine).token == self.mine.token:
+                self.path.unlink(missing_ok=True)
+        except InputError:
+            pass
