@@ -9,7 +9,8 @@
 #   3. The same command again on that run folder, SIGTERM once step RESUME is done: the restart from
 #      the emergency checkpoint with the first run's compile cache (restart_phases_s in the report),
 #      and a second notice.
-# PART=bench runs 1 only, PART=notice 2 and 3 (each fits one device call); default: all.
+# PART=bench runs 1 only, PART=notice 2 and 3 (each fits one device call); default: all. KEEP_RUN=1 brings the
+# run folder back whole (telemetry with its step events, plan.json, summary.json) for `costsim calibrate`.
 # Everything lands in $OUT. Wheels in .whl/ (simpy, diffusers, importlib_metadata).
 set -uo pipefail
 STEPS=${STEPS:-30}; NOTICE=${NOTICE:-10}; RESUME=${RESUME:-14}; PART=${PART:-all}; OUT=${OUT:-/tmp/out}
@@ -50,5 +51,9 @@ notice() {   # $1 step, $2 log: SIGTERM to runner execute once step $1 is done (
 rm -rf /tmp/run   # a warm machine keeps an earlier call's run folder
 notice "$NOTICE" execute.txt
 notice "$RESUME" resume.txt
-grep -v '"event":"step"' /tmp/run/telemetry.jsonl > "$OUT/telemetry.jsonl" 2>/dev/null
 python3 -m runner report /tmp/run > "$OUT/report.txt" 2>&1
+if [ -n "${KEEP_RUN:-}" ]; then   # the run folder's record, step events and all, for `costsim calibrate` here
+  mkdir -p "$OUT/run" && cp /tmp/run/telemetry.jsonl /tmp/run/plan.json /tmp/run/summary.json "$OUT/run/"
+else
+  grep -v '"event":"step"' /tmp/run/telemetry.jsonl > "$OUT/telemetry.jsonl" 2>/dev/null
+fi
