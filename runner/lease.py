@@ -93,7 +93,10 @@ class Lease:
     def acquire(self, wait: Callable[[float], None] = time.sleep) -> None:
         """Take the lease, or an InputError naming its holder. Another host's fresh lease is watched for
         up to TTL_S: a heartbeat that moves is a live holder."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:   # runner execute says it as the run folder's (exit 2)
+            raise PermissionError(f"{self.path.parent}: run folder is not writable ({exc.strerror or exc})") from None
         holder = read(self.path)
         if holder is not None and not _gone(holder, time.time()):
             if holder.host == socket.gethostname():
