@@ -69,7 +69,10 @@ class Checkpointer:
         self.world_size = dist.get_world_size() if dist.is_initialized() else 1
         self.on_event, self.warn = on_event, warn
         self._worker: threading.Thread | None = None
+        self._writing: tuple[int, float] | None = None   # the async write in flight: (step, its perf_counter start)
         self._error: BaseException | None = None
+        # what this process's saves took: a blocking save's whole duration, an async save's write
+        self.measured_s: dict[str, float] = {}
         # One writer for every save (DCP resets it to each checkpoint_id); in async mode the state is
         # first copied into host buffers allocated after the first step and reused after.
         self._writer = FileSystemWriter(str(self.root), thread_count=WRITE_THREADS)
@@ -243,6 +246,7 @@ class Checkpointer:
             stall_s = time.perf_counter() - started
             self._worker = threading.Thread(target=self._complete, args=(state, step, tmp, started, stall_s, reason),
                                             name=f"checkpoint-{step}", daemon=True)
+            self._writing = (step, started)
             self._worker.start()
         else:
             try:
@@ -251,6 +255,12 @@ class Checkpointer:
                 raise self._failed_save(exc, step, tmp) from exc
             stall_s = time.perf_counter() - started
             self._finish(step, tmp, started, stall_s, reason, staged=staged)
+
+    def in_flight(self) -> tuple[int, float] | None:
+        """The async write under way: (its step, seconds it has run); None when none is."""
+        if self._worker is None or not self._worker.is_alive() or self._writing is None:
+            return None
+        return self._writing[0], time.perf_counter() - self._writing[1]
 
     def set_write_threads(self, count: int) -> None:
         """How many files each rank writes in parallel (DCP's writer threads; WRITE_THREADS by default)."""
@@ -351,9 +361,11 @@ class Checkpointer:
                 for gone in self.store.prune(self.keep):
                     self.warn(f"removed checkpoint step-{gone} from {self.store.url} (keep {self.keep})")
             self._prune()
-        self.on_event("checkpoint_save", step=step, duration_s=time.perf_counter() - started, stall_s=stall_s,
+        duration_s = time.perf_counter() - started
+        self.measured_s["save" if blocking_of(reason, self.async_mode) else "write"] = duration_s
+        self.on_event("checkpoint_save", step=step, duration_s=duration_s, stall_s=stall_s,
                       bytes=_folder_bytes(self.folder(step)) if self.rank == 0 else None,
-                      mode="async" if self.async_mode and reason == "interval" else "sync", reason=reason,
+                      mode="sync" if blocking_of(reason, self.async_mode) else "async", reason=reason,
                       upload_s=upload_s, location=self.store.url if self.store is not None else None,
                       staged=staged, commit_s=commit_s, write_threads=self._writer.thread_count)
 
@@ -381,6 +393,7 @@ class Checkpointer:
         if self._worker is not None:
             self._worker.join()
             self._worker = None
+            self._writing = None
         if self._error is not None:
             error, self._error = self._error, None
             if isinstance(error, DiskFullError):
@@ -389,6 +402,11 @@ class Checkpointer:
 
     def close(self) -> None:
         self.wait()
+
+
+def blocking_of(reason: str, async_mode: bool) -> bool:
+    """Whether a save for `reason` blocks training: every save but an async mode's periodic one."""
+    return not (async_mode and reason == "interval")
 
 
 def _folder_bytes(folder: Path) -> int:

@@ -54,13 +54,16 @@ def cli():
 @click.option("--checkpoint-dir", help="where checkpoints live: a folder (local, or shared storage every node sees) or "
               "s3://bucket/prefix on any S3-compatible store (endpoint and credentials from AWS_ENDPOINT_URL, "
               "AWS_ACCESS_KEY_ID... or AWS_PROFILE); default: the plan's checkpoint.location, else RUN/checkpoints")
+@click.option("--notice-save", type=click.Choice(["auto", "always"]), help="at a spot notice: auto saves only when the "
+              "training since the newest checkpoint is worth more than the save and the save lands within the notice "
+              "(the rule the planner prices); always saves at every notice (default: the plan's checkpoint.notice_save)")
 @click.option("--accept-plan-change", is_flag=True, help="go on in a run folder whose job this plan changes (workload, "
               "batch, seed, options): the earlier plan is kept in RUN/superseded-plans/ and the change recorded")
 @click.option("--check", "check_only", is_flag=True, help="check the plan, options, GPUs and run folder as for a run, "
               "then exit without starting anything (0: it would run)")
 def execute_command(plan, run_dir, run_id, nnodes, node_rank, rdzv_endpoint, nproc_per_node, min_nodes, inject, seed,
                     max_restarts, rdzv_timeout, steps, workload_entry, options, runtime, market, checkpoint_dir,
-                    accept_plan_change, check_only):
+                    notice_save, accept_plan_change, check_only):
     """Run a plan: torchrun workers, checkpoints, restarts; telemetry and summary in the run folder.
 
     Example: runner execute plan.json --inject-preemptions 3 --seed 1
@@ -109,7 +112,7 @@ def execute_command(plan, run_dir, run_id, nnodes, node_rank, rdzv_endpoint, npr
         if market is not None:
             given = given.with_market(_market(plan, given, market))
         effective = effective_plan(given, runtime=settings, steps=steps, options=chosen, workload_entry=workload_entry,
-                                   seed=seed, checkpoint_location=checkpoint_dir)
+                                   seed=seed, checkpoint_location=checkpoint_dir, notice_save=notice_save)
         changes = check_binding(folder, effective, accept_change=accept_plan_change)
         check_checkpoint_place(folder, effective)
         if check_only:

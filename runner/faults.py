@@ -12,6 +12,7 @@ import random
 import signal
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,6 +75,7 @@ class NoticeFlag:
 
     def __init__(self, stuck_after_s: float = STUCK_AFTER_S) -> None:
         self.requested = False
+        self.at: float | None = None   # when it came (time.monotonic)
         self._handled = threading.Event()
         signal.signal(signal.SIGTERM, self._handle)
         read_fd, write_fd = os.pipe()
@@ -82,6 +84,8 @@ class NoticeFlag:
         threading.Thread(target=self._watch, args=(read_fd, stuck_after_s), name="notice-watch", daemon=True).start()
 
     def _handle(self, signum, frame) -> None:
+        if self.at is None:
+            self.at = time.monotonic()
         self.requested = True
         self._handled.set()
 

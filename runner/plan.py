@@ -46,6 +46,9 @@ class RunSpec:
     workload_entry: str | None = None
     seed: int = 0
     final_save: bool = True          # off only for profiling runs, whose state is thrown away
+    notice_s: float | None = None    # the provider's warning before a reclaim (None: not known)
+    planned_save_s: float | None = None   # a checkpoint save as the plan priced it, until this run measures one
+    notice_save: str = "auto"        # costsim.contract.notice's mode
 
     @property
     def total_steps(self) -> int:
@@ -90,15 +93,19 @@ def run_spec(plan: Plan, path: str, *, with_run: bool = True) -> RunSpec:
                    per_gpu_batch=plan.prediction.per_gpu_batch or _profile_max_batch(path, plan),
                    min_nodes=r.min_nodes, runtime=plan.runtime, checkpoint_location=c.location,
                    checkpoint_bytes=c.bytes or 0.0, steps=run.steps, options=dict(run.options),
-                   workload_entry=run.workload_entry, seed=run.seed, final_save=run.final_save)
+                   workload_entry=run.workload_entry, seed=run.seed, final_save=run.final_save,
+                   notice_s=r.spot_notice_s, planned_save_s=plan.prediction.checkpoint_save_s,
+                   notice_save=c.notice_save)
 
 
 def effective_plan(plan: Plan, *, runtime: Runtime, steps: int | None = None, options: dict | None = None,
                    workload_entry: str | None = None, seed: int = 0, final_save: bool = True,
-                   checkpoint_location: str | None = None) -> Plan:
+                   checkpoint_location: str | None = None, notice_save: str | None = None) -> Plan:
     """The plan as a run carries it out: the settings in force and the command line's choices
-    (`checkpoint_location`: --checkpoint-dir, over the plan's)."""
+    (`checkpoint_location`: --checkpoint-dir, `notice_save`: --notice-save, over the plan's)."""
     checkpoint = replace(plan.checkpoint, location=checkpoint_location) if checkpoint_location else plan.checkpoint
+    if notice_save:
+        checkpoint = replace(checkpoint, notice_save=notice_save)
     return replace(plan, runtime=runtime, checkpoint=checkpoint,
                    run=RunSection(steps=steps, options=dict(options or {}), workload_entry=workload_entry, seed=seed,
                                   final_save=final_save))

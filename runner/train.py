@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import shutil
 import sys
@@ -20,6 +21,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
+from costsim.contract import notice as notice_rule
 from runner import faults, layout, speed
 from runner.checkpoint import Checkpointer, SharedStorageError
 from runner.diskspace import DiskFullError, free_bytes, is_disk_full, quiet_disk_full_in_threads, refuse
@@ -32,6 +34,7 @@ from runner.workloads import BuildContext, WorkloadOptionError, build_workload, 
 IMPORTED_T = time.time()
 
 SYNC_TARGET_S = 0.5
+EXIT_MARGIN_S = 5.0   # of a notice: kept for the exit after the save (teardown, telemetry)
 PROGRESS_EVERY_S = 5.0
 
 
@@ -93,6 +96,7 @@ class Trainer:
         self.notice = faults.NoticeFlag()
         self.garbage = speed.GarbageCollection(self.runtime.gc_every)
         self.step = 0
+        self.saved_step = 0   # the newest checkpoint this life loaded or started to save
         self.last_loss: torch.Tensor | None = None   # the last step's loss on this rank, kept on the device
 
     def warn(self, message: str) -> None:
@@ -119,6 +123,7 @@ class Trainer:
                                               "run folder")
             self.checkpointer.load(step, state)
             self.step = apply_state(state, self.model, self.built.optimizer, self.built.scheduler, self.rank)
+            self.saved_step = self.step
             if own_rng not in state:
                 seed_rng(self.spec.seed, self.rank, self.step)
 
@@ -160,7 +165,7 @@ class Trainer:
                              node=int(os.environ.get("GROUP_RANK", 0)), global_batch=self.spec.global_batch)
         spec, started = self.spec, time.monotonic()
         last_checkpoint, last_step_end, last_progress = time.monotonic(), time.monotonic(), time.monotonic()
-        next_sync, first_step = self.step + 1, self.step
+        next_sync, first_step, first_end = self.step + 1, self.step, time.monotonic()
         while self.step < self.total_steps:
             if self.fault and self.step == self.fault.step:
                 self.telemetry.event("preempted", step=self.step, kind=f"injected-{self.fault.kind}")
@@ -171,9 +176,10 @@ class Trainer:
             self.train_step()
             self.step += 1
             self.garbage.step(self.step)
+            now = time.monotonic()
             if self.step == first_step + 1:   # the optimizer's state now exists: size the staging buffers
                 self.checkpointer.prepare(self.state())
-            now = time.monotonic()
+                first_end = now
             if self.rank == 0:
                 self.telemetry.event("step", buffered=True, step=self.step, step_time_s=now - last_step_end,
                                      samples=spec.global_batch)
@@ -188,10 +194,12 @@ class Trainer:
                 rate = (now - started) / max(self.step - first_step, 1)
                 proposal = self.step + max(1, int(SYNC_TARGET_S / max(rate, 1e-6))) if self.rank == 0 else 0
                 due, notice, next_sync = self.agree(due, proposal)
-                if notice:
-                    return self.stop_for_notice()
+                if notice:   # the step time after the first (a start's compile and warm-up is not redone)
+                    steady = (now - first_end) / (self.step - first_step - 1) if self.step - first_step > 1 else rate
+                    return self.stop_for_notice(steady)
                 if due and self.step < self.total_steps:
                     self.checkpointer.save(self.step, self.state())
+                    self.saved_step = self.step
                     last_checkpoint = time.monotonic()
             if self.rank == 0 and now - last_progress >= PROGRESS_EVERY_S:
                 self.progress(started, first_step)
@@ -217,10 +225,43 @@ class Trainer:
             print(f"runner: step {self.step} validation loss {loss:.5g} ({int(total[1])} held-out samples)",
                   file=sys.stderr, flush=True)
 
-    def stop_for_notice(self) -> int:
-        self.checkpointer.save(self.step, self.state(), blocking=True, reason="notice")
-        self.telemetry.event("preempted", step=self.step, kind="notice", emergency_checkpoint=self.step)
+    def stop_for_notice(self, step_s: float) -> int:
+        """The notice: save now or let the newest checkpoint (or the one being written) stand, by the rule
+        the planner prices (costsim.contract.notice); rank 0 decides for all. Exits PREEMPTED_EXIT."""
+        choice, figures = self.notice_choice(step_s)
+        flag = torch.tensor([int(choice.save) if self.rank == 0 else 0], dtype=torch.int64)
+        if self.world_size > 1:
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)   # the default group, as agree(): never the writer's
+        if bool(flag.item()):
+            self.checkpointer.save(self.step, self.state(), blocking=True, reason="notice")
+        else:
+            self.checkpointer.wait()   # the write in flight lands (the next life resumes from it)
+        if self.rank == 0:
+            print(f"runner: notice at step {self.step}: {choice.action}: {choice.reason}", file=sys.stderr, flush=True)
+        self.telemetry.event("preempted", step=self.step, kind="notice",
+                             emergency_checkpoint=self.step if bool(flag.item()) else None,
+                             decision=choice.action, reason=choice.reason, **figures)
         return faults.PREEMPTED_EXIT
+
+    def notice_choice(self, step_s: float) -> tuple[notice_rule.NoticeChoice, dict]:
+        """This rank's view of the notice rule's inputs: the work since the newest checkpoint (the one in
+        flight counts), what a save and the rest of the write take (this process's own measurements, else
+        the plan's figure), and the plan's notice less what has passed since it came and a margin to exit."""
+        measured = self.checkpointer.measured_s
+        save_s = measured.get("save") or measured.get("write") or self.spec.planned_save_s or 0.0
+        flight = self.checkpointer.in_flight()
+        base, wait_s = self.saved_step, 0.0
+        if flight is not None:
+            base = flight[0]
+            wait_s = max(0.0, (measured.get("write") or save_s) - flight[1])
+        left_s = math.inf
+        if self.spec.notice_s is not None:
+            left_s = self.spec.notice_s - (time.monotonic() - (self.notice.at or time.monotonic())) - EXIT_MARGIN_S
+        redo_s = max(0, self.step - base) * step_s
+        figures = {"redo_s": round(redo_s, 3), "save_s": round(save_s, 3), "wait_s": round(wait_s, 3),
+                   "left_s": None if math.isinf(left_s) else round(left_s, 3)}
+        return notice_rule.decide(redo_s=redo_s, save_s=save_s, wait_s=wait_s, left_s=left_s,
+                                  mode=self.spec.notice_save), figures
 
     def mean_loss(self) -> float | None:
         """The last step's loss averaged over ranks and micro-batches (one all-reduce)."""

@@ -12,8 +12,11 @@ from costsim.contract.plan import Plan
 from costsim.contract.telemetry import read_events
 
 
-def tiny_plan(tmp_path: Path, *, interval_steps: int | None = 50, keep: int = 2, async_mode: bool = False) -> Path:
-    """The planner's own plan for the tiny workload, with a checkpoint interval in steps for exact tests."""
+def tiny_plan(tmp_path: Path, *, interval_steps: int | None = 50, keep: int = 2, async_mode: bool = False,
+              notice_save: str = "always") -> Path:
+    """The planner's own plan for the tiny workload, with a checkpoint interval in steps for exact tests.
+    A notice saves always by default: these tests check what a save at the notice does; the rule that
+    decides it (auto) has its own tests, with figures that make its choice certain."""
     out = tmp_path / "plan.json"
     from costsim.cli import main
     try:
@@ -21,7 +24,8 @@ def tiny_plan(tmp_path: Path, *, interval_steps: int | None = 50, keep: int = 2,
     except SystemExit as done:
         assert done.code in (0, None)
     plan = Plan.read(out)
-    checkpoint = replace(plan.checkpoint, interval_steps=interval_steps or None, keep=keep, async_=async_mode)
+    checkpoint = replace(plan.checkpoint, interval_steps=interval_steps or None, keep=keep, async_=async_mode,
+                         notice_save=notice_save)
     return replace(plan, checkpoint=checkpoint).write(out)
 
 

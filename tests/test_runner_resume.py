@@ -82,6 +82,7 @@ def test_a_notice_to_the_runner_is_passed_to_the_workers_who_checkpoint_and_stop
     assert len(notice) == 1
     saved = [e["step"] for e in events(tmp_path, "checkpoint_save") if e["reason"] == "notice"]
     assert saved == [notice[0]["emergency_checkpoint"]] and saved[0] >= 60
+    assert f"runner: notice at step {saved[0]}: save: checkpoint.notice_save is always" in err   # said once
     s = summary(tmp_path)
     assert s["status"] == "preempted" and s["restarts"] == 0 and s["steps"] == saved[0]
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from costsim.contract import notice
 from costsim.contract.jsonfiles import Fields, read_json, write_atomic
 from costsim.errors import InputError
 from costsim.policies import POLICIES
@@ -87,6 +88,7 @@ class Checkpoint:
     storage: str | None = None        # the store the plan was priced with (data/catalog/storage.yaml)
     storage_kind: str | None = None   # node, shared or object
     node_disk_bytes: float | None = None   # what the node's disk must hold at once (the exports ask for it)
+    notice_save: str = "auto"         # at a spot notice: costsim.contract.notice's rule, or always save
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -287,7 +289,10 @@ def _checkpoint(f: Fields) -> Checkpoint:
     kind = f.text("storage_kind", None)
     if kind not in (None, "node", "shared", "object"):
         raise InputError(f.source, f.name("storage_kind"), f"got {kind!r}; allowed: node, shared, object")
-    return Checkpoint(interval_s=f.number("interval_s"), keep=f.number("keep", integer=True),
+    notice_save = f.text("notice_save", notice.AUTO)
+    if notice_save not in notice.MODES:
+        raise InputError(f.source, f.name("notice_save"), f"got {notice_save!r}; allowed: {', '.join(notice.MODES)}")
+    return Checkpoint(interval_s=f.number("interval_s"), keep=f.number("keep", integer=True), notice_save=notice_save,
                       async_=f.boolean("async"), interval_steps=f.number("interval_steps", None, integer=True),
                       location=location, bytes=f.number("bytes", None), storage=f.text("storage", None),
                       storage_kind=kind, node_disk_bytes=f.number("node_disk_bytes", None, allow_zero=True))

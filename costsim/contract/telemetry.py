@@ -57,7 +57,10 @@ EVENT_FIELDS: dict[str, tuple[str, tuple[str, ...]]] = {
                          ("step", "duration_s", "bytes", "location")),
     "checkpoint_load": ("worker", ("step", "duration_s", "read_s", "bytes", "owned_bytes")),
     "checkpoint_skipped": ("worker; reason: partial, or what failed its check", ("step", "reason")),
-    "preempted": ("worker; kind: notice, or injected-KIND", ("step", "kind", "emergency_checkpoint")),
+    "preempted": ("worker; kind: notice, or injected-KIND; at a notice, the decision (costsim.contract.notice: "
+                  "save, keep, nothing), why, and the figures it weighed", ("step", "kind", "emergency_checkpoint",
+                                                                         "decision", "reason", "redo_s", "save_s",
+                                                                         "wait_s", "left_s")),
     "end": ("worker", ("step", "final_state_sha256", "final_loss", "samples", "wall_s", "gc_collections", "gc_s",
                        *MEMORY_FIELDS)),
     "export": ("worker, rank 0: RUN/final", ("step", "path", "bytes", "duration_s")),

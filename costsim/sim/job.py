@@ -3,7 +3,8 @@
 The job asks its policy which market to be on, runs an instance there in segments of work that end
 at a checkpoint, a decision or the end of the work, and loses whatever was not checkpointed when a
 preemption strikes. A spot reclaim arrives as `simpy.Interrupt` at the notice time; within the notice
-window an emergency checkpoint is written if it fits. Costs are read off the instance log afterwards.
+window an emergency checkpoint is written by the runner's rule (costsim.contract.notice).
+Costs are read off the instance log afterwards.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 import simpy
 
 from costsim import checkpoint as ckpt
+from costsim.contract import notice as notice_rule
 from costsim.policies import SPOT, Decision, Figures, Policy, View, build_view
 from costsim.sim.market import Timeline
 
@@ -35,6 +37,7 @@ class JobParams:
     notice_s: float = 0.0          # warning before a spot reclaim
     release_s: float = 0.0         # from leaving an instance (a move, or the end) to its release: the job's exit
     horizon_s: float = math.inf    # give up (unfinished) after this
+    notice_save: str = notice_rule.AUTO   # the runner's rule at a notice (plan.json checkpoint.notice_save)
     # A replay of a real run (costsim control's as-known prediction): per stint in order, its start-up and
     # its step time over the mean's (the stints after these use the figures above)
     stints: tuple[tuple[float, float], ...] = ()
@@ -257,8 +260,9 @@ class Job:
                 self.record.log.append((round(self.env.now if at_s is None else at_s, 6), "checkpoint", ""))
 
     def _on_notice(self, reclaim_at: float):
-        """Preemption notice: write an emergency checkpoint if it fits, then lose the rest."""
-        now = self.env.now
+        """Preemption notice: write an emergency checkpoint if the runner's rule would (it lands before the
+        reclaim and keeps more training than it takes), then lose the rest."""
+        now, p = self.env.now, self.p
         self._log("notice")
         phase, detail = self._phase
         if phase == "release":   # the job has saved and is exiting: the reclaim only ends the exit early
@@ -273,7 +277,9 @@ class Job:
         if phase == "checkpoint" and detail[0] + self.p.checkpoint_s <= reclaim_at + _EPS:
             yield self.env.timeout(detail[0] + self.p.checkpoint_s - now)
             self._bank(detail[1])
-        elif self.live_s > self.durable_s + _EPS and free_at + self.p.checkpoint_s <= reclaim_at + _EPS:
+        elif free_at + p.checkpoint_s <= reclaim_at + _EPS and notice_rule.decide(
+                redo_s=(self.live_s - self.durable_s) * self._slowness, save_s=p.checkpoint_s, wait_s=free_at - now,
+                left_s=reclaim_at - now, mode=p.notice_save).save:
             yield self.env.timeout(free_at + self.p.checkpoint_s - now)
             self._bank(self.live_s)
         if reclaim_at > self.env.now:
