@@ -13,6 +13,7 @@ import contextlib
 import math
 import os
 import shutil
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -22,6 +23,8 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from costsim.contract import notice as notice_rule
+from costsim.contract.telemetry import read_events
+from costsim.contract.timing import save_durations
 from runner import faults, layout, speed
 from runner.checkpoint import Checkpointer, SharedStorageError
 from runner.diskspace import DiskFullError, free_bytes, is_disk_full, quiet_disk_full_in_threads, refuse
@@ -94,6 +97,7 @@ class Trainer:
                              nodes=max(1, world_size // int(os.environ.get("LOCAL_WORLD_SIZE", world_size))),
                              **start_phases(marks))
         self.notice = faults.NoticeFlag()
+        self.earlier_saves = earlier_saves(Path(args.run_dir)) if rank == 0 else {}
         self.garbage = speed.GarbageCollection(self.runtime.gc_every)
         self.step = 0
         self.saved_step = 0   # the newest checkpoint this life loaded or started to save
@@ -246,14 +250,16 @@ class Trainer:
     def notice_choice(self, step_s: float) -> tuple[notice_rule.NoticeChoice, dict]:
         """This rank's view of the notice rule's inputs: the work since the newest checkpoint (the one in
         flight counts), what a save and the rest of the write take (this process's own measurements, else
-        the plan's figure), and the plan's notice less what has passed since it came and a margin to exit."""
-        measured = self.checkpointer.measured_s
-        save_s = measured.get("save") or measured.get("write") or self.spec.planned_save_s or 0.0
+        the job's earlier lives', else the plan's figure), and the plan's notice less what has passed since
+        it came and a margin to exit."""
+        measured, earlier = self.checkpointer.measured_s, self.earlier_saves
+        save_s = (measured.get("save") or measured.get("write") or earlier.get("save") or earlier.get("write")
+                  or self.spec.planned_save_s or 0.0)
         flight = self.checkpointer.in_flight()
         base, wait_s = self.saved_step, 0.0
         if flight is not None:
             base = flight[0]
-            wait_s = max(0.0, (measured.get("write") or save_s) - flight[1])
+            wait_s = max(0.0, (measured.get("write") or earlier.get("write") or save_s) - flight[1])
         left_s = math.inf
         if self.spec.notice_s is not None:
             left_s = self.spec.notice_s - (time.monotonic() - (self.notice.at or time.monotonic())) - EXIT_MARGIN_S
@@ -342,6 +348,13 @@ class Trainer:
         self.telemetry.close()
 
 
+def earlier_saves(run_dir: Path) -> dict[str, float]:
+    """The median blocking save ("save") and async write ("write") of the job's earlier lives in this run
+    folder: what a notice weighs before this process has measured its own."""
+    blocking, writes = save_durations(read_events(run_dir))
+    return {name: statistics.median(values) for name, values in (("save", blocking), ("write", writes)) if values}
+
+
 def start_phases(marks: dict[str, float]) -> dict:
     """The worker's start, phase by phase: seconds each took (the first from the process's start)."""
     names = list(marks)
@@ -393,6 +406,14 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         if trainer is not None:
             trainer.close()
+    if code == faults.PREEMPTED_EXIT:
+        # The node is being reclaimed and the checkpoint decided on is durable (close() waited for it, the
+        # telemetry is flushed): every second to the exit counts against the notice. The process group's and
+        # the interpreter's teardown (freeing the device's and the pinned host memory one object at a time)
+        # only cost time here; the operating system frees it all at once.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
     dist.destroy_process_group()
     sys.exit(code)
 

@@ -63,6 +63,8 @@ def test_a_plan_refuses_an_unknown_notice_mode(tmp_path):
 
 # -- the runner --------------------------------------------------------------------------------------
 STEPS = "300"
+PACE = ("--option", "pace=5ms")   # steps of at least 5 ms: the ranks' sync points (every ~0.5 s) come every ~100 steps,
+# so the notice is agreed on well before the end (a notice past the last sync point lets the job finish)
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +75,7 @@ def base(tmp_path_factory):
     plan = Plan.read(tiny_plan(folder, interval_steps=None, notice_save="auto"))
     plan = replace(plan, checkpoint=replace(plan.checkpoint, interval_s=1e6))
     clean = folder / "clean"
-    result = execute(plan.write(folder / "plan.json"), clean, "--steps", STEPS, "--seed", "3")
+    result = execute(plan.write(folder / "plan.json"), clean, "--steps", STEPS, "--seed", "3", *PACE)
     assert result.returncode == 0, result.stderr[-3000:]
     return plan, summary(clean)
 
@@ -81,7 +83,7 @@ def base(tmp_path_factory):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("planned_save_s, notice_s, action, said", [
-    (1e-4, None, SAVE, "of training to keep"),           # 100 steps of milliseconds each against a tenth of a ms
+    (1e-4, None, SAVE, "of training to keep"),           # 100 steps of 5 ms or more against a tenth of a ms
     (1000.0, None, KEEP, "cost less to redo"),            # no save measured yet: the plan's 1000 s save
     (1e-4, 1.0, KEEP, "would not land"),                  # a 1 s notice leaves nothing after the exit's margin
 ])
@@ -92,7 +94,7 @@ def test_the_runner_decides_a_notice_by_the_rule_and_resumes_to_the_same_state(b
                    resources=replace(plan.resources, spot_notice_s=notice_s))
     path = plan.write(tmp_path / "plan.json")
     run = tmp_path / "run"
-    result = execute(path, run, "--steps", STEPS, "--seed", "3", "--inject-preemptions", "term@100")
+    result = execute(path, run, "--steps", STEPS, "--seed", "3", *PACE, "--inject-preemptions", "term@100")
     assert result.returncode == 0, result.stderr[-3000:]
     notice = [e for e in events(run, "preempted") if e["kind"] == "notice"]
     assert len(notice) == 1 and notice[0]["decision"] == action and said in notice[0]["reason"]
@@ -108,3 +110,22 @@ def test_the_runner_decides_a_notice_by_the_rule_and_resumes_to_the_same_state(b
     else:
         assert "left_s" not in notice[0]   # no notice known: none is weighed
     assert summary(run)["final_state_sha256"] == clean["final_state_sha256"]
+
+
+@pytest.mark.slow
+def test_a_later_life_weighs_the_saves_its_job_measured_before_the_plans_figure(base, tmp_path):
+    """The plan says a save takes 1000 s; the job's first life (steps 0-100, saves at 50 and 100) measured
+    milliseconds. The second life gets the notice at its first sync point, step 150, before it has saved
+    anything itself: it weighs 50 paced steps (5 ms each) against the earlier lives' save, and saves."""
+    plan, _ = base
+    plan = replace(plan, prediction=replace(plan.prediction, checkpoint_save_s=1000.0),
+                   checkpoint=replace(plan.checkpoint, interval_steps=50))
+    path, run = plan.write(tmp_path / "plan.json"), tmp_path / "run"
+    first = execute(path, run, "--steps", "100", "--seed", "3", *PACE)
+    assert first.returncode == 0, first.stderr[-3000:]
+    second = execute(path, run, "--steps", "200", "--seed", "3", *PACE, "--inject-preemptions", "term@120")
+    assert second.returncode == 0, second.stderr[-3000:]
+    notice = [e for e in events(run, "preempted") if e["kind"] == "notice"]
+    earlier = [e["duration_s"] for e in events(run, "checkpoint_save") if e["step"] <= 100]
+    assert len(notice) == 1 and notice[0]["decision"] == SAVE, notice
+    assert notice[0]["save_s"] < 1.0 and min(earlier) <= notice[0]["save_s"] <= max(earlier)

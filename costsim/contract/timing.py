@@ -10,6 +10,9 @@ same way, by these rules:
 - What a start costs: from its mark (the instance's start, the supervisor's launch or restart) to the
   end of its warm-up steps, less as many steady steps (`start_cost_s`): the whole price of getting back
   to steady training, first-step compilation included.
+- What a save takes the job (`save_durations`): rank 0's whole duration of each checkpoint save, the
+  upload to an object store included: a blocking save (final, notice, a move's) as training waits for
+  it, an async one's write behind its stall.
 - The job's exit: from its last save (the final one, or the emergency one on a notice) to the moment
   its process is gone and the instance can go (`exit_s`).
 """
@@ -32,3 +35,11 @@ def exit_s(last_save_end_t: float, gone_t: float) -> float:
 def is_steady(steps_since_start: int, step: int, paid_steps: set[int] | frozenset[int]) -> bool:
     """A steady step: past the warm-up of its start, and not the step that paid a checkpoint."""
     return steps_since_start > WARMUP_STEPS and step not in paid_steps
+
+
+def save_durations(events: list[dict]) -> tuple[list[float], list[float]]:
+    """Rank 0's checkpoint saves in `events`: the blocking saves' durations, the async writes' durations."""
+    saves = [e for e in events if e.get("event") == "checkpoint_save" and e.get("rank") == 0
+             and isinstance(e.get("duration_s"), (int, float))]
+    return ([float(e["duration_s"]) for e in saves if e.get("mode") == "sync"],
+            [float(e["duration_s"]) for e in saves if e.get("mode") == "async"])
