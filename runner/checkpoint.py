@@ -46,7 +46,7 @@ from runner.checkpoint_reader import SafeFileSystemReader, SafeLoadPlanner
 from runner.diskspace import DiskFullError, free_bytes, gb, is_disk_full, refuse
 from runner.staging import HostStager
 from runner.state import PRIVATE_PREFIX
-from runner.store import S3Store
+from runner.store import S3Store, StoreUnavailable
 
 
 class SharedStorageError(RuntimeError):
@@ -54,6 +54,7 @@ class SharedStorageError(RuntimeError):
 
 
 WRITE_THREADS = 4      # files written in parallel per rank
+STORE_BACKOFF_S, STORE_BACKOFF_MAX_S = 15.0, 300.0   # an object store that dropped out: when to try it again
 
 
 class Checkpointer:
@@ -73,6 +74,7 @@ class Checkpointer:
         self._error: BaseException | None = None
         # what this process's saves took: a blocking save's whole duration, an async save's write
         self.measured_s: dict[str, float] = {}
+        self._store_failures, self._store_retry_at = 0, 0.0   # consecutive failed uploads; no try before then
         # One writer for every save (DCP resets it to each checkpoint_id); in async mode the state is
         # first copied into host buffers allocated after the first step and reused after.
         self._writer = FileSystemWriter(str(self.root), thread_count=WRITE_THREADS)
@@ -141,10 +143,16 @@ class Checkpointer:
             self.on_event("checkpoint_skipped", step=step, reason=problem)
         if self.store is None:
             return local
-        for step in (s for s in self.store.steps() if s > local):
-            fetched = self._fetch(step)
-            if fetched:
-                return step
+        try:
+            for step in (s for s in self.store.steps() if s > local):
+                if self._fetch(step):
+                    return step
+        except StoreUnavailable as exc:
+            if not local:   # starting over beside the store's checkpoints would train the job again from 0
+                raise StoreUnavailable(f"{exc}; this node has no checkpoint of its own: not starting the job over "
+                                       "from step 0; run again when the store answers") from None
+            self.warn(f"{exc}: resuming from this node's checkpoint step-{local}")
+            self.on_event("store_unavailable", op="resume", step=local, reason=str(exc))
         return local
 
     def _fetch(self, step: int) -> bool:
@@ -156,6 +164,9 @@ class Checkpointer:
         partial = layout.partial_folder(self.root, step)
         try:
             partial = self.store.download(step, self.root)   # type: ignore[union-attr]
+        except StoreUnavailable:
+            shutil.rmtree(partial, ignore_errors=True)
+            raise
         except OSError as exc:
             shutil.rmtree(partial, ignore_errors=True)
             if not is_disk_full(exc, self.root, self.checkpoint_bytes()):
@@ -355,11 +366,7 @@ class Checkpointer:
             self._commit(step, tmp)
             commit_s = time.perf_counter() - committing
             if self.store is not None:   # complete in the store only once its manifest is there (uploaded last)
-                uploading = time.perf_counter()
-                self.store.upload(self.folder(step), step)
-                upload_s = time.perf_counter() - uploading
-                for gone in self.store.prune(self.keep):
-                    self.warn(f"removed checkpoint step-{gone} from {self.store.url} (keep {self.keep})")
+                upload_s = self._upload(step, last=reason != "interval")
             self._prune()
         duration_s = time.perf_counter() - started
         self.measured_s["save" if blocking_of(reason, self.async_mode) else "write"] = duration_s
@@ -368,6 +375,40 @@ class Checkpointer:
                       mode="sync" if blocking_of(reason, self.async_mode) else "async", reason=reason,
                       upload_s=upload_s, location=self.store.url if self.store is not None else None,
                       staged=staged, commit_s=commit_s, write_threads=self._writer.thread_count)
+
+    def _upload(self, step: int, *, last: bool) -> float | None:
+        """Checkpoint `step` into the store, then the store's keep-k; its duration, or None when the store
+        is out (the local copy is the newest then, and stays: the local cache always keeps its newest).
+        A store that dropped out is tried again after a backoff (15 s, doubling to 5 min) at the next
+        periodic save, and at once for a life's last save (the final one, a notice's)."""
+        store = self.store
+        assert store is not None
+        if not last and time.monotonic() < self._store_retry_at:
+            return None
+        uploading = time.perf_counter()
+        try:
+            store.upload(self.folder(step), step)
+            upload_s = time.perf_counter() - uploading
+            removed = store.prune(self.keep)
+        except StoreUnavailable as exc:
+            self._store_failures += 1
+            retry_s = min(STORE_BACKOFF_S * 2 ** (self._store_failures - 1), STORE_BACKOFF_MAX_S)
+            self._store_retry_at = time.monotonic() + retry_s
+            if last:
+                self.warn(f"{exc}: checkpoint step-{step}, this life's last, is on this node only ({self.root})")
+            elif self._store_failures == 1:
+                self.warn(f"{exc}: training goes on, checkpoint step-{step} is on this node only; trying the store "
+                          "again at later saves")
+            self.on_event("store_unavailable", op="upload", step=step, reason=str(exc), retry_in_s=round(retry_s, 1),
+                          failures=self._store_failures)
+            return None
+        if self._store_failures:
+            self.warn(f"{store.url} answers again: checkpoint step-{step} uploaded after {self._store_failures} "
+                      "failed attempt(s)")
+            self._store_failures, self._store_retry_at = 0, 0.0
+        for gone in removed:
+            self.warn(f"removed checkpoint step-{gone} from {store.url} (keep {self.keep})")
+        return upload_s
 
     def _commit(self, step: int, tmp: Path) -> None:
         paths = [p for p in sorted(tmp.iterdir()) if p.is_file()]

@@ -256,12 +256,17 @@ def check_checkpoint_place(run_dir: Path, plan) -> None:
     the newest one (older ones may make room)."""
     from runner import layout
     from runner.diskspace import free_bytes, gb
-    from runner.store import StoreError, checkpoint_place
+    from runner.store import StoreError, StoreUnavailable, checkpoint_place
     location = plan.checkpoint.location
     try:
         root, store = checkpoint_place(run_dir, location)
         if store is not None:
             store.check()
+    except StoreUnavailable as exc:   # a store that dropped out: a node with its own checkpoint goes on from it
+        if not (root.exists() and layout.saved_steps(root)):
+            raise InputError("--checkpoint-dir", "checkpoint-dir", str(exc)) from None
+        click.echo(f"runner: warning: {exc}: going on from this node's checkpoints ({root}); uploads are tried "
+                   "again as the job saves", err=True)
     except StoreError as exc:
         raise InputError("--checkpoint-dir", "checkpoint-dir", str(exc)) from None
     needed = int(plan.checkpoint.bytes or 0)

@@ -35,6 +35,34 @@ class StoreError(RuntimeError):
     """The store cannot be used (the message says what to fix, in one line)."""
 
 
+class StoreUnavailable(StoreError):
+    """The store did not answer, or failed, during the run (a drop-out: the job goes on from its local
+    copy and tries again later). The message is one line: the store and the cause."""
+
+
+def _unavailable(store: S3Store, what: str, exc: BaseException) -> StoreUnavailable:
+    import botocore.exceptions as errors
+    if isinstance(exc, errors.EndpointConnectionError):
+        cause = f"no answer from {store._client().meta.endpoint_url}"
+    else:
+        cause = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return StoreUnavailable(f"{store.url}: {what} failed: {cause}")
+
+
+def _guarded(what: str):
+    """Any botocore error or connection failure of the wrapped store operation is a StoreUnavailable."""
+    def wrap(method):
+        def guarded(self, *args, **kwargs):
+            import botocore.exceptions as errors
+            try:
+                return method(self, *args, **kwargs)
+            except (errors.BotoCoreError, errors.ClientError, ConnectionError, TimeoutError) as exc:
+                raise _unavailable(self, what, exc) from None
+        guarded.__doc__, guarded.__name__ = method.__doc__, method.__name__
+        return guarded
+    return wrap
+
+
 def is_store(location: str | None) -> bool:
     return bool(location) and str(location).startswith(SCHEME)
 
@@ -64,7 +92,9 @@ class S3Store:
                 from botocore.config import Config
             except ImportError:
                 raise StoreError("an s3:// checkpoint location needs boto3: pip install 'costsim[store]'") from None
-            config = Config(retries={"max_attempts": 5, "mode": "standard"}, connect_timeout=5, read_timeout=120,
+            # 3 attempts: a store that refuses connections is known out within seconds (5 took ~14 s a call);
+            # the checkpointer's own backoff (runner.checkpoint) spaces the tries after that
+            config = Config(retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=5, read_timeout=120,
                             max_pool_connections=TRANSFER_THREADS * 2)
             self._cached = boto3.client("s3", config=config)
         return self._cached
@@ -88,8 +118,8 @@ class S3Store:
             client.put_object(Bucket=self.bucket, Key=probe, Body=b"ok")
             client.delete_object(Bucket=self.bucket, Key=probe)
         except errors.EndpointConnectionError:
-            raise StoreError(f"{self.url}: no object store answers at {endpoint} (set AWS_ENDPOINT_URL for an "
-                             "S3-compatible store)") from None
+            raise StoreUnavailable(f"{self.url}: no object store answers at {endpoint} (set AWS_ENDPOINT_URL for an "
+                                   "S3-compatible store)") from None
         except errors.NoCredentialsError:
             raise StoreError(f"{self.url}: no credentials (set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or "
                              "AWS_PROFILE)") from None
@@ -106,6 +136,7 @@ class S3Store:
             raise StoreError(f"{self.url}: {exc}") from None
 
     # -- checkpoints --------------------------------------------------------------------------------
+    @_guarded("listing its checkpoints")
     def steps(self) -> list[int]:
         """The complete checkpoints in the store (their manifest is there), newest first."""
         found = []
@@ -118,6 +149,7 @@ class S3Store:
                     found.append(step)
         return sorted(set(found), reverse=True)
 
+    @_guarded("an upload")
     def upload(self, folder: Path, step: int) -> int:
         """A complete local checkpoint into the store: its files, then its manifest; returns the bytes."""
         client, config = self._client(), self._transfer()
@@ -127,6 +159,7 @@ class S3Store:
         client.upload_file(str(Path(folder) / MANIFEST), self.bucket, self._key(f"step-{step}", MANIFEST), Config=config)
         return sum(p.stat().st_size for p in files)
 
+    @_guarded("a download")
     def download(self, step: int, root: Path) -> Path:
         """Checkpoint `step` into a partial folder under `root` (layout.partial_folder), its manifest last;
         the caller verifies it and renames it into place (a partial folder is never loaded)."""
@@ -139,6 +172,7 @@ class S3Store:
         (tmp / MANIFEST).write_bytes(manifest)
         return tmp
 
+    @_guarded("a delete")
     def delete(self, step: int) -> None:
         """The manifest first (it stops counting at once), then its files."""
         client = self._client()

@@ -30,7 +30,7 @@ from runner.checkpoint import Checkpointer, SharedStorageError
 from runner.diskspace import DiskFullError, free_bytes, is_disk_full, quiet_disk_full_in_threads, refuse
 from runner.plan import load_run_spec
 from runner.state import PRIVATE_PREFIX, apply_state, seed_rng, state_sha256, training_state
-from runner.store import checkpoint_place
+from runner.store import StoreError, checkpoint_place
 from runner.telemetry import Telemetry
 from runner.workloads import BuildContext, WorkloadOptionError, build_workload, check_options, resolve
 
@@ -392,7 +392,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         trainer = Trainer(args, spec, rank, world_size, int(os.environ.get("LOCAL_RANK", 0)), marks)
         code = trainer.train()
-    except (SharedStorageError, speed.RuntimeConfigError, WorkloadOptionError) as exc:
+    except (SharedStorageError, StoreError, speed.RuntimeConfigError, WorkloadOptionError) as exc:
         fatal(str(exc))   # the supervisor prints it, once for all ranks
         code = faults.FATAL_EXIT
     except DiskFullError as exc:   # restarting would fill the disk again: one line, no restart

