@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
@@ -13,6 +14,7 @@ from costsim.contract.timing import WARMUP_STEPS
 from costsim.entry import run
 from costsim.errors import InputError
 from costsim.runtime import parse_pairs
+from runner.store import S3Store
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -72,8 +74,9 @@ def execute_command(plan, run_dir, run_id, nnodes, node_rank, rdzv_endpoint, npr
     from costsim.contract.plan import Plan
     from runner import faults
     from runner.launch import LaunchError, discover, wait_for_rendezvous
-    from runner.lease import Lease
+    from runner.lease import Lease, StoreLease
     from runner.plan import effective_plan, load_run_spec, run_spec
+    from runner.store import StoreError, StoreUnavailable, record_job
     from runner.supervisor import Execution, Supervisor, default_run_id, prepare_run_dir
     from runner.workloads import UnknownWorkload, WorkloadOptionError, check_options, resolve
 
@@ -114,20 +117,30 @@ def execute_command(plan, run_dir, run_id, nnodes, node_rank, rdzv_endpoint, npr
         effective = effective_plan(given, runtime=settings, steps=steps, options=chosen, workload_entry=workload_entry,
                                    seed=seed, checkpoint_location=checkpoint_dir, notice_save=notice_save)
         changes = check_binding(folder, effective, accept_change=accept_plan_change)
-        check_checkpoint_place(folder, effective)
+        store = check_checkpoint_place(folder, effective, accept_change=accept_plan_change)
         if check_only:
             click.echo(f"runner: {plan} would run in {folder}: {spec.workload} ({spec.model}), {total} steps on "
                        f"{node.nnodes} node(s) x {nproc} process(es)", err=True)
             return
-        lease = None
-        if node.node_rank == 0:   # one runner per run folder: node 0 holds it for the job's nodes
-            lease = Lease(folder, run_id, say=lambda line: click.echo(line, err=True))
-            lease.acquire()
+        leases: list = []
         try:
+            if node.node_rank == 0:   # one runner per run folder and per store prefix: node 0 holds them for all
+                say = lambda line: click.echo(line, err=True)   # noqa: E731
+                held: list = [Lease(folder, run_id, say=say)] + ([StoreLease(store.store, run_id, say=say)]
+                                                                 if store is not None else [])
+                for lease in held:   # each is given back below only once it is held
+                    try:
+                        lease.acquire()
+                    except StoreUnavailable as exc:   # the store dropped out (said above): taken when it answers
+                        say(f"runner: warning: {exc}: the prefix's lease is taken when the store answers")
+                        lease.pending = True
+                    leases.append(lease)
+                if store is not None and store.record and not leases[-1].pending:   # once its lease is ours
+                    record_job(store.store, effective, run_id)
             written = prepare_run_dir(folder, effective, changes=tuple(changes), run_id=run_id)
             spec = load_run_spec(written)   # what the workers will read
         except BaseException:
-            if lease is not None:
+            for lease in reversed(leases):
                 lease.release()
             raise
     except Finished as done:
@@ -139,15 +152,17 @@ def execute_command(plan, run_dir, run_id, nnodes, node_rank, rdzv_endpoint, npr
         raise InputError("node", "rendezvous", str(exc)) from None
     except PermissionError as exc:
         raise InputError("--run-dir", "run-dir", str(exc)) from None
+    except StoreError as exc:   # the prefix's lease or job record could not be read or written
+        raise InputError("--checkpoint-dir", "checkpoint-dir", str(exc)) from None
     click.echo(f"runner: {spec.workload} ({spec.model}) on {node.nnodes} node(s) x {nproc} process(es) "
                f"[{node.source}], {total} steps of {spec.global_batch} samples (per GPU: micro-batch {split.micro_batch} "
                f"x accumulation {split.accumulation}), {settings.describe()}; run folder {folder}", err=True)
     execution = Execution(spec=spec, node=node, run_dir=folder, run_id=run_id, nproc_per_node=nproc,
                           schedule=schedule, max_restarts=max_restarts, min_nodes=min_nodes or spec.min_nodes)
     try:
-        code = Supervisor(execution, lease=lease).run()
+        code = Supervisor(execution, leases=leases).run()
     finally:
-        if lease is not None:
+        for lease in reversed(leases):
             lease.release()
     sys.exit(code)
 
@@ -251,12 +266,18 @@ def prepare_sdxl_command(images, model, out, vae, resolution, batch, shard_size,
     click.echo(f"{out}: {len(paths)} shard(s); train with --option data={out}")
 
 
-def check_checkpoint_place(run_dir: Path, plan) -> None:
-    """Before anything starts: the store answers and takes writes; the disk holds a checkpoint beside
-    the newest one (older ones may make room)."""
+@dataclass
+class StorePlace:
+    store: S3Store
+    record: bool           # the prefix's job record is to be written (a new prefix, or a change accepted)
+
+
+def check_checkpoint_place(run_dir: Path, plan, *, accept_change: bool = False) -> StorePlace | None:
+    """Before anything starts: the store answers, takes writes and holds this job's checkpoints or none;
+    the disk holds a checkpoint beside the newest one (older ones may make room). Reads only."""
     from runner import layout
     from runner.diskspace import free_bytes, gb
-    from runner.store import StoreError, StoreUnavailable, checkpoint_place
+    from runner.store import StoreError, StoreUnavailable, check_job, checkpoint_place
     location = plan.checkpoint.location
     try:
         root, store = checkpoint_place(run_dir, location)
@@ -269,9 +290,17 @@ def check_checkpoint_place(run_dir: Path, plan) -> None:
                    "again as the job saves", err=True)
     except StoreError as exc:
         raise InputError("--checkpoint-dir", "checkpoint-dir", str(exc)) from None
+    place = None
+    if store is not None:
+        try:
+            place = StorePlace(store, check_job(store, plan, accept_change=accept_change))
+        except StoreUnavailable:
+            place = StorePlace(store, False)   # dropped out (said above): the node's own checkpoints decide
+        except StoreError as exc:
+            raise InputError("--checkpoint-dir", "job", str(exc)) from None
     needed = int(plan.checkpoint.bytes or 0)
     if needed <= 0:
-        return
+        return place
     steps = layout.saved_steps(root) if root.exists() else []
     reclaimable = sum(p.stat().st_size for step in steps[1:] for p in layout.step_folder(root, step).iterdir()
                       if p.is_file())
@@ -281,6 +310,7 @@ def check_checkpoint_place(run_dir: Path, plan) -> None:
                 "(--checkpoint-dir s3://bucket/prefix)"
         raise InputError(str(root), "disk", f"room for one checkpoint of {gb(needed)} is needed beside the newest, "
                          f"{gb(free)} free ({gb(reclaimable)} more in older checkpoints): {where}")
+    return place
 
 
 def _market(path: str, plan, market: str) -> str:

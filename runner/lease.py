@@ -90,6 +90,10 @@ class Lease:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
+    @property
+    def where(self) -> str:
+        return f"the run folder {self.path.parent}"
+
     def acquire(self, wait: Callable[[float], None] = time.sleep) -> None:
         """Take the lease, or an InputError naming its holder. Another host's fresh lease is watched for
         up to TTL_S: a heartbeat that moves is a live holder."""
@@ -153,3 +157,146 @@ class Lease:
                 self.path.unlink(missing_ok=True)
         except InputError:
             pass
+
+
+class StoreLease:
+    """This runner's hold on an s3:// checkpoint prefix: PREFIX/lease.json, created only if absent and
+    renewed only if unchanged (S3's conditional writes: If-None-Match, If-Match), so two runners can never
+    both believe they hold it. A holder is gone as for a run folder (its pid on this host, else TTL_S
+    without a heartbeat). A store that does not honour conditional writes gets a best-effort lease (write,
+    then read back), said in a line. A store that drops out does not end the hold: renewals are tried
+    again, and a holder taken over meanwhile finds out at its next renewal and stops."""
+
+    NAME = LEASE
+
+    def __init__(self, store, run_id: str, *, say: Callable[[str], None]):
+        self.store, self.say = store, say
+        now = time.time()
+        self.mine = Holder(token=uuid.uuid4().hex, host=socket.gethostname(), pid=os.getpid(), run_id=run_id,
+                           started=now, heartbeat=now, proc_start=_proc_start(os.getpid()))
+        self.etag: str | None = None
+        self.conditional = True
+        self.pending = False   # not taken yet: the store did not answer at the start (taken by the heartbeat)
+        self.lost = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def where(self) -> str:
+        return f"the checkpoint prefix {self.store.url}"
+
+    def _read(self) -> tuple[Holder | None, str | None]:
+        doc, etag = self.store.get_json(self.NAME)
+        if doc is None:
+            return None, None
+        try:
+            return Holder(**{k: doc[k] for k in Holder.__dataclass_fields__ if k in doc}), etag
+        except TypeError:
+            raise InputError(f"{self.store.url}/{self.NAME}", "lease", "not a runner's lease (missing fields); "
+                             "remove it if no runner uses this prefix") from None
+
+    def _held(self, holder: Holder) -> InputError:
+        return InputError(f"{self.store.url}/{self.NAME}", "checkpoint-dir",
+                          f"held by {holder.describe(time.time())}: one runner per checkpoint prefix; when that runner "
+                          f"is gone its lease is taken over (at once on its own host, after {TTL_S:.0f} s without a "
+                          "heartbeat elsewhere), or give another --checkpoint-dir")
+
+    def acquire(self, wait: Callable[[float], None] = time.sleep) -> None:
+        """Take the prefix, or an InputError naming its holder (as Lease.acquire)."""
+        self.conditional = self.store.honours_conditions()
+        if not self.conditional:
+            self.say(f"runner: warning: {self.store.url}: the store does not honour conditional writes: the prefix's "
+                     "lease is best-effort (written, then read back), as on shared storage")
+        holder, etag = self._read()
+        if holder is None and self._put(create=True):
+            return
+        if holder is None:   # another runner created it between the read and the write
+            holder, etag = self._read()
+            if holder is None:
+                raise InputError(f"{self.store.url}/{self.NAME}", "lease", "changed while it was read: run again")
+        if not _gone(holder, time.time()):
+            if holder.host == socket.gethostname():
+                raise self._held(holder)
+            seen = holder.heartbeat
+            self.say(f"runner: {self.store.url} is held by {holder.describe(time.time())}: waiting up to {TTL_S:.0f} s "
+                     "for its heartbeat")
+            while True:
+                wait(min(HEARTBEAT_S / 2, 5.0))
+                holder, etag = self._read()
+                if holder is None or _gone(holder, time.time()):
+                    break
+                if holder.heartbeat != seen:
+                    raise self._held(holder)
+        if holder is not None:
+            self.say(f"runner: taking over {self.store.url} from {holder.describe(time.time())} (gone)")
+        if not self._put(create=holder is None, replace=etag):
+            raise self._held(self._read()[0] or self.mine)
+
+    def _put(self, *, create: bool = False, replace: str | None = None) -> bool:
+        """Write our holding: create-only, or over the ETag `replace`; whether it is ours now."""
+        self.mine.heartbeat = time.time()
+        doc = asdict(self.mine)
+        if not self.conditional:
+            self.store.put_json(self.NAME, doc)
+            time.sleep(0.05)
+            holder, self.etag = self._read()
+            return holder is not None and holder.token == self.mine.token
+        etag = self.store.put_json(self.NAME, doc, if_none_match=create, if_match=None if create else replace)
+        if etag is None:
+            return False
+        self.etag = etag
+        return True
+
+    def start(self, on_lost: Callable[[Holder], None]) -> None:
+        """Renew every HEARTBEAT_S over our own ETag; a refused renewal is another holder: `on_lost` once.
+        A lease not taken yet (`pending`: the store was out at the start) is taken at the first beat the
+        store answers; a live holder found then is `on_lost` too."""
+        from runner.store import StoreError
+
+        def beat() -> None:
+            while not self._stop.wait(HEARTBEAT_S):
+                if self.pending:
+                    try:
+                        self.acquire()
+                        self.pending = False
+                        self.say(f"runner: {self.store.url} answers again: its lease is this runner's now")
+                        continue
+                    except StoreError:
+                        continue
+                    except InputError:   # held by a live runner: this one must not write there
+                        try:
+                            holder = self._read()[0]
+                        except (StoreError, InputError):
+                            holder = None
+                        self.lost.set()
+                        on_lost(holder or self.mine)
+                        return
+                try:
+                    if self._put(replace=self.etag):
+                        continue
+                    holder = self._read()[0]
+                except (StoreError, InputError):   # the store dropped out: try again at the next beat
+                    continue
+                if holder is not None and holder.token == self.mine.token:
+                    continue   # a best-effort store's read-back: still ours
+                self.lost.set()
+                on_lost(holder or self.mine)
+                return
+        self._thread = threading.Thread(target=beat, name="store-lease", daemon=True)
+        self._thread.start()
+
+    def release(self) -> None:
+        """Stop renewing; give the prefix back if it is still ours."""
+        from runner.store import StoreError
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=HEARTBEAT_S)
+        if self.lost.is_set() or self.etag is None:   # taken over, or never held
+            return
+        try:
+            if self.conditional:
+                self.store.delete_json(self.NAME, if_match=self.etag)
+            elif (self._read()[0] or self.mine).token == self.mine.token:
+                self.store.delete_json(self.NAME)
+        except (StoreError, InputError):
+            pass   # it lapses: TTL_S without a heartbeat

@@ -40,6 +40,10 @@ class StoreUnavailable(StoreError):
     copy and tries again later). The message is one line: the store and the cause."""
 
 
+class ConditionalWritesRefused(StoreError):
+    """The store does not take S3's conditional writes (If-None-Match / If-Match)."""
+
+
 def _unavailable(store: S3Store, what: str, exc: BaseException) -> StoreUnavailable:
     import botocore.exceptions as errors
     if isinstance(exc, errors.EndpointConnectionError):
@@ -181,6 +185,71 @@ class S3Store:
         for item in listed:
             client.delete_object(Bucket=self.bucket, Key=item["Key"])
 
+    # -- small JSON records at the prefix's root: the job it holds, its runner's lease --------------------
+    @_guarded("reading a record")
+    def get_json(self, name: str) -> tuple[dict | None, str | None]:
+        """The record `name` and its ETag; (None, None) when there is none. A record that is not JSON is
+        a StoreError naming it."""
+        import botocore.exceptions as errors
+        try:
+            got = self._client().get_object(Bucket=self.bucket, Key=self._key(name))
+        except errors.ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
+                return None, None
+            raise
+        try:
+            doc = json.loads(got["Body"].read())
+        except ValueError:
+            raise StoreError(f"{self.url}/{name}: not a costsim record (not JSON); remove it if nothing uses this "
+                             "prefix") from None
+        if not isinstance(doc, dict):
+            raise StoreError(f"{self.url}/{name}: not a costsim record (not a JSON object)")
+        return doc, got.get("ETag")
+
+    @_guarded("writing a record")
+    def put_json(self, name: str, doc: dict, *, if_none_match: bool = False, if_match: str | None = None) -> str | None:
+        """Write the record `name`; with a condition (create only, or replace only this ETag) None when the
+        store refused it (HTTP 412: another writer came first). Returns the new ETag."""
+        import botocore.exceptions as errors
+        extra = {"IfNoneMatch": "*"} if if_none_match else {"IfMatch": if_match} if if_match else {}
+        try:
+            put = self._client().put_object(Bucket=self.bucket, Key=self._key(name), Body=json.dumps(doc).encode(),
+                                            ContentType="application/json", **extra)
+        except errors.ClientError as exc:
+            code = exc.response.get("Error", {}).get("Code")
+            status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            if code in ("PreconditionFailed", "ConditionalRequestConflict") or status in (409, 412):
+                return None
+            if code in ("NotImplemented", "InvalidArgument") or status == 501:
+                raise ConditionalWritesRefused(f"{self.url}: the store refuses conditional writes ({code})") from None
+            raise
+        return put.get("ETag")
+
+    @_guarded("removing a record")
+    def delete_json(self, name: str, *, if_match: str | None = None) -> bool:
+        """Remove the record `name` (only if its ETag is still `if_match`, where given); False when refused."""
+        import botocore.exceptions as errors
+        try:
+            self._client().delete_object(Bucket=self.bucket, Key=self._key(name),
+                                         **({"IfMatch": if_match} if if_match else {}))
+        except errors.ClientError as exc:
+            if exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") in (409, 412):
+                return False
+            raise
+        return True
+
+    def honours_conditions(self) -> bool:
+        """Whether the store refuses a second create-only write of one key (S3's If-None-Match: *)."""
+        probe = f".conditional-probe-{time.time_ns()}"
+        try:
+            first = self.put_json(probe, {}, if_none_match=True)
+            second = self.put_json(probe, {}, if_none_match=True)
+        except ConditionalWritesRefused:
+            return False
+        finally:
+            self.delete_json(probe)
+        return first is not None and second is None
+
     def prune(self, keep: int) -> list[int]:
         """`keep` newest complete checkpoints stay; the older ones go, oldest first. Returns those removed."""
         removed = sorted(self.steps()[max(keep, 1):])
@@ -198,3 +267,34 @@ def checkpoint_place(run_dir: Path, location: str | None) -> tuple[Path, S3Store
     if is_store(location):
         return Path(run_dir) / layout.CHECKPOINTS, S3Store.from_url(location)
     return Path(location), None
+
+
+JOB_RECORD = "job.json"   # at the prefix's root: the job its checkpoints belong to (costsim.contract.job)
+
+
+def check_job(store: S3Store, plan, *, accept_change: bool = False) -> bool:
+    """Whether `plan`'s job may use the prefix (reads only): a StoreError naming what differs when the prefix
+    holds another job's checkpoints (another workload, seed, batch, options), or checkpoints with no job
+    record; with `accept_change` those are taken as this job's. True when the record is to be (re)written."""
+    from costsim.contract.job import defining, differences_of, fingerprint
+    doc, _ = store.get_json(JOB_RECORD)
+    if doc is not None and doc.get("fingerprint") == fingerprint(plan):
+        return False
+    if doc is None and not store.steps():
+        return True
+    if accept_change:
+        return True
+    if doc is None:
+        raise StoreError(f"{store.url}: holds checkpoints but no record of their job ({JOB_RECORD}: written by another "
+                         "tool or an older costsim): give another --checkpoint-dir, or --accept-plan-change to take "
+                         "them as this job's")
+    changes = differences_of(doc.get("defining") or {}, defining(plan)) or ["fingerprint differs"]
+    raise StoreError(f"{store.url}: holds another job's checkpoints (run {doc.get('run_id')}: {'; '.join(changes)}): "
+                     "give another --checkpoint-dir, or --accept-plan-change to go on from them with this plan")
+
+
+def record_job(store: S3Store, plan, run_id: str) -> None:
+    """The prefix's job record, written by the runner that holds the prefix's lease."""
+    from costsim.contract.job import defining, fingerprint
+    store.put_json(JOB_RECORD, {"fingerprint": fingerprint(plan), "defining": defining(plan), "run_id": run_id,
+                                "created": time.time()})

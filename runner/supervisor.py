@@ -4,6 +4,7 @@ failure (until done or out of restarts), inject drill faults, and write the run'
 from __future__ import annotations
 
 import datetime
+import functools
 import json
 import os
 import signal
@@ -80,9 +81,9 @@ def _free_name(folder: Path, stem: str) -> Path:
 
 
 class Supervisor:
-    def __init__(self, execution: Execution, lease=None):
+    def __init__(self, execution: Execution, leases: list | None = None):
         self.x = execution
-        self.lease = lease   # runner.lease.Lease: node 0's hold on the run folder
+        self.leases = leases or []   # runner.lease: node 0's hold on the run folder and on a store prefix
         self.telemetry = Telemetry(execution.run_dir, execution.run_id, rank=None, world_size=None)
         self.telemetry.base["node"] = execution.node.node_rank
         self.notice = False
@@ -95,10 +96,11 @@ class Supervisor:
         if self.child is not None and self.child.poll() is None:
             faults.notify_workers(self.child.pid)
 
-    def _on_lease_lost(self, holder) -> None:
-        """Another runner took the folder over (this one was thought dead): stop the workers before they
-        write again (SIGKILL: a checkpoint being written stays a partial folder, never loaded)."""
-        print(f"runner: the run folder {self.x.run_dir} was taken over by {holder.describe(time.time())}: "
+    def _on_lease_lost(self, where: str, holder) -> None:
+        """Another runner took the folder (or the store prefix) over (this one was thought dead): stop the
+        workers before they write again (SIGKILL: a checkpoint being written stays a partial folder, never
+        loaded)."""
+        print(f"runner: {where} was taken over by {holder.describe(time.time())}: "
               "stopping this runner's workers without writing", file=sys.stderr, flush=True)
         child = self.child
         if child is not None and child.poll() is None:
@@ -119,8 +121,8 @@ class Supervisor:
         """Attempts until the job ends; returns the exit status for `runner execute`."""
         x, started = self.x, time.time()
         signal.signal(signal.SIGTERM, self._on_sigterm)
-        if self.lease is not None:
-            self.lease.start(self._on_lease_lost)
+        for lease in self.leases:
+            lease.start(functools.partial(self._on_lease_lost, lease.where))
         # The instance's life as the market sees it (costsim calibrate --market): from here to `exit`.
         self.telemetry.event("instance", offering=x.spec.offering, market=x.spec.market, host=socket.gethostname())
         pending = list(x.schedule)
@@ -145,7 +147,7 @@ class Supervisor:
             code = self.child.wait()
             stderr.join(timeout=5.0)   # a worker torchrun left behind may hold the pipe open
             self.child = None
-            if self.lease is not None and self.lease.lost.is_set():   # another runner holds the folder now
+            if any(lease.lost.is_set() for lease in self.leases):   # another runner holds the folder now
                 return 1   # nothing more is written: the folder is the new holder's
             events = [e for e in read_events(x.run_dir) if e["t"] >= attempt_start]
             attempts.append({"exit_code": code, "started": attempt_start, "ended": time.time()})

@@ -254,6 +254,7 @@ def test_a_store_that_drops_out_is_a_slowdown_not_the_end(store, plan, tmp_path)
         second = execute(plan, run, *args[2:], "--steps", "1300")
         assert second.returncode == 0, second.stderr[-3000:]
         assert "going on from this node's checkpoints" in second.stderr and "Traceback" not in second.stderr
+        assert "the prefix's lease is taken when the store answers" in second.stderr
         assert events(run, "start")[-1]["step"] == 1200 and summary(run)["steps"] == 1300
         assert any(e["op"] == "resume" and e["step"] == 1200 for e in events(run, "store_unavailable"))
     finally:
@@ -263,3 +264,64 @@ def test_a_store_that_drops_out_is_a_slowdown_not_the_end(store, plan, tmp_path)
     assert third.returncode == 0, third.stderr[-3000:]
     assert events(run, "start")[-1]["step"] == 1300   # the node's own checkpoint: the store's newest was older
     assert complete_steps(store, "dropout/")[-1] == 1400 and "Traceback" not in third.stderr
+
+
+PACED = ["--steps", "4000", "--option", "pace=3ms", "--seed", "3"]   # 12 s of training: long enough to meet
+
+
+def start_paced(plan, run, location, **env):
+    return subprocess.Popen([sys.executable, "-m", "runner", "execute", str(plan), "--run-dir", str(run),
+                             "--checkpoint-dir", location, *PACED], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True, env={**os.environ, **env})
+
+
+def wait_for_upload(run, timeout=120):
+    deadline = time.monotonic() + timeout
+    while not any(e.get("upload_s") for e in events(run, "checkpoint_save")):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+
+
+def test_a_prefix_is_one_jobs_and_one_runners_at_a_time(store, plan, tmp_path):
+    """A second runner on a prefix that a live runner holds is refused in one line naming it; a job with
+    another seed is refused in one line naming what differs, and touches nothing; once the holder is gone
+    (SIGKILL), the same job from a new run folder takes the prefix over and goes on from its checkpoints."""
+    location = "s3://ckpt/bound"
+    first = start_paced(plan, tmp_path / "a", location)
+    wait_for_upload(tmp_path / "a")
+    second = execute(plan, tmp_path / "b", "--checkpoint-dir", location, *PACED)
+    lines = [x for x in second.stderr.splitlines() if x.strip()]
+    assert second.returncode == 2 and len(lines) == 1, second.stderr
+    assert f"{location}/lease.json: checkpoint-dir: held by runner pid {first.pid} on " in lines[0]
+    assert "one runner per checkpoint prefix" in lines[0]
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait()
+    before = listed(store, "bound/")
+    assert "lease.json" in before and "job.json" in before   # the killed holder's lease is still there
+    other = execute(plan, tmp_path / "c", "--checkpoint-dir", location, *PACED[:-1], "4")
+    lines = [x for x in other.stderr.splitlines() if x.strip()]
+    assert other.returncode == 2 and len(lines) == 1, other.stderr
+    assert "holds another job's checkpoints" in lines[0] and "seed: 3 -> 4" in lines[0]
+    assert listed(store, "bound/") == before   # nothing touched
+    newest = complete_steps(store, "bound/")[-1]
+    again = execute(plan, tmp_path / "d", "--checkpoint-dir", location, *PACED)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert f"taking over {location} from runner pid {first.pid}" in again.stderr
+    assert events(tmp_path / "d", "start")[0]["step"] == newest and summary(tmp_path / "d")["steps"] == 4000
+    assert "lease.json" not in listed(store, "bound/")   # given back at the end
+
+
+def test_a_runner_whose_prefix_was_taken_over_stops_before_it_writes_again(store, plan, tmp_path):
+    """As if a runner on another node had taken the prefix over while this one was thought dead: its next
+    renewal is refused (the lease's ETag changed), and it stops its workers."""
+    location, run = "s3://ckpt/taken", tmp_path / "run"
+    first = start_paced(plan, run, location, COSTSIM_LEASE_TTL_S="3")
+    wait_for_upload(run)
+    client = store["client"]
+    lease = json.loads(client.get_object(Bucket=BUCKET, Key="taken/lease.json")["Body"].read())
+    other = {**lease, "token": "other", "host": "node-b", "pid": 4242, "heartbeat": time.time()}
+    client.put_object(Bucket=BUCKET, Key="taken/lease.json", Body=json.dumps(other).encode())
+    _, err = first.communicate(timeout=60)
+    assert first.returncode == 1, err[-2000:]
+    assert f"the checkpoint prefix {location} was taken over by runner pid 4242 on node-b" in err
+    assert json.loads(client.get_object(Bucket=BUCKET, Key="taken/lease.json")["Body"].read())["token"] == "other"

@@ -37,17 +37,21 @@ def fingerprint(plan: Plan) -> str:
 
 def differences(recorded: Plan, given: Plan) -> list[str]:
     """What differs between two plans' jobs, for people: ["model: tiny -> sdxl-unet", ...]."""
-    a, b = defining(recorded), defining(given)
+    return differences_of(defining(recorded), defining(given))
+
+
+def differences_of(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    """What differs between two jobs' defining fields (`defining`), for people."""
     out = []
     for key in a:
-        if a[key] == b[key]:
+        if a.get(key) == b.get(key):
             continue
         if key == "options":
-            keys = sorted(set(a[key]) | set(b[key]))
-            out += [f"option {k}: {a[key].get(k, '(unset)')} -> {b[key].get(k, '(unset)')}" for k in keys
-                    if a[key].get(k) != b[key].get(k)]
+            x, y = a.get(key) or {}, b.get(key) or {}
+            out += [f"option {k}: {x.get(k, '(unset)')} -> {y.get(k, '(unset)')}" for k in sorted(set(x) | set(y))
+                    if x.get(k) != y.get(k)]
         else:
-            out.append(f"{key}: {a[key]} -> {b[key]}")
+            out.append(f"{key}: {a.get(key)} -> {b.get(key)}")
     return out
 
 
