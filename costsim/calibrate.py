@@ -13,7 +13,7 @@ from costsim import io
 from costsim.contract.lives import lives
 from costsim.contract.plan import Plan
 from costsim.contract.steps import SKIP_AFTER_START, async_save_costs, steady_steps_by_split
-from costsim.contract.telemetry import PLAN, TELEMETRY, read_events, read_summary, run_folder
+from costsim.contract.telemetry import PLAN, TELEMETRY, read_job_events, read_summary, run_folder
 from costsim.contract.timing import exit_s, start_cost_s
 from costsim.errors import InputError
 from costsim.fit import Fit, Point, fit, predict_step_s
@@ -70,7 +70,7 @@ def load_run(ref: str) -> Run:
     telemetry = str(folder / TELEMETRY)
     plan = Plan.read(folder / PLAN)
     summary = read_summary(folder)
-    events = read_events(folder)
+    events = read_job_events(folder)   # every life of the job, its other nodes' included
     world = next((e["world_size"] for e in events if e.get("world_size")), None)
     if world is None:
         raise InputError(telemetry, "world_size", "no worker events: the run never started")

@@ -62,11 +62,12 @@ class Checkpointer:
 
     def __init__(self, root: Path, *, keep: int, async_mode: bool, rank: int,
                  on_event: Callable[..., None], warn: Callable[[str], None], store: S3Store | None = None,
-                 estimate_bytes: int = 0):
+                 estimate_bytes: int = 0, run_dir: Path | None = None):
         self.root, self.keep, self.async_mode, self.rank = Path(root), max(keep, 1), async_mode, rank
         # With a store the local folder is a cache of the newest complete checkpoint; `keep` is the store's.
         self.store, self.local_keep = store, 1 if store is not None else max(keep, 1)
         self.estimate_bytes = int(estimate_bytes)   # a checkpoint's size until one is written (the plan's)
+        self.run_dir = run_dir   # with a store, its telemetry goes up beside each checkpoint
         self.world_size = dist.get_world_size() if dist.is_initialized() else 1
         self.on_event, self.warn = on_event, warn
         self._worker: threading.Thread | None = None
@@ -408,6 +409,11 @@ class Checkpointer:
             self._store_failures, self._store_retry_at = 0, 0.0
         for gone in removed:
             self.warn(f"removed checkpoint step-{gone} from {store.url} (keep {self.keep})")
+        if self.run_dir is not None:   # the life so far, for the job's next node (contract.telemetry.read_job_events)
+            try:
+                store.upload_telemetry(self.run_dir)
+            except StoreUnavailable as exc:
+                self.warn(str(exc))
         return upload_s
 
     def _commit(self, step: int, tmp: Path) -> None:

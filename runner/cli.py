@@ -139,6 +139,8 @@ def execute_command(plan, run_dir, run_id, nnodes, node_rank, rdzv_endpoint, npr
                     record_job(store.store, effective, run_id)
             written = prepare_run_dir(folder, effective, changes=tuple(changes), run_id=run_id)
             spec = load_run_spec(written)   # what the workers will read
+            if store is not None and node.node_rank == 0:
+                fetch_lives(store.store, folder)
         except BaseException:
             for lease in reversed(leases):
                 lease.release()
@@ -311,6 +313,20 @@ def check_checkpoint_place(run_dir: Path, plan, *, accept_change: bool = False) 
         raise InputError(str(root), "disk", f"room for one checkpoint of {gb(needed)} is needed beside the newest, "
                          f"{gb(free)} free ({gb(reclaimable)} more in older checkpoints): {where}")
     return place
+
+
+def fetch_lives(store: S3Store, folder: Path) -> None:
+    """The job's lives on other nodes (their run folders' telemetry in the store) into RUN/lives/, so that
+    the summary, `runner report` and `costsim calibrate` count them; a store that is out: a line."""
+    from runner.store import StoreError
+    try:
+        count = store.fetch_lives(folder)
+    except StoreError as exc:
+        click.echo(f"runner: warning: {exc}: the job's lives on other nodes are not counted in this summary", err=True)
+        return
+    if count:
+        click.echo(f"runner: {count} other run folder(s) of this job in {store.url}: their lives are counted too",
+                   err=True)
 
 
 def _market(path: str, plan, market: str) -> str:

@@ -13,14 +13,14 @@ from pathlib import Path
 
 from costsim.contract.lives import lives
 from costsim.contract.steps import async_save_costs, classified_steps, steady_step_times, steady_steps_by_split
-from costsim.contract.telemetry import read_events, read_summary
+from costsim.contract.telemetry import read_job_events, read_summary
 from costsim.contract.timing import WARMUP_STEPS
 
 
 def measure(run_dir: Path, skip: int = WARMUP_STEPS) -> dict:
     """Every figure of the run folder's telemetry (ValueError when it has none)."""
     run_dir = Path(run_dir)
-    events = read_events(run_dir)
+    events = read_job_events(run_dir)   # every life of the job, its other nodes' included
     if not any(e["event"] == "step" for e in events):
         raise ValueError(f"{run_dir}: no training steps in its telemetry.jsonl (not a run folder, or a run that "
                          "never trained)")
@@ -281,7 +281,7 @@ def plot(run_dir: Path, out: str, smooth: int = 9) -> None:
 
     from costsim.report import save_figure
 
-    events = read_events(Path(run_dir))
+    events = read_job_events(Path(run_dir))
     t0 = next((e["t"] for e in events if e["event"] in ("launch", "start")), events[0]["t"] if events else 0.0)
     minutes = lambda e: (e["t"] - t0) / 60.0  # noqa: E731
     steps = [e for e in events if e["event"] == "step" and e.get("rank") == 0]

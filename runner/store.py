@@ -250,12 +250,51 @@ class S3Store:
             self.delete_json(probe)
         return first is not None and second is None
 
+    # -- the job's lives: each run folder's telemetry, for the job's other nodes -------------------------
+    @_guarded("uploading a life's telemetry")
+    def upload_telemetry(self, run_dir: Path) -> None:
+        """RUN/telemetry.jsonl up to its last complete line, as lives/<folder key>/telemetry.jsonl."""
+        from costsim.contract.telemetry import OTHER_LIVES, TELEMETRY
+        data = (Path(run_dir) / TELEMETRY).read_bytes()
+        data = data[:data.rfind(b"\n") + 1]
+        self._client().put_object(Bucket=self.bucket, Key=self._key(OTHER_LIVES, folder_key(run_dir), TELEMETRY),
+                                  Body=data)
+
+    @_guarded("fetching the job's other lives")
+    def fetch_lives(self, run_dir: Path) -> int:
+        """Every other run folder's telemetry of this prefix into RUN/lives/<folder key>/ (replacing older
+        copies, atomically); returns how many."""
+        from costsim.contract.jsonfiles import write_atomic
+        from costsim.contract.telemetry import OTHER_LIVES, TELEMETRY
+        client, own, count = self._client(), folder_key(run_dir), 0
+        paginator = client.get_paginator("list_objects_v2")
+        for page in paginator.paginate(Bucket=self.bucket, Prefix=self._key(OTHER_LIVES) + "/"):
+            for item in page.get("Contents", []):
+                key, _, name = item["Key"][len(self._key(OTHER_LIVES)) + 1:].partition("/")
+                if name != TELEMETRY or key == own or not re.fullmatch(r"[A-Za-z0-9._-]+", key):
+                    continue
+                body = client.get_object(Bucket=self.bucket, Key=item["Key"])["Body"].read()
+                target = Path(run_dir) / OTHER_LIVES / key / TELEMETRY
+                target.parent.mkdir(parents=True, exist_ok=True)
+                write_atomic(target, body.decode("utf-8", errors="replace"))
+                count += 1
+        return count
+
     def prune(self, keep: int) -> list[int]:
         """`keep` newest complete checkpoints stay; the older ones go, oldest first. Returns those removed."""
         removed = sorted(self.steps()[max(keep, 1):])
         for step in removed:
             self.delete(step)
         return removed
+
+
+def folder_key(run_dir: Path) -> str:
+    """A run folder's name among the job's folders in the store: its host and a hash of its path."""
+    import hashlib
+    import socket
+    path = str(Path(run_dir).resolve())
+    host = re.sub(r"[^A-Za-z0-9._-]", "_", socket.gethostname())
+    return f"{host}-{hashlib.sha256(path.encode()).hexdigest()[:12]}"
 
 
 def checkpoint_place(run_dir: Path, location: str | None) -> tuple[Path, S3Store | None]:

@@ -20,7 +20,7 @@ from costsim.contract.job import fingerprint
 from costsim.contract.jsonfiles import write_atomic
 from costsim.contract.lives import lives
 from costsim.contract.plan import Plan, RunSection
-from costsim.contract.telemetry import CURRENT_PLAN, PLAN, SUMMARY, moved_since, read_events
+from costsim.contract.telemetry import CURRENT_PLAN, PLAN, SUMMARY, moved_since, read_events, read_job_events
 from runner import faults, layout
 from runner.launch import Node, TorchrunReportFilter, torchrun_argv
 from runner.plan import RunSpec
@@ -195,7 +195,23 @@ class Supervisor:
         write_atomic(self.x.run_dir / name, json.dumps(summary, indent=2) + "\n")
         self.telemetry.event("exit", status=status, restarts=restarts, ended=ended)
         self.telemetry.close()
+        if self.x.node.node_rank == 0:
+            share_life(self.x.run_dir, self.x.spec.checkpoint_location)
         return 0 if status == "done" else 1
+
+
+def share_life(run_dir: Path, location: str | None) -> None:
+    """With an s3:// checkpoint store, this run folder's telemetry (the life just ended with it) goes to the
+    store for the job's other nodes (costsim.contract.telemetry.read_job_events); a store that is out is
+    said in a line."""
+    from runner.store import StoreError, checkpoint_place
+    store = checkpoint_place(run_dir, location)[1]
+    if store is None:
+        return
+    try:
+        store.upload_telemetry(run_dir)
+    except StoreError as exc:
+        print(f"runner: warning: {exc}: this life's record stays in {run_dir} only", file=sys.stderr, flush=True)
 
 
 def instance_end(status: str, market: str, *, moved: bool = False) -> str:
@@ -233,7 +249,7 @@ def summarise(run_dir: Path, *, run_id: str, wall_s: float, status: str, attempt
               reason: str | None = None, ending: str | None = None) -> dict:
     """The run's summary, read off its telemetry. Each attempt carries the batch split it ran with
     (world size, micro-batch, accumulation); the run's own fields are its last attempt's."""
-    events = read_events(run_dir)
+    events = read_job_events(run_dir)   # the job's: this folder's lives and its other nodes' (an s3:// store's)
     job = lives(events)
     if ending is not None and job.lives:   # this life, whose `exit` is written after the summary
         job.lives[-1].ended, job.lives[-1].ended_t = ending, time.time()
@@ -252,7 +268,7 @@ def summarise(run_dir: Path, *, run_id: str, wall_s: float, status: str, attempt
         "final_loss": end.get("final_loss") if end else None,
         "steps": end["step"] if end else max((e["step"] for e in steps), default=0),
         "samples": end["samples"] if end else sum(e.get("samples", 0) for e in steps),
-        # the job's, over every life in this folder (costsim.contract.lives); `attempts` are this life's
+        # the job's, over every life (costsim.contract.lives); `attempts` are this life's
         "restarts": job.restarts, "lost_steps": job.lost_steps, "job": job.totals(),
         "lives": [life.as_dict() for life in job.lives],
         "checkpoint_stall_s": sum(e.get("stall_s", 0.0) for e in saves),

@@ -67,7 +67,7 @@ class Trainer:
         root, store = checkpoint_place(Path(args.run_dir), spec.checkpoint_location)
         self.checkpointer = Checkpointer(root, keep=spec.keep, async_mode=spec.async_checkpoint, rank=rank,
                                          on_event=self.telemetry.event, warn=self.warn, store=store,
-                                         estimate_bytes=int(spec.checkpoint_bytes))
+                                         estimate_bytes=int(spec.checkpoint_bytes), run_dir=Path(args.run_dir))
         marks["checkpointer"] = time.time()
         # The plan's micro-batch on this many processes, accumulation for the rest: recomputed at
         # every (re)start, so an elastic shrink or a smaller node keeps the global batch and the memory.

@@ -325,3 +325,30 @@ def test_a_runner_whose_prefix_was_taken_over_stops_before_it_writes_again(store
     assert first.returncode == 1, err[-2000:]
     assert f"the checkpoint prefix {location} was taken over by runner pid 4242 on node-b" in err
     assert json.loads(client.get_object(Bucket=BUCKET, Key="taken/lease.json")["Body"].read())["token"] == "other"
+
+
+def test_a_job_is_all_its_lives_across_the_run_folders_of_its_store(store, plan, tmp_path):
+    """Life 1 on node A (run folder a) gets a notice; life 2 on node B (run folder b, an empty disk) resumes
+    from the store and finishes. B's summary, `runner report` and `costsim calibrate` count both lives:
+    A's telemetry went to the store with its checkpoints and at its exit, and B fetched it at its start."""
+    location, a, b = "s3://ckpt/lives", tmp_path / "a", tmp_path / "b"
+    first = start_paced(plan, a, location)
+    wait_for_upload(a)
+    first.send_signal(signal.SIGTERM)
+    _, err = first.communicate(timeout=120)
+    assert first.returncode == 75, err[-2000:]
+    resumed_from = summary(a)["steps"]
+    second = execute(plan, b, "--checkpoint-dir", location, *PACED)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert "1 other run folder(s) of this job" in second.stderr
+    s = summary(b)
+    # the tiny plan's market is owned: a SIGTERM there is someone cancelling the life (on spot: a notice)
+    assert [life["ended"] for life in s["lives"]] == ["cancelled", "finished"]
+    assert s["lives"][1]["resumed_from"] == resumed_from and s["restarts"] == 1 and s["steps"] == 4000
+    assert s["job"]["lives"] == 2
+    report = subprocess.run([sys.executable, "-m", "runner", "report", str(b)], capture_output=True, text=True)
+    assert report.returncode == 0 and "2 lives" in report.stdout and "1 restarts" in report.stdout, report.stdout
+    fit = subprocess.run([sys.executable, "-m", "costsim", "calibrate", str(b), "--out", str(tmp_path / "p.yaml")],
+                         capture_output=True, text=True)
+    assert fit.returncode == 0, fit.stderr[-2000:]
+    assert "restart: not measured" not in fit.stdout + fit.stderr

@@ -23,6 +23,7 @@ JOURNAL = "control.json"       # `costsim control`'s journal of a run it carries
 # leaving is a move, not the market's reclaim. {"t": epoch seconds, "from": market, "to": market or null,
 # "reason"}. The supervisor whose instance started before `t` ends its life as "moved" (exit's `ended`).
 MOVE = "move.json"
+OTHER_LIVES = "lives"          # RUN/lives/<folder>/telemetry.jsonl: the job's run folders on other nodes (runner.store)
 # How an instance's life ended (the supervisor's `exit` event, `ended`): a spot notice is the market's
 # reclaim; a move is the controller's; elsewhere a SIGTERM is someone cancelling it.
 INSTANCE_ENDS = ("finished", "preempted-notice", "moved", "cancelled", "failed")
@@ -126,6 +127,30 @@ def read_events(run_dir: str | Path) -> Records:
     """All telemetry records of a run, in file order; damaged lines are passed over, their numbers in
     the result's `damaged`."""
     return read_jsonl(Path(run_dir) / TELEMETRY, valid=is_event)
+
+
+def read_job_events(run_dir: str | Path) -> Records:
+    """Every life of the run folder's job: its own telemetry, and that of the job's other run folders on
+    other nodes (copies under RUN/lives/<folder>/, fetched from the job's s3:// checkpoint store at each
+    start), life by life in the order they started (within a life, file order). `damaged`: the damaged
+    lines' numbers, of every file read (their count is what readers report)."""
+    chunks: list[list[dict]] = []
+    damaged: tuple[int, ...] = ()
+    folders = [Path(run_dir)] + sorted(p for p in (Path(run_dir) / OTHER_LIVES).glob("*") if (p / TELEMETRY).is_file())
+    for folder in folders:
+        events = read_events(folder)
+        damaged += tuple(events.damaged)
+        chunk: list[dict] = []
+        for e in events:   # a life begins at node 0's supervisor `instance` event
+            if e.get("event") == "instance" and e.get("rank") is None and not e.get("node") and chunk:
+                chunks.append(chunk)
+                chunk = []
+            chunk.append(e)
+        if chunk:
+            chunks.append(chunk)
+    merged = Records(e for chunk in sorted(chunks, key=lambda c: c[0]["t"]) for e in chunk)
+    merged.damaged = damaged
+    return merged
 
 
 def events_of(events: list[dict], name: str, rank: int | None = 0) -> list[dict]:
