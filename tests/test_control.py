@@ -630,6 +630,34 @@ def test_the_controller_reads_its_figures_off_the_telemetry(tmp_path):
     assert (f.work_total_s, f.changeover_s, f.restart_s) == (50.0, pytest.approx(4.5), pytest.approx(0.0))
 
 
+def test_the_controller_charges_an_async_save_the_steps_beside_its_write_as_calibrate_does(tmp_path):
+    """Steps of 1 s; an async save of step 10: step 11 pays its 0.5 s stall, steps 12-14 run beside its
+    3.3 s write at 1.2 s each; its event comes after step 14. The controller reads it as it arrives: the
+    steady step stays 1 s (it used to take in the slower steps), and the save costs training 0.5 + 3 x 0.2 s:
+    the figures `costsim calibrate` reads off the same events (costsim.contract.steps)."""
+    from costsim.contract.steps import async_save_costs, steady_step_times
+    from costsim.contract.telemetry import read_events
+    from costsim.control.progress import RunFolder
+    events = [{"t": 0.0, "rank": None, "event": "launch"}, {"t": 1.0, "rank": 0, "event": "start", "step": 0}]
+    t, times = 1.0, {11: 1.5, 12: 1.2, 13: 1.2, 14: 1.2}
+    for step in range(1, 21):
+        t += times.get(step, 1.0)
+        events.append({"t": t, "rank": 0, "event": "step", "step": step, "step_time_s": times.get(step, 1.0)})
+        if step == 14:   # the stall began when step 10 ended (t=11), the write ended now (t=16.1)
+            events.append({"t": t, "rank": 0, "event": "checkpoint_save", "step": 10, "duration_s": t - 11.0,
+                           "stall_s": 0.5, "mode": "async", "reason": "interval"})
+    folder = RunFolder(tmp_path)
+    _write(tmp_path, *events[:14])
+    folder.observe()   # the steps beside the write arrive before the save's event
+    _write(tmp_path, *events[14:])
+    progress = folder.observe()
+    assert progress.step_times == [1.0] * 11 and progress._steps == [6, 7, 8, 9, 10, 15, 16, 17, 18, 19, 20]
+    assert progress.stall_s == [pytest.approx(0.5 + 3 * 0.2)]
+    recorded = read_events(tmp_path)
+    assert progress.step_times == steady_step_times(recorded)
+    assert progress.stall_s == [pytest.approx(c) for c in async_save_costs(recorded, 1.0)]
+
+
 def test_an_instance_is_progressing_from_its_first_trained_step_not_its_start(tmp_path):
     """The runner's `start` event comes before its first (compiling) step: the simulator's start-up ends at
     that step, and so does the controller's (it used to count the job as training from `start`)."""

@@ -1,6 +1,7 @@
 """Which steps of a run are steady, and what an async checkpoint costs the steps beside its write: the
-telemetry rules `costsim calibrate` (the profile's figures) and `runner report` (what a run measured)
-share, from the run's events alone (no scipy, yaml or torch: the runner reads them here).
+telemetry rules `costsim calibrate` (the profile's figures), `runner report` (what a run measured) and
+`costsim control` (costsim.control.progress, as the events arrive) share, from the run's events alone
+(no scipy, yaml or torch: the runner reads them here).
 
 A steady step is past the warm-up of its start (costsim.contract.timing.WARMUP_STEPS) and is not the
 step that paid a checkpoint; a steady step that ran while an async save's background write was under way
@@ -19,10 +20,20 @@ def _async_saves(events: list[dict]) -> list[dict]:
     return [e for e in events if e["event"] == "checkpoint_save" and e.get("rank") == 0 and e.get("mode") == "async"]
 
 
+def write_window(save: dict) -> tuple[float, float]:
+    """(start, end) of an async save's background write: it starts when training resumes after the
+    stall and ends with the save's event."""
+    return save["t"] - save["duration_s"] + save["stall_s"], save["t"]
+
+
+def beside_write(began: float, ended: float, window: tuple[float, float]) -> bool:
+    """Whether a step that ran from `began` to `ended` ran beside the write `window` (charged to it)."""
+    return window[0] < began and ended <= window[1]
+
+
 def write_windows(events: list[dict]) -> list[tuple[float, float]]:
-    """(start, end) of each async save's background write (_async_saves' order): it starts when
-    training resumes after the stall and ends with the save's event."""
-    return [(e["t"] - e["duration_s"] + e["stall_s"], e["t"]) for e in _async_saves(events)]
+    """write_window of each async save whose write finished (_async_saves' order)."""
+    return [write_window(e) for e in _async_saves(events)]
 
 
 Split = tuple[int, int, int, int]   # (world size, nodes, micro-batch, accumulation) a step ran with
@@ -44,7 +55,7 @@ def _classify(events: list[dict], skip: int, default: Split | None = None) -> li
             since_start += 1
             if since_start > skip and e["step"] not in saved:
                 began = e["t"] - e["step_time_s"]
-                out.append((e["step_time_s"], next((i for i, (a, b) in enumerate(windows) if a < began and e["t"] <= b),
+                out.append((e["step_time_s"], next((i for i, w in enumerate(windows) if beside_write(began, e["t"], w)),
                                                    None), split))
     return out
 

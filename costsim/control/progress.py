@@ -12,6 +12,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from costsim.contract.steps import beside_write, write_window
 from costsim.contract.telemetry import TELEMETRY, parse_event
 from costsim.contract.timing import WARMUP_STEPS, is_steady
 
@@ -42,6 +43,30 @@ class Progress:
     _since_start: int = 0
     _awaiting_first: float | None = None
     _paid_save_step: int | None = None
+    _steps: list[int] = field(default_factory=list)   # the step number of each of step_times
+
+    def charge_async_save(self, save: dict) -> float:
+        """An async save's event arrives when its write has finished, after the steps it slowed: the step
+        that paid its stall and those beside its write (costsim.contract.steps) leave the steady steps and
+        are charged to it, as calibrate charges them. Returns what it cost training: the paying step over a
+        steady step (its stall, where that step was not among the steady ones), plus what the steps beside
+        its write took over as many steady steps (the mean of the recent steady steps that remain)."""
+        window, paying = write_window(save), int(save["step"]) + 1
+        stalled = save["t"] - save["duration_s"]   # the stall began after step `save["step"]`
+        charged, paid = [], False
+        for i, (t, end, step) in enumerate(zip(self.step_times, self.step_ends, self._steps)):
+            if step == paying and end > stalled:
+                charged.append(i)
+                paid = True
+            elif beside_write(end - t, end, window):
+                charged.append(i)
+        slow = [self.step_times[i] for i in charged]
+        for i in reversed(charged):
+            del self.step_times[i], self.step_ends[i], self._steps[i]
+        if not self.step_times:   # nothing steady to weigh them against yet
+            return float(save["stall_s"])
+        steady = statistics.fmean(self.step_times[-RECENT_STEPS:])
+        return max(0.0, (0.0 if paid else float(save["stall_s"])) + sum(t - steady for t in slow))
 
     def mean_step_s(self) -> float | None:
         return statistics.fmean(self.step_times) if self.step_times else None
@@ -126,6 +151,7 @@ class RunFolder:
             if "step_time_s" in e and is_steady(p._since_start, p.step, paid):
                 p.step_times.append(float(e["step_time_s"]))
                 p.step_ends.append(float(e["t"]))
+                p._steps.append(p.step)
         elif kind == "checkpoint_save" and e.get("rank") == 0:
             p.checkpoint_step = max(p.checkpoint_step, int(e["step"]))
             p._paid_save_step = int(e["step"]) + 1
@@ -134,7 +160,7 @@ class RunFolder:
             if e.get("reason") in (None, "interval"):   # not the final save nor the one on a notice
                 p.save_s.append(float(e["duration_s"]))
                 if e.get("mode") == "async" and e.get("stall_s") is not None:
-                    p.stall_s.append(float(e["stall_s"]))
+                    p.stall_s.append(p.charge_async_save(e))
         elif kind == "end":
             p.done, p.end_t = True, e["t"]
             p.step = int(e.get("step", p.step))
