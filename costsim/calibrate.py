@@ -14,7 +14,7 @@ from costsim.contract.lives import lives
 from costsim.contract.plan import Plan
 from costsim.contract.steps import SKIP_AFTER_START, async_save_costs, steady_steps_by_split
 from costsim.contract.telemetry import PLAN, TELEMETRY, read_job_events, read_summary, run_folder
-from costsim.contract.timing import exit_s, start_cost_s
+from costsim.contract.timing import first_start_cost_s, restart_costs_s
 from costsim.errors import InputError
 from costsim.fit import Fit, Point, fit, predict_step_s
 from costsim.runtime import Runtime, parse_runtime
@@ -93,8 +93,8 @@ def load_run(ref: str) -> Run:
               async_stall_s=[e["stall_s"] for e in saves if e.get("mode") == "async"],
               interval_saves=sum(1 for e in saves if e.get("reason") == "interval"),
               final_save=any(e.get("reason") == "final" for e in saves) or not any(e["event"] == "end" for e in events))
-    run.fixed_s = _fixed_overhead(events, run.point.step_s)
-    run.restart_s = _restarts(events, run.point.step_s)
+    run.fixed_s = first_start_cost_s(events, run.point.step_s)
+    run.restart_s = restart_costs_s(events, run.point.step_s)
     run.upload_gb_per_s = [e["bytes"] / e["upload_s"] / 1e9 for e in saves if e.get("upload_s") and e.get("bytes")]
     run.fetch_gb_per_s = [e["bytes"] / e["duration_s"] / 1e9 for e in events if e["event"] == "checkpoint_fetch"
                           and e.get("bytes") and e.get("duration_s")]
@@ -119,55 +119,6 @@ def plan_profile(run: Run) -> Profile:
         raise InputError(str(run.path / PLAN), "profile.path",
                          f"{ref or 'none recorded'} is not here and no built-in profile has its name; "
                          "pass --profile FILE") from None
-
-
-def _first_step_overhead(events: list[dict], since: int, steady_s: float,
-                         warmup: int = SKIP_AFTER_START) -> float | None:
-    """From events[since] to the end of the warm-up steps after it (those the step fit leaves out),
-    less as many steady steps: the whole price of a (re)start, including a first step slowed by
-    compilation and autotuning, and later ones slowed by allocating the checkpoint staging buffers."""
-    steps, started = [], False
-    for e in events[since + 1:]:
-        # the next start (a relaunch, a new life) ends this one's look, warm or not; a relaunch's own
-        # `launch` follows its `restart` event
-        if e["event"] in ("restart", "instance") or (e["event"] == "launch" and started):
-            break
-        started = started or e["event"] == "start"
-        if e["event"] == "step":
-            steps.append(e)
-            if len(steps) == warmup:
-                break
-    return start_cost_s(events[since]["t"], steps[-1]["t"], len(steps), steady_s) if steps else None
-
-
-def _fixed_overhead(events: list[dict], steady_s: float) -> float | None:
-    launch = next((i for i, e in enumerate(events) if e["event"] == "launch"), None)
-    end = next((e["t"] for e in events if e["event"] == "end"), None)
-    done = next((e["t"] for e in events if e["event"] == "exit" and end is not None and e["t"] >= end), None)
-    if launch is None or end is None or done is None or any(e["event"] == "restart" for e in events):
-        return None
-    start = _first_step_overhead(events, launch, steady_s)
-    return None if start is None else start + exit_s(end, done)   # the planner has one figure for both
-
-
-def _restarts(events: list[dict], steady_s: float) -> list[float]:
-    """Each restart's cost on the node's own disk: a relaunch inside a life (`restart`), and every life
-    after the first (its `launch`: a new `runner execute` resuming the job after a notice, a kill or a
-    move). A fetch from the object store before its first step is left out (the planner adds it from the
-    store's read bandwidth)."""
-    out = []
-    launches = [i for i, e in enumerate(events)   # each life's first launch, node 0's (the others join it)
-                if e["event"] == "launch" and e.get("attempt", 0) == 0 and (e.get("node") or 0) == 0]
-    for i, e in enumerate(events):
-        if e["event"] != "restart" and i not in launches[1:]:
-            continue
-        cost = _first_step_overhead(events, i, steady_s)
-        if cost is not None:
-            following = events[i + 1:]
-            first = next((j for j, x in enumerate(following) if x["event"] in ("step", "restart")), len(following))
-            cost -= sum(x.get("duration_s") or 0.0 for x in following[:first] if x["event"] == "checkpoint_fetch")
-            out.append(cost)
-    return out
 
 
 def check_compatible(runs: list[Run]) -> None:

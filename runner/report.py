@@ -14,7 +14,7 @@ from pathlib import Path
 from costsim.contract.lives import lives
 from costsim.contract.steps import async_save_costs, classified_steps, steady_step_times, steady_steps_by_split
 from costsim.contract.telemetry import read_job_events, read_summary
-from costsim.contract.timing import WARMUP_STEPS
+from costsim.contract.timing import WARMUP_STEPS, restart_costs_s
 
 
 def measure(run_dir: Path, skip: int = WARMUP_STEPS) -> dict:
@@ -59,6 +59,8 @@ def measure(run_dir: Path, skip: int = WARMUP_STEPS) -> dict:
                            if e["event"] == "checkpoint_fetch" and e.get("bytes") and e.get("duration_s")],
         "step_time_while_writing_ratio": writing_slowdown(events, skip),
         "restart_to_first_step_s": restart_times(events),
+        # what each restart cost, as calibrate fits it and the planner prices it (costsim.contract.timing)
+        "restart_cost_s": [round(v, 3) for v in restart_costs_s(events, step_s)] if steady else [],
         "restart_phases_s": restart_phases(events, median_s, skip),
         "runtime": next((e.get("settings") for e in events if e["event"] == "runtime" and e.get("rank") == 0), None),
         "compile_cache_bytes_at_start": [e.get("compile_cache_bytes") for e in events
@@ -199,6 +201,9 @@ def table(figures: dict) -> str:
     if f["startup_to_first_step_s"] is not None:
         rows.append(("start to first step", _duration(f["startup_to_first_step_s"])
                      + _phases(f["startup_phases_s"][0] if f["startup_phases_s"] else None)))
+    if f["restart_cost_s"]:
+        rows.append(("restart cost", _series(f["restart_cost_s"]) + " (to the end of the warm-up, less as many "
+                                                                    "steady steps: the planner's restart)"))
     for i, (total, phases) in enumerate(zip(f["restart_to_first_step_s"], f["restart_phases_s"]), start=1):
         rows.append((f"restart {i}", f"{_duration(total)} to the first step" + _phases(phases)))
     if f["runtime"]:

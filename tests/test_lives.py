@@ -1,6 +1,10 @@
 """A job is all its lives (costsim.contract.lives): every `runner execute` on a run folder, read from the
 folder's telemetry, on literal events worked by hand."""
 
+from pathlib import Path
+
+import pytest
+
 from costsim.contract.lives import VANISHED, lives
 
 
@@ -54,3 +58,19 @@ def test_a_relaunch_inside_a_life_is_a_restart_and_another_nodes_supervisor_join
 def test_a_folder_of_an_older_runner_without_instance_events_is_one_life():
     job = lives([worker(0, "start", step=0), *steps(0, 1, 3)])
     assert [(x.number, x.trained, x.ended) for x in job.lives] == [(1, 3, VANISHED)]
+
+
+def test_the_report_and_calibrate_price_a_restart_by_one_rule():
+    """The flagship plan living twice on an H200 (data/measurements/2026-12-02-h200-lives): `runner report`'s
+    restart cost and `costsim calibrate`'s restart are one figure (costsim.contract.timing.restart_costs_s),
+    computed from the same steady step time."""
+    pytest.importorskip("matplotlib")
+    from costsim.calibrate import load_run
+    from runner.report import measure
+    folder = Path(__file__).resolve().parents[1] / "data/measurements/2026-12-02-h200-lives/run"
+    run, figures = load_run(str(folder)), measure(folder)
+    assert len(run.restart_s) == len(figures["restart_cost_s"]) == 1
+    # the same rule: they differ only by the warm-up's 5 steady steps, at the report's mean step and at
+    # calibrate's fitted one
+    gap = 5 * abs(figures["step_time_s"] - run.point.step_s)
+    assert figures["restart_cost_s"][0] == pytest.approx(run.restart_s[0], abs=gap + 0.001)

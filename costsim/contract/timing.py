@@ -9,7 +9,9 @@ same way, by these rules:
   stall or synchronous save (counted with the checkpoint).
 - What a start costs: from its mark (the instance's start, the supervisor's launch or restart) to the
   end of its warm-up steps, less as many steady steps (`start_cost_s`): the whole price of getting back
-  to steady training, first-step compilation included.
+  to steady training, first-step compilation included. A restart is every start after a job's first: a
+  relaunch inside a life, and each later life's launch (`restart_costs_s`); the planner's restart_s,
+  calibrate's fit, `runner report`'s "restart cost" and `costsim control`'s resume are this figure.
 - What a save takes the job (`save_durations`): rank 0's whole duration of each checkpoint save, the
   upload to an object store included: a blocking save (final, notice, a move's) as training waits for
   it, an async one's write behind its stall.
@@ -43,3 +45,52 @@ def save_durations(events: list[dict]) -> tuple[list[float], list[float]]:
              and isinstance(e.get("duration_s"), (int, float))]
     return ([float(e["duration_s"]) for e in saves if e.get("mode") == "sync"],
             [float(e["duration_s"]) for e in saves if e.get("mode") == "async"])
+
+
+def start_cost_after(events: list[dict], since: int, steady_s: float, warmup: int = WARMUP_STEPS) -> float | None:
+    """From events[since] to the end of the warm-up steps after it (those the step fit leaves out),
+    less as many steady steps: the whole price of a (re)start, including a first step slowed by
+    compilation and autotuning, and later ones slowed by allocating the checkpoint staging buffers."""
+    steps, started = [], False
+    for e in events[since + 1:]:
+        # the next start (a relaunch, a new life) ends this one's look, warm or not; a relaunch's own
+        # `launch` follows its `restart` event
+        if e["event"] in ("restart", "instance") or (e["event"] == "launch" and started):
+            break
+        started = started or e["event"] == "start"
+        if e["event"] == "step":
+            steps.append(e)
+            if len(steps) == warmup:
+                break
+    return start_cost_s(events[since]["t"], steps[-1]["t"], len(steps), steady_s) if steps else None
+
+
+def first_start_cost_s(events: list[dict], steady_s: float) -> float | None:
+    """A run without restarts: its first start's cost and its exit (the planner has one figure for both)."""
+    launch = next((i for i, e in enumerate(events) if e["event"] == "launch"), None)
+    end = next((e["t"] for e in events if e["event"] == "end"), None)
+    done = next((e["t"] for e in events if e["event"] == "exit" and end is not None and e["t"] >= end), None)
+    if launch is None or end is None or done is None or any(e["event"] == "restart" for e in events):
+        return None
+    start = start_cost_after(events, launch, steady_s)
+    return None if start is None else start + exit_s(end, done)   # the planner has one figure for both
+
+
+def restart_costs_s(events: list[dict], steady_s: float) -> list[float]:
+    """Each restart's cost on the node's own disk: a relaunch inside a life (`restart`), and every life
+    after the first (its `launch`: a new `runner execute` resuming the job after a notice, a kill or a
+    move). A fetch from the object store before its first step is left out (the planner adds it from the
+    store's read bandwidth)."""
+    out = []
+    launches = [i for i, e in enumerate(events)   # each life's first launch, node 0's (the others join it)
+                if e["event"] == "launch" and e.get("attempt", 0) == 0 and (e.get("node") or 0) == 0]
+    for i, e in enumerate(events):
+        if e["event"] != "restart" and i not in launches[1:]:
+            continue
+        cost = start_cost_after(events, i, steady_s)
+        if cost is not None:
+            following = events[i + 1:]
+            first = next((j for j, x in enumerate(following) if x["event"] in ("step", "restart")), len(following))
+            cost -= sum(x.get("duration_s") or 0.0 for x in following[:first] if x["event"] == "checkpoint_fetch")
+            out.append(cost)
+    return out
