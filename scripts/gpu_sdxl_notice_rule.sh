@@ -8,8 +8,8 @@
 #      then a second save, then the exit; SIGTERM once step FLIGHT2 is done;
 #   3. the plan as written (no periodic save in these steps), resumed, SIGTERM once step SAVE is done:
 #      many steps since the newest checkpoint, the rule saves.
-# Each life's notice-to-exit in notes.txt; the decisions in the telemetry's preempted events; the
-# run folder comes back whole (run/) for `runner report` and `costsim calibrate`.
+# Each life's notice-to-exit and decision in notes.txt, their output in lives.txt; the telemetry without
+# its step events, the summary and `runner report`.
 # Wheels in .whl/ (simpy, diffusers, importlib_metadata).
 set -uo pipefail
 STEPS=${STEPS:-50}; FLIGHT=${FLIGHT:-18}; FLIGHT2=${FLIGHT2:-26}; SAVE=${SAVE:-40}; OUT=${OUT:-/tmp/out}
@@ -33,7 +33,8 @@ reached() {   # whether rank 0 has reported step $1 (progress events, every few 
 }
 life() {   # $1 plan, $2 notice step, $3 log name, rest: runner execute options
   local plan=$1 at=$2 log=$3; shift 3
-  python3 -m runner execute "$plan" --run-dir /tmp/run --steps "$STEPS" "$@" > "$OUT/$log" 2>&1 &
+  echo "== $log" >> "$OUT/lives.txt"
+  python3 -m runner execute "$plan" --run-dir /tmp/run --steps "$STEPS" "$@" >> "$OUT/lives.txt" 2>&1 &
   local pid=$! sent=""
   for _ in $(seq 2000); do
     if [ -z "$sent" ] && reached "$at"; then sent=$(date +%s.%N); kill -TERM $pid; fi
@@ -50,5 +51,5 @@ life /tmp/plan8.json "$FLIGHT" life1-auto-in-flight.txt
 life /tmp/plan8.json "$FLIGHT2" life2-always-in-flight.txt --notice-save always
 life /tmp/plan.json "$SAVE" life3-auto-save.txt
 python3 -m runner report /tmp/run > "$OUT/report.txt" 2>&1
-mkdir -p "$OUT/run" && cp /tmp/run/telemetry.jsonl /tmp/run/plan.json /tmp/run/summary.json "$OUT/run/"
+grep -v '"event":"step"' /tmp/run/telemetry.jsonl > "$OUT/telemetry.jsonl"; cp /tmp/run/summary.json "$OUT/"
 grep '"preempted"' /tmp/run/telemetry.jsonl | grep '"rank":0' >> "$OUT/notes.txt"
