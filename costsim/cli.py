@@ -203,6 +203,9 @@ def _price_dates(result) -> str:
 
 
 @cli.command("simulate")
+@click.option("--plan", "plan_file", type=click.Path(dir_okay=False), help="replay a plan.json's chosen configuration "
+              "exactly (its figures, policy, interval, deadline, nodes, dated prices) on its market model, or on "
+              "--trace files; its trials and seed unless given")
 @click.option("--workload", help="workload file or name (with --offering); or give the bare flags below")
 @click.option("--offering", help="offering id from `costsim catalog` (with --workload)")
 @click.option("--nodes", type=click.IntRange(min=1), default=1, show_default=True)
@@ -237,7 +240,8 @@ def _price_dates(result) -> str:
 @click.argument("more_traces", nargs=-1, type=click.Path())
 @catalog_option
 @output_options
-def simulate_command(workload, offering, nodes, variant, work_hours, deadline, checkpoint_interval, checkpoint_cost,
+def simulate_command(plan_file, workload, offering, nodes, variant, work_hours, deadline, checkpoint_interval,
+                     checkpoint_cost,
                      checkpoint_stall, restart_cost, changeover, notice, preemption_mtbf, capacity_wait,
                      weibull_shape, traces, policy, on_demand_price, spot_price, owned_price, trials, seed, per_trial,
                      spot_model,
@@ -250,9 +254,30 @@ def simulate_command(workload, offering, nodes, variant, work_hours, deadline, c
     if more_traces and not traces:
         raise click.UsageError(f"unexpected argument {more_traces[0]!r}; trace files follow --trace")
     traces = _trace_files(list(traces) + list(more_traces))
+    source = click.get_current_context().get_parameter_source
     if variant and not workload:
         raise click.UsageError("--variant needs --workload (it names one of the workload profile's configurations)")
-    if workload:
+    if plan_file:
+        clashing = [f"--{name.replace('_', '-')}" for name in (
+            "workload", "offering", "variant", "work_hours", "deadline", "checkpoint_interval", "checkpoint_cost",
+            "checkpoint_stall", "restart_cost", "changeover", "notice", "preemption_mtbf", "capacity_wait",
+            "weibull_shape", "policy", "on_demand_price", "spot_price", "owned_price", "nodes", "spot_model")
+            if source(name) not in (None, click.core.ParameterSource.DEFAULT)]
+        if clashing:
+            raise click.UsageError(f"--plan replays the plan as chosen: {', '.join(clashing)} cannot change it "
+                                   "(use --workload/--offering or the bare flags for a what-if; --trace for real capacity)")
+        from costsim.whatif import plan_config
+        config, planned, notes = plan_config(plan_file)
+        for note in notes:
+            click.echo(f"note: {note}; replaying the plan's figure", err=True)
+        if traces:
+            config = replace(config, traces=load_traces(list(traces)))
+        elif planned["trials"]:   # the plan's own draws: the same trials give the plan's figures
+            if source("trials") == click.core.ParameterSource.DEFAULT:
+                trials = planned["trials"]
+            if source("seed") == click.core.ParameterSource.DEFAULT and planned["seed"] is not None:
+                seed = planned["seed"]
+    elif workload:
         if not offering:
             raise click.UsageError("--workload needs --offering (an id from `costsim catalog`)")
         spec = io.load_workload(workload)

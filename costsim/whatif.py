@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -128,3 +129,52 @@ def summary(config: SimConfig, trials: int, seed: int, per_trial: bool) -> dict:
 
 def _none_if_inf(value: float):
     return value if math.isfinite(value) else None
+
+
+def plan_config(path: str) -> tuple[SimConfig, dict, list[str]]:
+    """The plan's chosen configuration exactly as it was priced: its figures, policy, interval, deadline,
+    nodes and dated prices from plan.json; its market model (the offering's spot model) and checkpoint
+    store's bill rebuilt from its workload and catalog. Returns the configuration, the plan's own
+    prediction (trials, seed, figures) and notes on what the rebuild found changed since the plan."""
+    from dataclasses import replace
+
+    from costsim.catalog import find_offering
+    from costsim.contract.plan import Plan
+    from costsim.io.catalog import load_catalog
+    plan = Plan.read(path)
+    w, r, pol, c, p = plan.workload, plan.resources, plan.policy, plan.checkpoint, plan.prediction
+    missing = [name for name, v in (("prediction.work_s", p.work_s), ("prediction.checkpoint_save_s", p.checkpoint_save_s),
+                                    ("resources.price_per_node_h", r.price_per_node_h)) if v is None]
+    if missing:
+        raise InputError(path, missing[0], "missing: a plan written by `costsim plan` carries it; replay needs it")
+    source = w.source if w.source and Path(w.source).is_file() else w.name
+    spec = io.load_workload(source)
+    catalog = None if r.catalog in (None, "built-in") else r.catalog
+    offering = find_offering(r.offering, spec, load_catalog(catalog))
+    rebuilt = workload_config(spec, offering, r.nodes, pol.name, c.interval_s, pol.deadline_s, plan.profile.variant)
+    notes = []
+    if offering.spot_model is not None and r.spot_model and offering.spot_model.name != r.spot_model:
+        notes.append(f"the offering's spot model is {offering.spot_model.name} now, {r.spot_model} in the plan")
+    assert p.work_s is not None and p.checkpoint_save_s is not None   # checked above
+    params = replace(rebuilt.params, work_s=p.work_s, deadline_s=pol.deadline_s, checkpoint_interval_s=c.interval_s,
+                     checkpoint_s=p.checkpoint_save_s, checkpoint_stall_s=p.checkpoint_stall_s if c.async_ else None,
+                     restart_s=p.restart_s or 0.0, changeover_s=pol.changeover_s, notice_s=r.spot_notice_s or 0.0,
+                     notice_save=c.notice_save)
+    for name in ("work_s", "checkpoint_s", "restart_s"):
+        was, now = getattr(params, name), getattr(rebuilt.params, name)
+        if now and abs(was - now) > 1e-6 * max(abs(was), 1.0):
+            notes.append(f"{name}: {was:.6g} s in the plan, {now:.6g} s from today's profile and catalog")
+    prices = {}
+    for market, price in rebuilt.prices.items():
+        planned = (r.price_per_node_h or {}).get(market)
+        if planned is None:
+            raise InputError(path, f"resources.price_per_node_h.{market}", f"missing: the {pol.name} policy uses it")
+        if abs(planned - price.per_hour) > 1e-9:
+            notes.append(f"{market}: {planned:g}/h in the plan ({r.price_read_date}), {price.per_hour:g}/h in the "
+                         "catalog now")
+        billing = r.billing
+        prices[market] = replace(price, per_hour=planned, increment_s=billing.increment_s if billing else price.increment_s,
+                                 minimum_s=billing.minimum_s if billing else price.minimum_s)
+    config = replace(rebuilt, params=params, prices=prices)
+    return config, {"trials": p.trials, "seed": p.seed, "p_deadline": p.p_deadline,
+                    "cost_mean": p.cost.mean if p.cost else None}, notes

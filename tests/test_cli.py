@@ -200,3 +200,27 @@ def test_simulate_of_a_workload_replays_the_traces_it_is_given(run_cli, tmp_path
     assert stranded["trials"] == 1 and stranded["deadline_met"] == 0 and stranded["unfinished"] == 1
     steady = run_cli(*args, str(always)).json()
     assert steady["deadline_met"] == 1 and steady["preemptions"] == 0
+
+
+def test_simulate_replays_a_plan_as_chosen(run_cli, tmp_path):
+    """`simulate --plan`: the plan's chosen configuration with its own trials and seed gives the plan's own
+    figures (the same draws); on a trace where spot never comes back, its spot-only choice never finishes;
+    a flag that would change the plan is refused."""
+    plan = tmp_path / "plan.json"
+    made = run_cli("plan", "--workload", "sdxl", "--trials", "200", "--out", str(plan), "--format", "json")
+    assert made.exit_code == 0, made.stderr
+    chosen = json.loads(plan.read_text())
+    replayed = run_cli("simulate", "--plan", str(plan), "--format", "json")
+    assert replayed.exit_code == 0, replayed.stderr
+    doc = replayed.json()
+    assert doc["trials"] == chosen["prediction"]["trials"] == 200
+    assert doc["deadline_met"] == pytest.approx(chosen["prediction"]["p_deadline"], abs=1e-12)
+    assert doc["cost"]["mean"] == pytest.approx(chosen["prediction"]["cost"]["mean"], rel=1e-9)
+    assert doc["cost"]["p90"] == pytest.approx(chosen["prediction"]["cost"]["p90"], rel=1e-9)
+    assert chosen["policy"]["name"] == "spot-only"   # the shipped workload's choice: replayed on no capacity
+    never = tmp_path / "never.json"
+    never.write_text(json.dumps({"metadata": {"gap_seconds": 600}, "data": [1] * 48}))
+    stranded = run_cli("simulate", "--plan", str(plan), "--format", "json", "--trace", str(never)).json()
+    assert stranded["trials"] == 1 and stranded["unfinished"] == 1 and stranded["deadline_met"] == 0
+    clash = run_cli("simulate", "--plan", str(plan), "--policy", "greedy")
+    assert clash.exit_code == 2 and "--plan replays the plan as chosen: --policy cannot change it" in clash.stderr
