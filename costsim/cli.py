@@ -77,6 +77,9 @@ def cli():
 @click.option("--gpu", "gpus", multiple=True, help="only these GPU types (repeatable)")
 @click.option("--shortlist", type=click.IntRange(min=1), default=16, show_default=True,
               help="candidates kept by the analytic screen for Monte Carlo")
+@click.option("--no-screen", "no_screen", is_flag=True, help="simulate every feasible configuration, not only the "
+              "screen's shortlist and the safe alternatives (slower; the screen never drops a plan that would rank "
+              "among the shortlist's rows: tests/test_planner_screen.py)")
 @click.option("--jobs", type=click.IntRange(min=1), help="worker processes (default: CPU count)")
 @click.option("--out", default="plan.json", show_default=True, type=click.Path(dir_okay=False),
               help="where to write the chosen plan")
@@ -87,7 +90,7 @@ def cli():
 @catalog_option
 @output_options
 @wide_option
-def plan_command(workload, deadline, budget, risk, trials, seed, profile_ref, gpus, shortlist, jobs, out,
+def plan_command(workload, deadline, budget, risk, trials, seed, profile_ref, gpus, shortlist, no_screen, jobs, out,
                  plot, spot_model, catalog_ref, fmt, wide):
     """Rank ways to run a training job by cost and deadline risk; write the best as plan.json.
 
@@ -96,7 +99,7 @@ def plan_command(workload, deadline, budget, risk, trials, seed, profile_ref, gp
     spec = io.load_workload(workload)
     profile = io.load_profile_for(spec.model, profile_ref or spec.profile)
     options = PlanOptions(trials=trials, seed=seed, risk=risk, deadline_s=deadline, budget=budget,
-                          shortlist=shortlist, jobs=jobs)
+                          shortlist=shortlist, screen=not no_screen, jobs=jobs)
     catalog = offerings_for(spec, tuple(gpus) or None, load_catalog(catalog_ref))
     fitted = io.load_fitted_spot_models(spot_model) if spot_model else None
     offerings = with_spot_models(catalog, fitted) if fitted else catalog

@@ -42,6 +42,7 @@ class PlanOptions:
     deadline_s: float | None = None    # None: the workload's
     budget: float | None = None        # upper bound on P90 cost
     shortlist: int = 16
+    screen: bool = True                # False: every feasible group goes to the Monte Carlo (slower)
     jobs: int | None = None
 
 
@@ -263,28 +264,43 @@ def group_key(c: Configured) -> tuple:
 def screen(configured: list[Configured], deadline_s: float, shortlist: int) -> list[Configured]:
     """One interval per (offering, nodes, policy), the likely winners first, for the Monte Carlo.
 
-    Drops what cannot meet the deadline even without preemptions and what cannot beat the cheapest
-    safe plan even at its lowest price; ranks the rest by the analytic estimate (likely deadline
-    misses last) and keeps `shortlist` groups, plus the best safe plans as references.
+    Drops what cannot meet the deadline even without preemptions, and what cannot rank among the table's
+    `shortlist` rows: a group whose cheapest possible cost (all its work at its cheapest price) is above
+    the costs of `shortlist` certain plans (on-demand or owned, meeting the deadline: their estimate is
+    their cost). Ranks the rest by the analytic estimate (likely deadline misses last) and keeps
+    `shortlist` groups, and besides them the certain plans that no other certain plan beats on both cost
+    and finish: the safe alternatives, shown beside the risky choice (a certain plan dearer than the
+    owned server, however fast, used to be dropped before it was looked at); they cost the Monte Carlo
+    next to nothing (no preemptions).
     """
     feasible = [c for c in configured if c.config.params.work_s + c.config.params.changeover_s <= deadline_s]
-    safe = [c.estimate_cost for c in feasible
-            if c.candidate.policy in ("on-demand", "owned") and c.estimate_makespan_s <= deadline_s]
-    bound = min(safe) if safe else math.inf
     best: dict[tuple, Configured] = {}
     for c in feasible:
-        if _cheapest_possible(c) > bound:
-            continue
         key = group_key(c)
         if key not in best or c.estimate_cost < best[key].estimate_cost:
             best[key] = c
-    ranked = sorted(best.values(), key=lambda c: (c.estimate_makespan_s > deadline_s, c.estimate_cost))
+    certain = sorted((c for c in best.values() if _certain(c, deadline_s)), key=lambda c: c.estimate_cost)
+    bound = certain[shortlist - 1].estimate_cost if len(certain) >= shortlist else math.inf
+    ranked = sorted((c for c in best.values() if _cheapest_possible(c) <= bound),
+                    key=lambda c: (c.estimate_makespan_s > deadline_s, c.estimate_cost))
     keep = ranked[:shortlist]
-    for policy in ("on-demand", "owned"):
-        references = [c for c in ranked if c.candidate.policy == policy and c.estimate_makespan_s <= deadline_s]
-        if references and references[0] not in keep:
-            keep.append(references[0])
+    keep += [c for c in _frontier(certain) if c not in keep]
     return keep
+
+
+def _frontier(certain: list[Configured]) -> list[Configured]:
+    """The certain plans that no other beats on both cost and finish (cheapest first): the cheapest safe
+    plan, then each that finishes sooner than every cheaper one."""
+    out: list[Configured] = []
+    for c in sorted(certain, key=lambda c: (c.estimate_cost, c.estimate_makespan_s)):
+        if not out or c.estimate_makespan_s < out[-1].estimate_makespan_s:
+            out.append(c)
+    return out
+
+
+def _certain(c: Configured, deadline_s: float) -> bool:
+    """A plan with no preemption to fear that meets the deadline: its estimate is what it costs."""
+    return c.candidate.policy in ("on-demand", "owned") and c.estimate_makespan_s <= deadline_s
 
 
 def _cheapest_possible(c: Configured) -> float:
@@ -316,7 +332,8 @@ def plan(workload: Workload, profile: Profile, offerings: list[Offering], option
                          f"needs without a single preemption: {work_s / 3600:.2f}h of work and "
                          f"{format_duration(start_s)} to start on {fastest.candidate.label}; allow a later "
                          "deadline, fewer samples or more nodes")
-    shortlist = screen(configured, deadline_s, options.shortlist)
+    shortlist = (screen(configured, deadline_s, options.shortlist) if options.screen
+                 else screen(configured, deadline_s, len(configured)))   # every group, one interval each
     simulate = _Simulator(options, progress)
     ranked = _rank(shortlist, simulate(shortlist), target, options.budget)
     chosen = choose(ranked)

@@ -22,7 +22,7 @@ def plan_table(result, wide: bool = False) -> tuple[list[str], list[list], str]:
     P50 finish, throughput and preemptions and spells the headers out."""
     currency = result.ranked[0].configured.candidate.offering.currency if result.ranked else ""
     headers = ["", "offering", "GPUs", "policy", "ckpt", *(["P50 finish"] if wide else []),
-               "P90 finish" if wide else "P90", f"cost {currency}" if not wide else f"mean cost {currency}",
+               "P90 finish" if wide else "P90", "cost" if not wide else f"mean cost {currency}",
                "P90 cost", "P(deadline)" if wide else "P(met)", "saving",
                *(["samples/s", "preemptions"] if wide else [])]
     rows = []
@@ -38,8 +38,9 @@ def plan_table(result, wide: bool = False) -> tuple[list[str], list[list], str]:
                      *([f"{r.configured.step.samples_per_s:,.1f}", f"{s.preemptions_mean:.2f}"] if wide else [])])
     legend = ("* chosen, x misses the target. GPUs: type, per node x nodes, runner configuration (when the profile "
               "has several); ckpt: checkpoint interval; " + ("" if wide else "P90: finish time that 90% of trials "
-              "beat; cost: mean; P(met): share of trials meeting the deadline; ") + "saving: against the cheapest "
-              "on-demand plan that meets the target" + ("" if wide else "; --wide for more columns") + ".")
+              f"beat; cost: mean, in {currency}; P(met): share of trials meeting the deadline; ")
+              + "saving: against the cheapest on-demand plan that meets the target"
+              + ("" if wide else "; --wide for more columns") + ".")
     return headers, rows, legend
 
 
