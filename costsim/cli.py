@@ -78,8 +78,8 @@ def cli():
 @click.option("--shortlist", type=click.IntRange(min=1), default=16, show_default=True,
               help="candidates kept by the analytic screen for Monte Carlo")
 @click.option("--no-screen", "no_screen", is_flag=True, help="simulate every feasible configuration, not only the "
-              "screen's shortlist and the safe alternatives (slower; the screen never drops a plan that would rank "
-              "among the shortlist's rows: tests/test_planner_screen.py)")
+              "screen's shortlist and the safe alternatives (slower; the screen keeps the choice, every plan cheaper "
+              "than the cheapest certain one, and the safe alternatives: docs/model.md)")
 @click.option("--jobs", type=click.IntRange(min=1), help="worker processes (default: CPU count)")
 @click.option("--out", default="plan.json", show_default=True, type=click.Path(dir_okay=False),
               help="where to write the chosen plan")
