@@ -266,7 +266,8 @@ def test_a_store_that_drops_out_is_a_slowdown_not_the_end(store, plan, tmp_path)
     assert complete_steps(store, "dropout/")[-1] == 1400 and "Traceback" not in third.stderr
 
 
-PACED = ["--steps", "4000", "--option", "pace=3ms", "--seed", "3"]   # 12 s of training: long enough to meet
+STEPS = 2500
+PACED = ["--steps", str(STEPS), "--option", "pace=3ms", "--seed", "3"]   # 7.5 s of training: long enough to meet
 
 
 def start_paced(plan, run, location, **env):
@@ -307,7 +308,7 @@ def test_a_prefix_is_one_jobs_and_one_runners_at_a_time(store, plan, tmp_path):
     again = execute(plan, tmp_path / "d", "--checkpoint-dir", location, *PACED)
     assert again.returncode == 0, again.stderr[-3000:]
     assert f"taking over {location} from runner pid {first.pid}" in again.stderr
-    assert events(tmp_path / "d", "start")[0]["step"] == newest and summary(tmp_path / "d")["steps"] == 4000
+    assert events(tmp_path / "d", "start")[0]["step"] == newest and summary(tmp_path / "d")["steps"] == STEPS
     assert "lease.json" not in listed(store, "bound/")   # given back at the end
 
 
@@ -344,7 +345,7 @@ def test_a_job_is_all_its_lives_across_the_run_folders_of_its_store(store, plan,
     s = summary(b)
     # the tiny plan's market is owned: a SIGTERM there is someone cancelling the life (on spot: a notice)
     assert [life["ended"] for life in s["lives"]] == ["cancelled", "finished"]
-    assert s["lives"][1]["resumed_from"] == resumed_from and s["restarts"] == 1 and s["steps"] == 4000
+    assert s["lives"][1]["resumed_from"] == resumed_from and s["restarts"] == 1 and s["steps"] == STEPS
     assert s["job"]["lives"] == 2
     report = subprocess.run([sys.executable, "-m", "runner", "report", str(b)], capture_output=True, text=True)
     assert report.returncode == 0 and "2 lives" in report.stdout and "1 restarts" in report.stdout, report.stdout
