@@ -240,11 +240,12 @@ class Trainer:
             self.checkpointer.save(self.step, self.state(), blocking=True, reason="notice")
         else:
             self.checkpointer.wait()   # the write in flight lands (the next life resumes from it)
+        decided = {}   # rank 0's: the decision all ranks carried out, and what it weighed
         if self.rank == 0:
             print(f"runner: notice at step {self.step}: {choice.action}: {choice.reason}", file=sys.stderr, flush=True)
+            decided = {"decision": choice.action, "reason": choice.reason, **figures}
         self.telemetry.event("preempted", step=self.step, kind="notice",
-                             emergency_checkpoint=self.step if bool(flag.item()) else None,
-                             decision=choice.action, reason=choice.reason, **figures)
+                             emergency_checkpoint=self.step if bool(flag.item()) else None, **decided)
         return faults.PREEMPTED_EXIT
 
     def notice_choice(self, step_s: float) -> tuple[notice_rule.NoticeChoice, dict]:
