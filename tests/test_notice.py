@@ -128,4 +128,5 @@ def test_a_later_life_weighs_the_saves_its_job_measured_before_the_plans_figure(
     notice = [e for e in events(run, "preempted") if e["kind"] == "notice"]
     earlier = [e["duration_s"] for e in events(run, "checkpoint_save") if e["step"] <= 100]
     assert len(notice) == 1 and notice[0]["decision"] == SAVE, notice
-    assert notice[0]["save_s"] < 1.0 and min(earlier) <= notice[0]["save_s"] <= max(earlier)
+    # the event rounds its figures to the millisecond
+    assert notice[0]["save_s"] < 1.0 and min(earlier) - 1e-3 <= notice[0]["save_s"] <= max(earlier) + 1e-3
