@@ -77,6 +77,26 @@ def _gone(holder: Holder, now: float) -> bool:
     return now - holder.heartbeat >= TTL_S
 
 
+def _this_holder(run_id: str, now: float) -> Holder:
+    """This process as a lease's holder, with a token of its own."""
+    return Holder(token=uuid.uuid4().hex, host=socket.gethostname(), pid=os.getpid(), run_id=run_id, started=now,
+                  heartbeat=now, proc_start=_proc_start(os.getpid()))
+
+
+def _watch(holder: Holder, reread: Callable[[], Holder | None], wait: Callable[[float], None],
+           held: Callable[[Holder], InputError]) -> Holder | None:
+    """Another host's fresh lease, watched for up to TTL_S: a heartbeat that moves is a live holder (`held`'s
+    error); one that lets TTL_S pass, or a lease that goes, is gone. Returns the holder as last read."""
+    seen = holder.heartbeat
+    while True:
+        wait(min(HEARTBEAT_S / 2, 5.0))
+        found = reread()
+        if found is None or _gone(found, time.time()):
+            return found
+        if found.heartbeat != seen:
+            raise held(found)
+
+
 class Lease:
     """This runner's hold on a run folder."""
 
@@ -84,8 +104,7 @@ class Lease:
         self.path = Path(run_dir) / LEASE
         self.say = say
         now = time.time()
-        self.mine = Holder(token=uuid.uuid4().hex, host=socket.gethostname(), pid=os.getpid(), run_id=run_id,
-                           started=now, heartbeat=now, proc_start=_proc_start(os.getpid()))
+        self.mine = _this_holder(run_id, now)
         self.lost = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -105,16 +124,9 @@ class Lease:
         if holder is not None and not _gone(holder, time.time()):
             if holder.host == socket.gethostname():
                 raise self._held(holder)
-            seen = holder.heartbeat
             self.say(f"runner: {self.path.parent} is held by {holder.describe(time.time())}: waiting up to "
                      f"{TTL_S:.0f} s for its heartbeat")
-            while True:
-                wait(min(HEARTBEAT_S / 2, 5.0))
-                holder = read(self.path)
-                if holder is None or _gone(holder, time.time()):
-                    break
-                if holder.heartbeat != seen:
-                    raise self._held(holder)
+            holder = _watch(holder, lambda: read(self.path), wait, self._held)
         if holder is not None:
             self.say(f"runner: taking over {self.path.parent} from {holder.describe(time.time())} (gone)")
         self._write()
@@ -172,8 +184,7 @@ class StoreLease:
     def __init__(self, store, run_id: str, *, say: Callable[[str], None]):
         self.store, self.say = store, say
         now = time.time()
-        self.mine = Holder(token=uuid.uuid4().hex, host=socket.gethostname(), pid=os.getpid(), run_id=run_id,
-                           started=now, heartbeat=now, proc_start=_proc_start(os.getpid()))
+        self.mine = _this_holder(run_id, now)
         self.etag: str | None = None
         self.conditional = True
         self.pending = False   # not taken yet: the store did not answer at the start (taken by the heartbeat)
@@ -217,16 +228,15 @@ class StoreLease:
         if not _gone(holder, time.time()):
             if holder.host == socket.gethostname():
                 raise self._held(holder)
-            seen = holder.heartbeat
             self.say(f"runner: {self.store.url} is held by {holder.describe(time.time())}: waiting up to {TTL_S:.0f} s "
                      "for its heartbeat")
-            while True:
-                wait(min(HEARTBEAT_S / 2, 5.0))
-                holder, etag = self._read()
-                if holder is None or _gone(holder, time.time()):
-                    break
-                if holder.heartbeat != seen:
-                    raise self._held(holder)
+            read_now: list[str | None] = [etag]
+
+            def reread() -> Holder | None:
+                found, read_now[0] = self._read()
+                return found
+            holder = _watch(holder, reread, wait, self._held)
+            etag = read_now[0]
         if holder is not None:
             self.say(f"runner: taking over {self.store.url} from {holder.describe(time.time())} (gone)")
         if not self._put(create=holder is None, replace=etag):
