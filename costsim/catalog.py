@@ -82,3 +82,37 @@ def with_spot_models(offerings: list[Offering], fitted: dict[str, FittedSpotMode
         raise InputError(source, "models", f"{', '.join(sorted(fitted))} match no spot offering of this plan; "
                          f"keys are offering ids or spot model names: {', '.join(keys)}")
     return out
+
+
+MARKET_MODES = ("ensemble", "traces", "fit")
+
+
+def with_market(offerings: list[Offering], mode: str, traces: tuple[str, ...] = ()) -> list[Offering]:
+    """The offerings' spot markets as asked: `ensemble` (the catalog's capacity groups, and `traces` as
+    more groups), `traces` (only those groups), `fit` (the one fitted renewal model, as before the
+    ensemble)."""
+    from costsim.ensemble import DEFAULT_REPLAY_SHARE, MarketSpec, groups_from_paths
+    if mode not in MARKET_MODES:
+        raise InputError("--market", "market", f"got {mode!r}; allowed: {', '.join(MARKET_MODES)}")
+    if mode == "traces" and not traces:
+        raise InputError("--market", "market", "traces replays your capacity only: give --market-trace PATH")
+    if mode == "fit" and traces:
+        raise InputError("--market-trace", "market-trace", "--market fit draws from one fitted model; traces join "
+                         "--market ensemble or make --market traces")
+    extra = groups_from_paths(list(traces)) if traces else ()
+    out = []
+    for o in offerings:
+        model = o.spot_model
+        if model is None:
+            out.append(o)
+            continue
+        base = model.market
+        share = base.replay_share if base is not None else DEFAULT_REPLAY_SHARE
+        if mode == "fit":
+            market = None
+        elif mode == "traces" or base is None:
+            market = MarketSpec(name="your traces", groups=extra, replay_share=share) if extra else None
+        else:
+            market = replace(base, groups=base.groups + extra, name=base.name + " + your traces") if extra else base
+        out.append(replace(o, spot_model=replace(model, market=market)))
+    return out

@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from costsim import io, report
-from costsim.catalog import SENSITIVITY_ENDS, find_offering, offerings_for, with_spot_models
+from costsim.catalog import MARKET_MODES, SENSITIVITY_ENDS, find_offering, offerings_for, with_market, with_spot_models
 from costsim.cliparams import DURATION, DURATION_OR_ZERO, POSITIVE
 from costsim.contract.telemetry import TELEMETRY
 from costsim.entry import run
@@ -36,6 +36,25 @@ def catalog_option(command):
     """--catalog: prices from an overlay made by `costsim catalog --import` instead of the shipped catalog."""
     return click.option("--catalog", "catalog_ref", type=click.Path(), help="a price catalog overlay made by "
                         "`costsim catalog --import` (default: the shipped catalog)")(command)
+
+
+def market_options(command):
+    command = click.option("--market-trace", "market_traces", multiple=True, type=click.Path(),
+                           help="your capacity traces (a file, a bundle FILE.json.gz, or a folder: one group each "
+                           "file) as more groups of the ensemble (or the only ones, with --market traces)")(command)
+    return click.option("--market", type=click.Choice(MARKET_MODES),
+                        help="where trials draw spot capacity from: ensemble (default: real windows of every "
+                        "shipped capacity group and each group's fit, docs/model.md), traces (only --market-trace's), "
+                        "fit (one fitted renewal model; the default with --spot-model)")(command)
+
+
+def _market_mode(market: str | None, traces, spot_model) -> str:
+    """--market as given, else fit with --spot-model (its fit replaces the ensemble), else ensemble."""
+    if spot_model and market not in (None, "fit"):
+        raise click.UsageError(f"--spot-model replaces the market with its fit; --market {market} cannot go with it")
+    if spot_model and traces:
+        raise click.UsageError("--spot-model replaces the market with its fit; --market-trace cannot go with it")
+    return market or ("fit" if spot_model else "ensemble")
 
 
 def wide_option(command):
@@ -86,12 +105,14 @@ def cli():
 @click.option("--plot", type=click.Path(dir_okay=False), help="draw cost vs P90 finish to this PNG")
 @click.option("--spot-model", "spot_model", type=click.Path(dir_okay=False), help="spot capacity models fitted by "
               "`costsim calibrate --market --out` (keyed by offering id or catalog model name); the plan is also "
-              "made at the ends of their 95% intervals, to say whether the choice holds")
+              "made at the ends of their 95% intervals, to say whether the choice holds (replaces the ensemble: "
+              "--market fit)")
+@market_options
 @catalog_option
 @output_options
 @wide_option
 def plan_command(workload, deadline, budget, risk, trials, seed, profile_ref, gpus, shortlist, no_screen, jobs, out,
-                 plot, spot_model, catalog_ref, fmt, wide):
+                 plot, spot_model, market, market_traces, catalog_ref, fmt, wide):
     """Rank ways to run a training job by cost and deadline risk; write the best as plan.json.
 
     Example: costsim plan --workload data/workloads/sdxl.yaml --trials 400 --plot plan.png
@@ -100,7 +121,9 @@ def plan_command(workload, deadline, budget, risk, trials, seed, profile_ref, gp
     profile = io.load_profile_for(spec.model, profile_ref or spec.profile)
     options = PlanOptions(trials=trials, seed=seed, risk=risk, deadline_s=deadline, budget=budget,
                           shortlist=shortlist, screen=not no_screen, jobs=jobs)
-    catalog = offerings_for(spec, tuple(gpus) or None, load_catalog(catalog_ref))
+    market = _market_mode(market, market_traces, spot_model)
+    catalog = with_market(offerings_for(spec, tuple(gpus) or None, load_catalog(catalog_ref)), market,
+                          tuple(market_traces))
     fitted = io.load_fitted_spot_models(spot_model) if spot_model else None
     offerings = with_spot_models(catalog, fitted) if fitted else catalog
     result = plan(spec, profile, offerings, options, progress=progress_line("plan"))
@@ -241,6 +264,7 @@ def _price_dates(result) -> str:
               "(`costsim calibrate --market --out`): with --workload its entry for the offering, else its one model "
               "in place of --preemption-mtbf/--capacity-wait/--weibull-shape")
 @click.argument("more_traces", nargs=-1, type=click.Path())
+@market_options
 @catalog_option
 @output_options
 def simulate_command(plan_file, workload, offering, nodes, variant, work_hours, deadline, checkpoint_interval,
@@ -248,7 +272,7 @@ def simulate_command(plan_file, workload, offering, nodes, variant, work_hours, 
                      checkpoint_stall, restart_cost, changeover, notice, preemption_mtbf, capacity_wait,
                      weibull_shape, traces, policy, on_demand_price, spot_price, owned_price, trials, seed, per_trial,
                      spot_model,
-                     more_traces, catalog_ref, fmt):
+                     more_traces, market, market_traces, catalog_ref, fmt):
     """Simulate one configuration many times: what-if questions and checks of the model.
 
     Example: costsim simulate --work-hours 48 --deadline 52h --checkpoint-interval 1h --changeover 6m
@@ -264,7 +288,8 @@ def simulate_command(plan_file, workload, offering, nodes, variant, work_hours, 
         clashing = [f"--{name.replace('_', '-')}" for name in (
             "workload", "offering", "variant", "work_hours", "deadline", "checkpoint_interval", "checkpoint_cost",
             "checkpoint_stall", "restart_cost", "changeover", "notice", "preemption_mtbf", "capacity_wait",
-            "weibull_shape", "policy", "on_demand_price", "spot_price", "owned_price", "nodes", "spot_model")
+            "weibull_shape", "policy", "on_demand_price", "spot_price", "owned_price", "nodes", "spot_model",
+            "market", "market_traces")
             if source(name) not in (None, click.core.ParameterSource.DEFAULT)]
         if clashing:
             raise click.UsageError(f"--plan replays the plan as chosen: {', '.join(clashing)} cannot change it "
@@ -285,12 +310,19 @@ def simulate_command(plan_file, workload, offering, nodes, variant, work_hours, 
             raise click.UsageError("--workload needs --offering (an id from `costsim catalog`)")
         spec = io.load_workload(workload)
         chosen = find_offering(offering, spec, load_catalog(catalog_ref))
+        if traces and (market or market_traces):
+            raise click.UsageError("--trace replays those traces one per trial; --market/--market-trace choose what "
+                                   "the trials draw from otherwise: give one or the other")
+        chosen = with_market([chosen], _market_mode(market, market_traces, spot_model), tuple(market_traces))[0]
         if spot_model:
             chosen = with_spot_models([chosen], io.load_fitted_spot_models(spot_model))[0]
         config = workload_config(spec, chosen, nodes, policy, checkpoint_interval, deadline, variant)
         if traces:   # the traces' capacity in place of the offering's spot model (they were ignored)
             config = replace(config, traces=load_traces(list(traces)))
     else:
+        if market or market_traces:
+            raise click.UsageError("--market and --market-trace go with --workload/--offering (bare flags give "
+                                   "--preemption-mtbf or --trace)")
         missing = [f for f, v in (("--work-hours", work_hours), ("--deadline", deadline),
                                   ("--checkpoint-interval", checkpoint_interval)) if v is None]
         if missing:

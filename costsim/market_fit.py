@@ -54,6 +54,7 @@ class WeibullFit:
     censored: int
     ci: dict[str, Interval] = field(default_factory=dict)   # shape, scale_s, mean_s
     shape_pinned: bool = False   # the data cannot fix the shape: pinned at 1 (exponential), no interval for it
+    cov: tuple = ()              # covariance of (log shape, log scale) from the observed information
 
     @property
     def thin(self) -> bool:
@@ -117,9 +118,11 @@ def fit_weibull(spans: list[Span]) -> WeibullFit | None:
     k, lam = math.exp(log_k), math.exp(log_lam)
     mean = lam * math.gamma(1.0 + 1.0 / k)
     ci: dict[str, Interval] = {}
+    found_cov: tuple = ()
     try:
         cov = np.linalg.inv(_hessian(objective, best.x))
         if np.all(np.isfinite(cov)) and cov[0, 0] > 0 and cov[1, 1] > 0:
+            found_cov = tuple(map(tuple, cov.tolist()))
             se_k, se_lam = math.sqrt(cov[0, 0]), math.sqrt(cov[1, 1])
             ci["shape"] = Interval(math.exp(log_k - Z95 * se_k), math.exp(log_k + Z95 * se_k))
             ci["scale_s"] = Interval(math.exp(log_lam - Z95 * se_lam), math.exp(log_lam + Z95 * se_lam))
@@ -129,7 +132,8 @@ def fit_weibull(spans: list[Span]) -> WeibullFit | None:
             ci["mean_s"] = Interval(mean * math.exp(-Z95 * se_mean), mean * math.exp(Z95 * se_mean))
     except np.linalg.LinAlgError:
         pass
-    return WeibullFit(shape=k, scale_s=lam, mean_s=mean, events=events, censored=len(spans) - events, ci=ci)
+    return WeibullFit(shape=k, scale_s=lam, mean_s=mean, events=events, censored=len(spans) - events, ci=ci,
+                      cov=found_cov)
 
 
 def fit_exponential(spans: list[Span]) -> ExponentialFit | None:
@@ -146,6 +150,98 @@ def _exponential_interval(total_s: float, events: int) -> Interval:
     """95% interval of an exponential mean from time-censored data (chi-square, 2r+2 and 2r degrees)."""
     return Interval(2.0 * total_s / stats.chi2.ppf(0.975, 2 * events + 2),
                     2.0 * total_s / stats.chi2.ppf(0.025, 2 * events))
+
+
+@dataclass(frozen=True, slots=True)
+class OutageFit:
+    """One family's censored fit of outage lengths: its parameters (log mean for the exponential;
+    log shape and log scale for the Weibull; mu and log sigma for the lognormal), their covariance,
+    the log-likelihood and AIC that compare the families."""
+
+    family: str
+    params: tuple[float, ...]
+    cov: tuple
+    loglik: float
+    aic: float
+    mean_s: float
+    events: int
+    censored: int
+
+    @property
+    def shape(self) -> float:
+        """What the simulator's HazardModel calls `wait_shape`: the Weibull's shape, the lognormal's sigma."""
+        if self.family == "exponential":
+            return 1.0
+        return math.exp(self.params[0] if self.family == "weibull" else self.params[1])
+
+
+def family_mean_s(family: str, params) -> float:
+    """The mean of an outage family at its parameters (see OutageFit)."""
+    if family == "exponential":
+        return math.exp(params[0])
+    if family == "weibull":
+        return math.exp(params[1]) * math.gamma(1.0 + 1.0 / math.exp(params[0]))
+    return math.exp(params[0] + 0.5 * math.exp(2.0 * params[1]))
+
+
+def _family_nll(family: str, params: np.ndarray, t: np.ndarray, d: np.ndarray) -> float:
+    """Censored negative log-likelihood: events add log f, censored log S (closed forms: thousands of
+    calls per fit)."""
+    log_t = np.log(t)
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        if family == "exponential":
+            log_m = params[0]
+            logpdf = -log_m - t[d] / math.exp(log_m)
+            logsf = -t[~d] / math.exp(log_m)
+        elif family == "weibull":
+            k, log_lam = math.exp(params[0]), params[1]
+            z = np.exp(k * (log_t - log_lam))
+            logpdf = math.log(k) - log_lam + (k - 1.0) * (log_t[d] - log_lam) - z[d]
+            logsf = -z[~d]
+        else:
+            mu, sigma = params[0], math.exp(params[1])
+            z = (log_t - mu) / sigma
+            logpdf = -log_t[d] - math.log(sigma * math.sqrt(2.0 * math.pi)) - 0.5 * z[d] ** 2
+            logsf = special.log_ndtr(-z[~d])
+        value = -(np.sum(logpdf) + np.sum(logsf))
+    return float(value) if np.isfinite(value) else math.inf
+
+
+def fit_outage_families(spans: list[Span]) -> list[OutageFit]:
+    """Exponential, Weibull and lognormal fits of outage lengths by censored maximum likelihood, best
+    (lowest AIC) first; empty without a single ended outage."""
+    t = np.array([max(s.duration_s, 1e-9) for s in spans], dtype=float)
+    d = np.array([s.event for s in spans], dtype=bool)
+    events = int(d.sum())
+    if events == 0:
+        return []
+    mean0 = float(np.sum(t) / events)
+    logs = np.log(t[d])
+    starts = {"exponential": np.array([math.log(mean0)]),
+              "weibull": np.array([0.0, math.log(mean0)]),
+              "lognormal": np.array([float(logs.mean()), math.log(max(float(logs.std()), 0.05))])}
+    fits = []
+    for family, x0 in starts.items():
+        objective = lambda p, family=family: _family_nll(family, p, t, d)   # noqa: E731
+        if events < 2 and family != "exponential":
+            continue
+        best = optimize.minimize(objective, x0, method="Nelder-Mead",
+                                 options={"xatol": 1e-8, "fatol": 1e-10, "maxiter": 4000})
+        if not np.isfinite(best.fun):
+            continue
+        cov: tuple = ()
+        try:
+            found = np.linalg.inv(_hessian(objective, best.x)) if len(x0) > 1 else \
+                np.array([[1.0 / max(events, 1)]])   # the exponential's log mean: variance 1/r
+            if np.all(np.isfinite(found)) and np.all(np.diag(found) > 0):
+                cov = tuple(map(tuple, found.tolist()))
+        except np.linalg.LinAlgError:
+            pass
+        params = tuple(float(v) for v in best.x)
+        fits.append(OutageFit(family=family, params=params, cov=cov, loglik=-float(best.fun),
+                              aic=2.0 * len(x0) + 2.0 * float(best.fun), mean_s=family_mean_s(family, params),
+                              events=events, censored=len(spans) - events))
+    return sorted(fits, key=lambda f: f.aic)
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,10 +16,11 @@ from typing import Callable, Sequence
 import numpy as np
 
 from costsim import policies
+from costsim.ensemble import MarketEnsemble
 from costsim.sim.job import JobParams
 from costsim.sim.market import HazardModel, HazardTimeline, Timeline, TraceTimeline
 from costsim.sim.trial import MarketPrice, TrialOutcome, run_trial
-from costsim.spec import ON_DEMAND, Stats
+from costsim.spec import ON_DEMAND, SPOT, Stats
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -32,6 +33,7 @@ class SimConfig:
     nodes: int = 1
     hazard: HazardModel | None = None
     traces: tuple[tuple[tuple[int, ...], float], ...] = ()   # (ticks, gap_s) per trial, cycled
+    market: MarketEnsemble | None = None   # an ensemble of capacity groups (over `hazard`, under `traces`)
     storage_per_h: float = 0.0     # the checkpoint store's bill per hour of the run (costsim/storage.py)
 
 
@@ -46,24 +48,32 @@ class Samples:
     events: int
     logs: list = field(default_factory=list)
     on_demand_from_s: np.ndarray | None = None   # when each trial first started on-demand (inf: never)
+    group: np.ndarray | None = None   # each trial's capacity group (an index into group_names)
+    group_names: tuple[str, ...] = ()
 
 
-def timeline_for(config: SimConfig, seed: int, trial: int) -> Timeline:
-    """Trial `trial`'s spot capacity: a replayed trace, a drawn hazard, or none at all."""
+def timeline_for(config: SimConfig, seed: int, trial: int) -> tuple[Timeline, int]:
+    """Trial `trial`'s spot capacity (a replayed trace, the ensemble's draw, a drawn hazard, or none at
+    all) and the index of the capacity group it came from (-1: no group)."""
     if config.traces:
         ticks, gap_s = config.traces[trial % len(config.traces)]
-        return TraceTimeline(list(ticks), gap_s)
+        return TraceTimeline(list(ticks), gap_s), trial % len(config.traces)
+    if config.market is not None and SPOT in config.prices:
+        return config.market.timeline(np.random.default_rng([seed, trial]), trial, config.nodes,
+                                      config.params.horizon_s)
     if config.hazard is not None:
-        return HazardTimeline(config.hazard, np.random.default_rng([seed, trial]), config.nodes)
-    return Timeline()
+        return HazardTimeline(config.hazard, np.random.default_rng([seed, trial]), config.nodes), -1
+    return Timeline(), -1
 
 
 def run_trials(config: SimConfig, trials: int, seed: int, record_log: bool = False) -> Samples:
     """Run `trials` trials of one configuration."""
     policy = policies.get(config.policy)
-    outcomes: list[TrialOutcome] = [
-        run_trial(config.params, policy, timeline_for(config, seed, i), config.prices, record_log=record_log)
-        for i in range(trials)]
+    outcomes: list[TrialOutcome] = []
+    groups = np.full(trials, -1)
+    for i in range(trials):
+        timeline, groups[i] = timeline_for(config, seed, i)
+        outcomes.append(run_trial(config.params, policy, timeline, config.prices, record_log=record_log))
     makespan = np.array([o.makespan_s for o in outcomes])
     storage = config.storage_per_h * np.where(np.isfinite(makespan), makespan, config.params.horizon_s) / 3600.0
     return Samples(
@@ -75,6 +85,8 @@ def run_trials(config: SimConfig, trials: int, seed: int, record_log: bool = Fal
         logs=[o.record.log for o in outcomes] if record_log else [],
         on_demand_from_s=np.array([next((s.start_s for s in o.record.stints if s.market == ON_DEMAND), math.inf)
                                    for o in outcomes]),
+        group=groups,
+        group_names=(config.market.names if config.market is not None and SPOT in config.prices else ()),
     )
 
 
@@ -93,18 +105,33 @@ def quantile_ci(values: np.ndarray, q: float, z: float = 1.96) -> tuple[float, f
     return float(ordered[low]), float(ordered[high])
 
 
+def group_p_deadline(samples: Samples) -> dict[str, float]:
+    """P(deadline) in each capacity group's trials (empty without an ensemble)."""
+    if samples.group is None or not samples.group_names:
+        return {}
+    return {name: float(samples.met[samples.group == index].mean())
+            for index, name in enumerate(samples.group_names) if (samples.group == index).any()}
+
+
 def summarise(samples: Samples) -> Stats:
-    """Means, P50, P90 and the deadline probability of one configuration's trials."""
+    """Means, P10/P50/P90 and the deadline probability of one configuration's trials (and, with an
+    ensemble market, per capacity group)."""
     n = len(samples.cost)
     finite = np.isfinite(samples.makespan_s)
+    groups = group_p_deadline(samples)
+    worst = min(groups, key=lambda name: groups[name]) if groups else None
     return Stats(
         trials=n,
         makespan_mean_s=float(samples.makespan_s.mean()) if finite.all() else math.inf,
+        makespan_p10_s=quantile(samples.makespan_s, 0.1),
         makespan_p50_s=quantile(samples.makespan_s, 0.5),
         makespan_p90_s=quantile(samples.makespan_s, 0.9),
         cost_mean=float(samples.cost.mean()),
+        cost_p10=quantile(samples.cost, 0.1),
         cost_p50=quantile(samples.cost, 0.5),
         cost_p90=quantile(samples.cost, 0.9),
+        group_p_deadline=groups,
+        worst_group=worst,
         cost_stderr=float(samples.cost.std(ddof=1) / math.sqrt(n)) if n > 1 else math.inf,
         p_deadline=float(samples.met.mean()),
         preemptions_mean=float(samples.preemptions.mean()),

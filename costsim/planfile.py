@@ -36,6 +36,7 @@ def plan_of(result, ranked) -> Plan:
     params = ranked.configured.config.params
     gpu, checkpoints = ranked.configured.gpu, ranked.configured.checkpoints
     markets = POLICY_MARKETS[c.policy]
+    uses_market = SPOT in markets and ranked.configured.config.market is not None
     w, o = result.workload, c.offering
     return Plan(
         workload=Workload(name=w.name, model=w.model, samples=w.samples, global_batch=w.global_batch,
@@ -53,9 +54,13 @@ def plan_of(result, ranked) -> Plan:
                               bytes=checkpoints.bytes, storage=checkpoints.store.name,
                               storage_kind=checkpoints.store.kind, node_disk_bytes=checkpoints.node_disk_bytes),
         prediction=Prediction(
-            makespan_s=Spread(mean=finite_or_none(stats.makespan_mean_s), p50=finite_or_none(stats.makespan_p50_s),
-                              p90=finite_or_none(stats.makespan_p90_s)),
-            cost=Spread(mean=stats.cost_mean, p50=stats.cost_p50, p90=stats.cost_p90),
+            makespan_s=Spread(mean=finite_or_none(stats.makespan_mean_s), p10=finite_or_none(stats.makespan_p10_s),
+                              p50=finite_or_none(stats.makespan_p50_s), p90=finite_or_none(stats.makespan_p90_s)),
+            cost=Spread(mean=stats.cost_mean, p10=stats.cost_p10, p50=stats.cost_p50, p90=stats.cost_p90),
+            market=ranked.configured.config.market.spec.as_dict() if uses_market else None,
+            worst_group=({"name": stats.worst_group, "p_deadline": stats.worst_group_p_deadline}
+                         if stats.worst_group is not None else None),
+            group_p_deadline=dict(stats.group_p_deadline),
             p_deadline=stats.p_deadline, preemptions_mean=stats.preemptions_mean, work_s=params.work_s,
             step_time_s=step.step_s, samples_per_s=step.samples_per_s, per_gpu_batch=step.per_gpu_batch,
             accumulation=step.accumulation, checkpoint_save_s=params.checkpoint_s,

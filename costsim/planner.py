@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from costsim import checkpoint as ckpt
+from costsim import ensemble
 from costsim.errors import InputError, ModelError
 from costsim.io.specs import ema_enabled
 from costsim.montecarlo import SimConfig, run_many, summarise
@@ -249,11 +250,13 @@ def sim_config(params: JobParams, policy: str, offering: Offering, nodes: int,
                                   increment_s=offering.billing_increment_s,
                                   minimum_s=offering.billing_minimum_s)
               for market in offering.markets}
-    hazard = None
+    hazard, market = None, None
     if SPOT in offering.markets and offering.spot_model is not None:
         model = offering.spot_model
         hazard = HazardModel(mtbf_s=model.mtbf_s, wait_mean_s=model.wait_mean_s, shape=model.weibull_shape)
-    return SimConfig(params=params, policy=policy, prices=prices, nodes=nodes, hazard=hazard,
+        if model.market is not None:
+            market = ensemble.build(model.market)
+    return SimConfig(params=params, policy=policy, prices=prices, nodes=nodes, hazard=hazard, market=market,
                      storage_per_h=storage_per_h)
 
 

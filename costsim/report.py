@@ -19,29 +19,52 @@ TABLE_WIDTH = 120   # what a default table fits; --wide shows every column
 
 def plan_table(result, wide: bool = False) -> tuple[list[str], list[list], str]:
     """The ranked candidates as (headers, rows, legend): the default fits TABLE_WIDTH; `wide` adds the
-    P50 finish, throughput and preemptions and spells the headers out."""
+    checkpoint interval, the saving, throughput and preemptions and spells the headers out."""
     currency = result.ranked[0].configured.candidate.offering.currency if result.ranked else ""
-    headers = ["", "offering", "GPUs", "policy", "ckpt", *(["P50 finish"] if wide else []),
-               "P90 finish" if wide else "P90", "cost" if not wide else f"mean cost {currency}",
-               "P90 cost", "P(deadline)" if wide else "P(met)", "saving",
-               *(["samples/s", "preemptions"] if wide else [])]
+    groups = any(r.stats.worst_group is not None for r in result.ranked)
+    headers = ["", "offering", "GPUs", "policy", *(["ckpt"] if wide else []),
+               "finish h P10/50/90" if wide else "finish h", "cost" if not wide else f"mean cost {currency}",
+               "P10/50/90", "P(deadline)" if wide else "met", *(["worst group" if wide else "worst"] if groups else []),
+               *(["saving", "samples/s", "preemptions"] if wide else [])]
     rows = []
+    shown: set = set()
     for r in result.ranked:
         c, s = r.configured.candidate, r.stats
+        group = (c.offering.id, c.variant, c.nodes, c.policy)
+        if not wide and group in shown and r is not result.chosen:
+            continue   # another checkpoint interval of a configuration shown above (--wide lists each)
+        shown.add(group)
         mark = "*" if r is result.chosen else ("" if r.meets_target else "x")
         saving = "" if r.saving_vs_on_demand is None else f"{100 * r.saving_vs_on_demand:.0f}%"
         runner = f" {c.variant}" if c.variant else ""   # the profile's runner configuration, if it has several
+        worst = s.worst_group_p_deadline
         rows.append([mark, c.offering.id, f"{c.offering.gpu} {c.offering.gpus_per_node}x{c.nodes}{runner}", c.policy,
-                     format_duration(c.checkpoint_interval_s),
-                     *([format_duration(s.makespan_p50_s)] if wide else []), format_duration(s.makespan_p90_s),
-                     f"{s.cost_mean:,.2f}", f"{s.cost_p90:,.2f}", f"{100 * s.p_deadline:.1f}%", saving,
-                     *([f"{r.configured.step.samples_per_s:,.1f}", f"{s.preemptions_mean:.2f}"] if wide else [])])
+                     *([format_duration(c.checkpoint_interval_s)] if wide else []),
+                     "/".join(_hours(v) for v in (s.makespan_p10_s, s.makespan_p50_s, s.makespan_p90_s)),
+                     f"{s.cost_mean:,.2f}", "/".join(f"{v:,.0f}" for v in (s.cost_p10, s.cost_p50, s.cost_p90)),
+                     _percent(s.p_deadline, 1), *([("" if worst is None else _percent(worst, 0))] if groups else []),
+                     *([saving, f"{r.configured.step.samples_per_s:,.1f}", f"{s.preemptions_mean:.2f}"] if wide else [])])
     legend = ("* chosen, x misses the target. GPUs: type, per node x nodes, runner configuration (when the profile "
-              "has several); ckpt: checkpoint interval; " + ("" if wide else "P90: finish time that 90% of trials "
-              f"beat; cost: mean, in {currency}; P(met): share of trials meeting the deadline; ")
-              + "saving: against the cheapest on-demand plan that meets the target"
-              + ("" if wide else "; --wide for more columns") + ".")
+              "has several); finish and cost: P10/P50/P90 of the trials, cost's first column its mean"
+              + ("" if wide else f", in {currency}") + "; P(met): share of trials meeting the deadline"
+              + ("; worst: that share in the trials of the capacity group that does worst (the spot market is an "
+                 "ensemble of real capacity groups: docs/model.md)" if groups else "")
+              + ("; saving: against the cheapest on-demand plan that meets the target" if wide
+                 else "; --wide for the checkpoint interval (each one tried), saving and more") + ".")
     return headers, rows, legend
+
+
+def _percent(p: float, decimals: int) -> str:
+    """71.8%, and 100% for a certainty (a column's widest cell would otherwise be 100.0%)."""
+    return "100%" if p >= 1.0 else f"{100 * p:.{decimals}f}%"
+
+
+def _hours(seconds: float) -> str:
+    """Hours in at most 4 characters: 0.45, 4.7, 36, 144; never for an unfinished trial."""
+    if not math.isfinite(seconds):
+        return "never"
+    hours = seconds / 3600.0
+    return f"{hours:.2f}" if hours < 1 else f"{hours:.1f}" if hours < 10 else f"{hours:.0f}"
 
 
 def candidate_record(r) -> dict:

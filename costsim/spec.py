@@ -6,6 +6,7 @@ Parsing and file errors live in io.py; these types hold already-parsed values (s
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from costsim.runtime import Runtime
 from costsim.units import finite_or_none
@@ -54,6 +55,8 @@ class SpotModel:
     mtbf_s: float
     wait_mean_s: float
     weibull_shape: float = 1.0
+    # the ensemble trials draw capacity from (costsim.ensemble.MarketSpec); None: this one fit
+    market: Any = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -209,14 +212,25 @@ class Stats:
     preemptions_mean: float
     unfinished: int
     events: int
+    makespan_p10_s: float = 0.0
+    cost_p10: float = 0.0
+    group_p_deadline: dict = field(default_factory=dict)   # capacity group -> P(deadline) in its trials
+    worst_group: str | None = None                         # the group with the lowest P(deadline)
+
+    @property
+    def worst_group_p_deadline(self) -> float | None:
+        return self.group_p_deadline[self.worst_group] if self.worst_group is not None else None
 
     def as_dict(self) -> dict:
         return {
-            "makespan_s": {"mean": finite_or_none(self.makespan_mean_s), "p50": finite_or_none(self.makespan_p50_s),
-                           "p90": finite_or_none(self.makespan_p90_s)},
-            "cost": {"mean": self.cost_mean, "p50": self.cost_p50, "p90": self.cost_p90,
+            "makespan_s": {"mean": finite_or_none(self.makespan_mean_s), "p10": finite_or_none(self.makespan_p10_s),
+                           "p50": finite_or_none(self.makespan_p50_s), "p90": finite_or_none(self.makespan_p90_s)},
+            "cost": {"mean": self.cost_mean, "p10": self.cost_p10, "p50": self.cost_p50, "p90": self.cost_p90,
                      "stderr": self.cost_stderr},
             "p_deadline": self.p_deadline,
+            "worst_group": ({"name": self.worst_group, "p_deadline": self.worst_group_p_deadline}
+                            if self.worst_group is not None else None),
+            "group_p_deadline": dict(self.group_p_deadline),
             "preemptions_mean": self.preemptions_mean,
             "unfinished": self.unfinished,
             "trials": self.trials,

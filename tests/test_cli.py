@@ -24,14 +24,15 @@ def test_plan_sdxl_prints_a_ranked_table_and_writes_plan_json(run_cli, tmp_path)
     assert result.exit_code == 0, result.stderr
     lines = result.stdout.splitlines()
     header = lines[2]
-    for column in ("offering", "GPUs", "policy", "ckpt", "P90", "cost", "P90 cost", "P(met)", "saving"):
+    for column in ("offering", "GPUs", "policy", "finish h", "cost", "P10/50/90", "met", "worst"):
         assert column in header
     chosen_rows = [line for line in lines if line.startswith("*  ")]
     assert len(chosen_rows) == 1
     assert max(len(line) for line in lines if not line.startswith("wrote ")) <= 120   # the table and its notes
     assert any(line.startswith("* chosen, x misses the target") for line in lines)   # the legend
     wide = run_cli("plan", "--workload", "sdxl", *FAST, "--out", str(out), "--wide").stdout.splitlines()
-    for column in ("P50 finish", "P90 finish", "mean cost USD", "P(deadline)", "samples/s", "preemptions"):
+    for column in ("ckpt", "finish h P10/50/90", "mean cost USD", "P(deadline)", "worst group", "saving", "samples/s",
+                   "preemptions"):
         assert column in wide[2]
     assert json.loads(out.read_text())["schema"] == SCHEMA
     plan = Plan.read(out)
@@ -207,9 +208,11 @@ def test_simulate_replays_a_plan_as_chosen(run_cli, tmp_path):
     figures (the same draws); on a trace where spot never comes back, its spot-only choice never finishes;
     a flag that would change the plan is refused."""
     plan = tmp_path / "plan.json"
-    made = run_cli("plan", "--workload", "sdxl", "--trials", "200", "--out", str(plan), "--format", "json")
+    made = run_cli("plan", "--workload", "sdxl", "--gpu", "H200", "--risk", "0.4", "--trials", "200", "--out", str(plan),
+                   "--format", "json")
     assert made.exit_code == 0, made.stderr
     chosen = json.loads(plan.read_text())
+    assert chosen["prediction"]["market"]["groups"]   # drawn from the capacity ensemble, replayed from it
     replayed = run_cli("simulate", "--plan", str(plan), "--format", "json")
     assert replayed.exit_code == 0, replayed.stderr
     doc = replayed.json()
@@ -217,7 +220,7 @@ def test_simulate_replays_a_plan_as_chosen(run_cli, tmp_path):
     assert doc["deadline_met"] == pytest.approx(chosen["prediction"]["p_deadline"], abs=1e-12)
     assert doc["cost"]["mean"] == pytest.approx(chosen["prediction"]["cost"]["mean"], rel=1e-9)
     assert doc["cost"]["p90"] == pytest.approx(chosen["prediction"]["cost"]["p90"], rel=1e-9)
-    assert chosen["policy"]["name"] == "spot-only"   # the shipped workload's choice: replayed on no capacity
+    assert chosen["policy"]["name"] == "spot-only"   # the choice at this risk: replayed on no capacity
     never = tmp_path / "never.json"
     never.write_text(json.dumps({"metadata": {"gap_seconds": 600}, "data": [1] * 48}))
     stranded = run_cli("simulate", "--plan", str(plan), "--format", "json", "--trace", str(never)).json()

@@ -95,7 +95,7 @@ def test_an_emergency_save_counts_only_where_the_durable_save_fits_the_notice(sd
         notice = c.candidate.offering.spot_notice_s
         fits = c.config.params.checkpoint_s <= notice
         assert fits is (offering == AWS_H200), (offering, c.config.params.checkpoint_s, notice)
-        outcomes = [run_trial(c.config.params, policy("spot-only"), timeline_for(c.config, 0, i), c.config.prices)
+        outcomes = [run_trial(c.config.params, policy("spot-only"), timeline_for(c.config, 0, i)[0], c.config.prices)
                     for i in range(20)]
         preempted[offering] = sum(o.preemptions for o in outcomes)
         assert preempted[offering] > 0

@@ -96,6 +96,7 @@ class Spread:
     """A Monte Carlo statistic's mean and percentiles; None where trials never finished."""
 
     mean: float | None = None
+    p10: float | None = None
     p50: float | None = None
     p90: float | None = None
 
@@ -117,6 +118,11 @@ class Prediction:
     startup_s: float | None = None
     trials: int | None = None
     seed: int | None = None
+    # the spot market the trials drew from: an ensemble's {name, replay_share, groups: [{name, period,
+    # traces}]} (costsim.ensemble.MarketSpec); null for one fitted model or no spot market
+    market: dict | None = None
+    worst_group: dict | None = None               # {name, p_deadline}: the capacity group that does worst
+    group_p_deadline: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -300,7 +306,8 @@ def _checkpoint(f: Fields) -> Checkpoint:
 
 def _spread(f: Fields) -> Spread:
     _known(f, Spread)
-    return Spread(mean=_optional_number(f, "mean"), p50=_optional_number(f, "p50"), p90=_optional_number(f, "p90"))
+    return Spread(mean=_optional_number(f, "mean"), p10=_optional_number(f, "p10"), p50=_optional_number(f, "p50"),
+                  p90=_optional_number(f, "p90"))
 
 
 def _prediction(f: Fields) -> Prediction:
@@ -309,7 +316,17 @@ def _prediction(f: Fields) -> Prediction:
     if p_deadline is not None and (isinstance(p_deadline, bool) or not isinstance(p_deadline, (int, float))
                                    or not 0 <= p_deadline <= 1):
         raise InputError(f.source, f.name("p_deadline"), f"got {p_deadline!r}; expected a probability in [0, 1]")
+    groups = f.mapping_of("group_p_deadline", None)
+    for name, value in groups.mapping.items():
+        groups.probability(name)
+    worst = f.mapping_of("worst_group", None)
+    if worst.mapping:
+        worst.text("name")
+        worst.probability("p_deadline")
     return Prediction(
+        market=_market(f.mapping_of("market")) if f.has("market") else None,
+        worst_group=dict(worst.mapping) or None,
+        group_p_deadline={str(k): float(v) for k, v in groups.mapping.items()},
         step_time_s=f.number("step_time_s"), samples_per_s=f.number("samples_per_s"),
         makespan_s=_spread(f.mapping_of("makespan_s", None)),
         cost=_spread(f.mapping_of("cost")) if f.has("cost") else None,
@@ -320,6 +337,24 @@ def _prediction(f: Fields) -> Prediction:
         checkpoint_stall_s=_optional_number(f, "checkpoint_stall_s"),
         restart_s=_optional_number(f, "restart_s"), startup_s=_optional_number(f, "startup_s"),
         trials=f.number("trials", None, integer=True), seed=_seed(f, "seed", None))
+
+
+def _market(f: Fields) -> dict:
+    """prediction.market: an ensemble's name, replay_share and groups, each {name, period, traces}."""
+    f.reject_unknown({"name", "replay_share", "groups"})
+    name, share = f.text("name"), f.probability("replay_share")
+    groups = f.raw("groups")
+    if not isinstance(groups, list) or not groups:
+        raise InputError(f.source, f.name("groups"), "expected a list of {name, period, traces}")
+    out = []
+    for index, item in enumerate(groups):
+        g = Fields(f.source, item if isinstance(item, dict) else {}, f"{f.name('groups')}[{index}].")
+        g.reject_unknown({"name", "period", "traces"})
+        traces = g.raw("traces")
+        if not isinstance(traces, list) or not traces or not all(isinstance(t, str) for t in traces):
+            raise InputError(f.source, g.name("traces"), "expected a list of trace paths")
+        out.append({"name": g.text("name"), "period": g.text("period"), "traces": list(traces)})
+    return {"name": name, "replay_share": share, "groups": out}
 
 
 def _profile(f: Fields) -> ProfileRef:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import csv
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from costsim import cost
 from costsim.errors import InputError
@@ -208,14 +210,58 @@ def load_spot_models(path: Path | None = None) -> dict[str, SpotModel]:
     """Spot capacity models by name (data/catalog/spot_models.yaml)."""
     path = path or data_dir() / "catalog" / "spot_models.yaml"
     f = Fields(path, read_yaml(path))
+    markets = _markets(f)
     models = f.mapping_of("models")
     result = {}
     for name in models.mapping:
         m = models.mapping_of(name)
+        market = m.text("ensemble", None)
+        if market is not None and market not in markets:
+            raise InputError(str(path), m.name("ensemble"), f"unknown {market!r}; allowed: {', '.join(markets)}")
         result[name] = SpotModel(name=name, mtbf_s=m.duration("mtbf"),
                                  wait_mean_s=m.duration("wait_mean", 0.0, allow_zero=True),
-                                 weibull_shape=m.number("weibull_shape", 1.0))
+                                 weibull_shape=m.number("weibull_shape", 1.0),
+                                 market=markets[market] if market else None)
     return result
+
+
+def _markets(f: Fields) -> dict:
+    """The capacity ensembles of a spot model file (`ensembles:`), each a MarketSpec; trace paths are
+    relative to the data folder."""
+    from costsim.ensemble import MarketSpec, groups_from_paths
+    found = {}
+    ensembles = f.mapping_of("ensembles", None)
+    for name in ensembles.mapping:
+        e = ensembles.mapping_of(name)
+        share = e.probability("replay_share")
+        groups = []
+        raw = e.raw("groups")
+        if not isinstance(raw, list) or not raw:
+            raise InputError(e.source, e.name("groups"), "expected a list of {period, traces}")
+        for index, item in enumerate(raw):
+            g = Fields(e.source, item if isinstance(item, dict) else {}, prefix=f"{e.name('groups')}[{index}].")
+            period = g.text("period")
+            paths = g.raw("traces")
+            if isinstance(paths, str):
+                paths = [paths]
+            if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
+                raise InputError(e.source, g.name("traces"), "expected a path or a list of paths (under data/)")
+            missing = [p for p in paths if not (data_dir() / p).exists()]
+            if missing:
+                raise InputError(e.source, g.name("traces"), f"{missing[0]} not found under {data_dir()}")
+            for spec in groups_from_paths([str(data_dir() / p) for p in paths], period):
+                groups.append(replace(spec, name=f"{period}/{spec.name.split('/')[-1]}",
+                                      paths=tuple(_data_relative(p) for p in spec.paths)))
+        found[name] = MarketSpec(name=name, groups=tuple(groups), replay_share=share)
+    return found
+
+
+def _data_relative(path: str) -> str:
+    """A shipped trace's path as plan.json records it: relative to the data folder."""
+    try:
+        return str(Path(path).resolve().relative_to(data_dir().resolve()))
+    except ValueError:
+        return path
 
 
 def load_fitted_spot_models(path: str | Path) -> dict[str, FittedSpotModel]:
@@ -334,6 +380,19 @@ BUNDLE_SUFFIX = ".json.gz"   # many windows in one file; FILE.json.gz#N names wi
 def trace_bundle_size(path: str | Path) -> int | None:
     """How many windows a bundle holds (None for a plain trace file)."""
     return len(_bundle(Path(path))["windows"]) if str(path).endswith(BUNDLE_SUFFIX) else None
+
+
+def bundle_windows(path: str | Path) -> list[tuple[str, Any, float]]:
+    """Every window of a bundle: (FILE.json.gz#N, ticks as a numpy array, seconds per tick)."""
+    import numpy as np
+    doc = _bundle(Path(path))
+    out = []
+    for index, window in enumerate(doc["windows"]):
+        ticks = np.frombuffer(window.encode(), dtype=np.uint8) - ord("0") if isinstance(window, str) else None
+        if ticks is None or not len(ticks) or (ticks > 1).any():
+            raise InputError(str(path), f"windows[{index}]", "ticks must be '0' (spot available) or '1' (not)")
+        out.append((f"{path}#{index}", ticks, float(doc["gap_seconds"])))
+    return out
 
 
 def _bundle(path: Path) -> dict:

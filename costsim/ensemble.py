@@ -1,0 +1,259 @@
+"""The spot market as an ensemble: what real capacity did, and what the fits of it allow.
+
+One renewal fit pooled over zones says a spot-only plan meets its deadline 93% of the time; replayed
+on the very zones it was fitted to, the plan meets it in 19% to 99% of windows depending on the zone
+(docs/model.md). Zones differ by days of outage, and a fit knows nothing of the periods and instance
+sizes it never saw. So a plan draws each trial's capacity from an ensemble of groups (a zone's trace,
+a period's windows), each group equally likely:
+
+- replay (`replay_share` of the trials): a whole window of the group's real capacity, as it
+  happened, from a random start (a long trace) or one of its windows (a bundle), so that day-long
+  outages and their correlation survive; a window shorter than the job's horizon goes on with the
+  group's fit;
+- draw (the rest): the group's own renewal fit (Weibull lives; outages by the family that fits them
+  best, lognormal on every shipped group) at parameters drawn from the fit's uncertainty (the
+  asymptotic normal of the censored MLE).
+
+A gang of n nodes draws n independent windows (or draws) from its group and runs while all n can.
+Trial i of every configuration faces group i mod G with the same stream, so candidates are compared
+on common capacity. `costsim validate` measures how honest the result is, group by group.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+
+from costsim.errors import InputError
+from costsim.market_fit import Span, family_mean_s, fit_outage_families, fit_weibull
+from costsim.sim.market import ArrayTimeline, HazardModel, Timeline, drawn_stretches, intersect
+
+DEFAULT_REPLAY_SHARE = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class GroupSpec:
+    """A group of capacity: a name, the period it saw, and its trace files (or bundles)."""
+
+    name: str
+    period: str
+    paths: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class MarketSpec:
+    """What a plan's spot market is made of (small, hashable: plan.json carries it)."""
+
+    name: str
+    groups: tuple[GroupSpec, ...]
+    replay_share: float = DEFAULT_REPLAY_SHARE
+
+    def without(self, name: str) -> MarketSpec:
+        """The market without one group: leave-one-group-out validation."""
+        kept = tuple(g for g in self.groups if g.name != name)
+        if len(kept) == len(self.groups):
+            raise InputError("--group", "group", f"unknown {name!r}; allowed: {', '.join(self.group_names)}")
+        return replace(self, groups=kept, name=f"{self.name} without {name}")
+
+    def only(self, name: str) -> MarketSpec:
+        return replace(self, groups=tuple(g for g in self.groups if g.name == name), name=name)
+
+    @property
+    def group_names(self) -> list[str]:
+        return [g.name for g in self.groups]
+
+    def as_dict(self) -> dict:
+        return {"name": self.name, "replay_share": self.replay_share,
+                "groups": [{"name": g.name, "period": g.period, "traces": list(g.paths)} for g in self.groups]}
+
+    @classmethod
+    def from_dict(cls, doc: dict) -> MarketSpec:
+        """From plan.json's prediction.market (checked by costsim.contract.plan)."""
+        return cls(name=doc["name"], replay_share=float(doc["replay_share"]),
+                   groups=tuple(GroupSpec(name=g["name"], period=g["period"], paths=tuple(g["traces"]))
+                                for g in doc["groups"]))
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """Available stretches of one real window, seconds from its start."""
+
+    starts: np.ndarray
+    ends: np.ndarray
+    length_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class GroupFit:
+    """A group's renewal fit: Weibull lives and its best outage family, each with the covariance of
+    its (log-)parameters, so that a draw can carry the fit's uncertainty."""
+
+    life_log: tuple[float, float]          # (log shape, log scale)
+    life_cov: tuple
+    wait_family: str
+    wait_params: tuple[float, ...]
+    wait_cov: tuple
+    lives: int
+    outages: int
+
+    def draw(self, rng: np.random.Generator) -> HazardModel:
+        """A HazardModel at parameters drawn from the fit's asymptotic normal."""
+        log_k, log_lam = _draw_normal(rng, self.life_log, self.life_cov)
+        k = math.exp(min(max(log_k, math.log(0.1)), math.log(10.0)))
+        wait = _draw_normal(rng, self.wait_params, self.wait_cov)
+        wait_shape = 1.0 if self.wait_family == "exponential" else math.exp(
+            wait[0] if self.wait_family == "weibull" else wait[1])
+        return HazardModel(mtbf_s=math.exp(log_lam) * math.gamma(1.0 + 1.0 / k), shape=k,
+                           wait_mean_s=family_mean_s(self.wait_family, wait), wait_family=self.wait_family,
+                           wait_shape=wait_shape)
+
+    def describe(self) -> dict:
+        k, lam = (math.exp(v) for v in self.life_log)
+        return {"life_weibull_shape": round(k, 3), "mean_life_h": round(lam * math.gamma(1 + 1 / k) / 3600, 3),
+                "outage_family": self.wait_family,
+                "mean_outage_h": round(family_mean_s(self.wait_family, self.wait_params) / 3600, 3),
+                "lives": self.lives, "outages": self.outages}
+
+
+def _draw_normal(rng: np.random.Generator, mean, cov) -> tuple[float, ...]:
+    if not cov:
+        return tuple(mean)
+    return tuple(float(v) for v in rng.multivariate_normal(np.asarray(mean), np.asarray(cov)))
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Group:
+    name: str
+    period: str
+    windows: tuple[Window, ...]
+    slide: bool        # one long trace: a trial's window starts anywhere in it
+    fit: GroupFit
+
+    def replay(self, rng: np.random.Generator, horizon_s: float) -> tuple[np.ndarray, np.ndarray]:
+        """One node's stretches from a real window (continued by the fit past the window's end)."""
+        window = self.windows[int(rng.integers(len(self.windows)))] if len(self.windows) > 1 else self.windows[0]
+        offset = float(rng.uniform(0.0, max(window.length_s - horizon_s, 0.0))) if self.slide else 0.0
+        first = int(np.searchsorted(window.ends, offset, side="right"))
+        last = int(np.searchsorted(window.starts, offset + horizon_s, side="left"))
+        starts = np.maximum(window.starts[first:last] - offset, 0.0)
+        ends = np.minimum(window.ends[first:last] - offset, horizon_s)
+        known_s = window.length_s - offset
+        if known_s < horizon_s:   # past the window nothing was seen: the group's fit goes on
+            more = drawn_stretches(self.fit.draw(rng), rng, known_s, horizon_s)
+            starts, ends = np.concatenate([starts, more[0]]), np.concatenate([ends, more[1]])
+        return starts, ends
+
+    def drawn(self, rng: np.random.Generator, horizon_s: float) -> tuple[np.ndarray, np.ndarray]:
+        return drawn_stretches(self.fit.draw(rng), rng, 0.0, horizon_s)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class MarketEnsemble:
+    """The built market: its groups with their windows and fits (crosses processes by pickling)."""
+
+    spec: MarketSpec
+    groups: tuple[Group, ...]
+    names: tuple[str, ...] = field(default=())
+
+    def timeline(self, rng: np.random.Generator, trial: int, nodes: int, horizon_s: float) -> tuple[Timeline, int]:
+        """Trial `trial`'s capacity for a gang of `nodes`, and the index of the group it came from."""
+        index = trial % len(self.groups)
+        group = self.groups[index]
+        replay = rng.random() < self.spec.replay_share
+        stretches = None
+        for _ in range(nodes):
+            node = group.replay(rng, horizon_s) if replay else group.drawn(rng, horizon_s)
+            stretches = node if stretches is None else intersect(stretches, node)
+        assert stretches is not None
+        return ArrayTimeline(*stretches), index
+
+
+def windows_of(path: str) -> tuple[tuple[Window, ...], bool, list, list]:
+    """A trace file's (or bundle's) windows, whether trials slide along it, and its lives and outages."""
+    from costsim.io.files import data_dir
+    from costsim.io.specs import BUNDLE_SUFFIX, bundle_windows, load_trace
+    if not Path(path).is_absolute() and not Path(path).exists():
+        path = str(data_dir() / path)   # a shipped trace, named relative to the data folder
+    loaded = bundle_windows(path) if path.endswith(BUNDLE_SUFFIX) else [(path, *load_trace(path))]
+    windows, lives, outages = [], [], []
+    for ref, ticks, gap_s in loaded:
+        values = np.asarray(ticks, dtype=np.int8)
+        n = len(values)
+        up = np.concatenate([[0], (values == 0).astype(np.int8), [0]])
+        change = np.diff(up)
+        up_starts, up_ends = np.flatnonzero(change == 1), np.flatnonzero(change == -1)
+        down = np.concatenate([[0], (values != 0).astype(np.int8), [0]])
+        change = np.diff(down)
+        down_starts, down_ends = np.flatnonzero(change == 1), np.flatnonzero(change == -1)
+        windows.append(Window(starts=up_starts * float(gap_s), ends=up_ends * float(gap_s), length_s=n * gap_s))
+        # a stretch that starts at the first tick is left-truncated (its age unknown): left out, as in
+        # market_fit.trace_spans; one that reaches the last tick is censored
+        for starts, ends, into, ended in ((up_starts, up_ends, lives, "preempted"),
+                                          (down_starts, down_ends, outages, "capacity-back")):
+            for start, end in zip(starts.tolist(), ends.tolist()):
+                if start > 0:
+                    into.append(Span((end - start) * gap_s, event=end < n, ended=ended if end < n else "trace-end",
+                                     source=ref))
+    return tuple(windows), not path.endswith(BUNDLE_SUFFIX), lives, outages
+
+
+@functools.lru_cache(maxsize=64)
+def build_group(spec: GroupSpec) -> Group:
+    """A group's windows and its fit (cached: validation builds every market from the same groups)."""
+    windows: list[Window] = []
+    lives: list = []
+    outages: list = []
+    slide = True
+    for path in spec.paths:
+        found, long_trace, up, down = windows_of(path)
+        windows += found
+        slide = slide and long_trace
+        lives += up
+        outages += down
+    life = fit_weibull(lives)
+    families = fit_outage_families(outages)
+    if life is None or not families:
+        raise InputError(spec.paths[0], "data", f"group {spec.name}: a capacity group needs at least one preemption "
+                         "and one outage that ended, to fit what happens past its windows")
+    best = families[0]
+    fit = GroupFit(life_log=(math.log(life.shape), math.log(life.scale_s)), life_cov=life.cov,
+                   wait_family=best.family, wait_params=best.params, wait_cov=best.cov,
+                   lives=len(lives), outages=len(outages))
+    return Group(name=spec.name, period=spec.period, windows=tuple(windows), slide=slide and len(windows) == 1,
+                 fit=fit)
+
+
+@functools.lru_cache(maxsize=32)
+def build(spec: MarketSpec) -> MarketEnsemble:
+    if not spec.groups:
+        raise InputError("--market-trace", "market", f"{spec.name}: the market has no capacity groups")
+    groups = tuple(build_group(g) for g in spec.groups)
+    return MarketEnsemble(spec=spec, groups=groups, names=tuple(g.name for g in groups))
+
+
+def groups_from_paths(paths: list[str], period: str = "yours") -> tuple[GroupSpec, ...]:
+    """A user's traces as groups: a folder's *.json files one group each, a bundle one group, a file one."""
+    out = []
+    for path in paths:
+        p = Path(path)
+        if p.is_dir():
+            files = sorted(p.glob("*.json"))
+            if not files:
+                raise InputError(path, "folder", "no *.json capacity traces in it")
+            out += [GroupSpec(name=f"{p.name}/{_short(f.stem)}", period=period, paths=(str(f),)) for f in files]
+        elif p.is_file():
+            out.append(GroupSpec(name=_short(p.name.removesuffix(".gz").removesuffix(".json")), period=period,
+                                 paths=(str(p),)))
+        else:
+            raise InputError(path, "file", "not found")
+    return tuple(out)
+
+
+def _short(stem: str) -> str:
+    """us-east-1a_v100_1 -> us-east-1a: spot-traces name files zone_gpu_nodes."""
+    return re.sub(r"_[a-z0-9]+_[0-9]+$", "", stem)
