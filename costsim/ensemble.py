@@ -180,7 +180,9 @@ def windows_of(path: str) -> tuple[tuple[Window, ...], bool, list, list]:
     if not Path(path).is_absolute() and not Path(path).exists():
         path = str(data_dir() / path)   # a shipped trace, named relative to the data folder
     loaded = bundle_windows(path) if path.endswith(BUNDLE_SUFFIX) else [(path, *load_trace(path))]
-    windows, lives, outages = [], [], []
+    windows: list[Window] = []
+    lives: list[Span] = []
+    outages: list[Span] = []
     for ref, ticks, gap_s in loaded:
         values = np.asarray(ticks, dtype=np.int8)
         n = len(values)

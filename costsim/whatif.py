@@ -176,10 +176,10 @@ def plan_config(path: str) -> tuple[SimConfig, dict, list[str]]:
         prices[market] = replace(price, per_hour=planned, increment_s=billing.increment_s if billing else price.increment_s,
                                  minimum_s=billing.minimum_s if billing else price.minimum_s)
     # the market the plan's trials drew from, as the plan names it (not today's catalog's)
-    market = ensemble.build(ensemble.MarketSpec.from_dict(p.market)) if p.market else None
-    if market is not None and rebuilt.market is not None and market.spec.groups != rebuilt.market.spec.groups:
+    drawn = ensemble.build(ensemble.MarketSpec.from_dict(p.market)) if p.market else None
+    if drawn is not None and rebuilt.market is not None and drawn.spec.groups != rebuilt.market.spec.groups:
         notes.append(f"the offering's capacity groups are {rebuilt.market.spec.name} now; the plan's were "
-                     f"{market.spec.name}")
-    config = replace(rebuilt, params=params, prices=prices, market=market)
+                     f"{drawn.spec.name}")
+    config = replace(rebuilt, params=params, prices=prices, market=drawn)
     return config, {"trials": p.trials, "seed": p.seed, "p_deadline": p.p_deadline,
                     "cost_mean": p.cost.mean if p.cost else None}, notes
