@@ -94,6 +94,10 @@ def cli():
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--profile", "profile_ref", help="throughput profile file to use instead of the workload's")
 @click.option("--gpu", "gpus", multiple=True, help="only these GPU types (repeatable)")
+@click.option("--policy", "policies_", multiple=True, type=click.Choice(sorted(POLICIES)),
+              help="only these recovery policies (repeatable; default: every one the offering's markets allow)")
+@click.option("--nodes", "nodes", multiple=True, type=click.IntRange(min=1),
+              help="only these node counts (repeatable; default: 1, 2, 4 ... up to the workload's max_nodes)")
 @click.option("--shortlist", type=click.IntRange(min=1), default=16, show_default=True,
               help="candidates kept by the analytic screen for Monte Carlo")
 @click.option("--no-screen", "no_screen", is_flag=True, help="simulate every feasible configuration, not only the "
@@ -111,8 +115,8 @@ def cli():
 @catalog_option
 @output_options
 @wide_option
-def plan_command(workload, deadline, budget, risk, trials, seed, profile_ref, gpus, shortlist, no_screen, jobs, out,
-                 plot, spot_model, market, market_traces, catalog_ref, fmt, wide):
+def plan_command(workload, deadline, budget, risk, trials, seed, profile_ref, gpus, policies_, nodes, shortlist,
+                 no_screen, jobs, out, plot, spot_model, market, market_traces, catalog_ref, fmt, wide):
     """Rank ways to run a training job by cost and deadline risk; write the best as plan.json.
 
     Example: costsim plan --workload data/workloads/sdxl.yaml --trials 400 --plot plan.png
@@ -120,7 +124,8 @@ def plan_command(workload, deadline, budget, risk, trials, seed, profile_ref, gp
     spec = io.load_workload(workload)
     profile = io.load_profile_for(spec.model, profile_ref or spec.profile)
     options = PlanOptions(trials=trials, seed=seed, risk=risk, deadline_s=deadline, budget=budget,
-                          shortlist=shortlist, screen=not no_screen, jobs=jobs)
+                          shortlist=shortlist, screen=not no_screen, jobs=jobs, policies=tuple(policies_) or None,
+                          nodes=tuple(nodes) or None)
     market = _market_mode(market, market_traces, spot_model)
     catalog = with_market(offerings_for(spec, tuple(gpus) or None, load_catalog(catalog_ref)), market,
                           tuple(market_traces))
@@ -167,6 +172,9 @@ def _print_plan(result, chosen, fmt, out, plot, wide=False):
     headers, rows, legend = report.plan_table(result, wide)
     click.echo(report.table(headers, rows, "table"))
     click.echo(report.wrap(legend))
+    note = report.spot_note(result)
+    if note:
+        click.echo(report.wrap(note))
     click.echo(report.wrap(f"{result.screened} candidates screened, {len(result.ranked)} simulated x {result.trials} "
                            f"trials ({result.events:,} events) in {result.wall_s:.1f}s. Prices: "
                            f"{_price_dates(result)}."))
@@ -620,6 +628,103 @@ def _num(value) -> str:
 
 def _pct(value) -> str:
     return "-" if value is None else f"{100 * value:+.1f}%"
+
+
+def _short_label(label: str | None) -> str:
+    """aws/us-east-1/p5en.48xlarge H200x8x1 blocks spot-only ckpt=155s -> p5en.48xlarge x1 spot-only."""
+    if not label:
+        return "-"
+    words = label.split(" ckpt=")[0].split()
+    nodes = words[1].split("x")[-1]
+    return f"{words[0].split('/')[-1]} x{nodes} {words[-1]}"
+
+
+def _share(value) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+@cli.command("validate")
+@click.option("--workload", required=True, help="workload YAML file or built-in name (sdxl, tiny)")
+@click.option("--gpu", "gpus", multiple=True, help="only these GPU types (repeatable)")
+@click.option("--policy", "policies_", multiple=True, type=click.Choice(sorted(POLICIES)),
+              help="plan only with these policies (repeatable; default: every one), e.g. spot-only to test its promise")
+@click.option("--nodes", "nodes", multiple=True, type=click.IntRange(min=1), help="plan only with these node counts "
+              "(repeatable), e.g. 2 to validate a gang")
+@click.option("--deadline", type=DURATION, help="override the workload's deadline, e.g. 36h")
+@click.option("--risk", type=click.FloatRange(0, 1, max_open=True), help="acceptable probability of missing "
+              "the deadline (default: 1 - the workload's p_deadline)")
+@click.option("--trials", type=click.IntRange(min=10), default=400, show_default=True,
+              help="Monte Carlo trials per candidate of each plan")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--stride", type=DURATION, default="6h", show_default=True,
+              help="a long trace's real windows start this far apart")
+@click.option("--group", "groups", multiple=True, help="leave out only these groups (repeatable; default: each)")
+@click.option("--replay-share", type=click.FloatRange(0, 1), help="the share of trials that replay a real window "
+              "(default: the catalog's); the rest draw from the group's fit")
+@click.option("--jobs", type=click.IntRange(min=1), help="worker processes (default: CPU count)")
+@click.option("--plot", type=click.Path(dir_okay=False), help="stated vs realised P(deadline) and reliability, PNG")
+@market_options
+@catalog_option
+@output_options
+def validate_command(workload, gpus, policies_, nodes, deadline, risk, trials, seed, stride, groups, replay_share,
+                     jobs, plot, market, market_traces, catalog_ref, fmt):
+    """Leave each capacity group out, plan without it, replay the choice on its real windows: is the
+    plan's P(deadline) and P10-P90 band true of capacity its market never saw?
+
+    Example: costsim validate --workload sdxl --gpu H200 --policy spot-only --plot validate.png
+    """
+    from costsim.validate import COVERAGE_BAND, P_TOLERANCE, market_for_validation, pooled, reliability, validate
+    from costsim.validate import plot as plot_validation
+    if market == "fit":
+        raise click.UsageError("--market fit has no capacity groups to leave out: use ensemble or traces")
+    spec = io.load_workload(workload)
+    profile = io.load_profile_for(spec.model, spec.profile)
+    offerings = market_for_validation(offerings_for(spec, tuple(gpus) or None, load_catalog(catalog_ref)),
+                                      market or "ensemble", tuple(market_traces), replay_share)
+    options = PlanOptions(trials=trials, seed=seed, risk=risk, deadline_s=deadline, jobs=jobs,
+                          policies=tuple(policies_) or None, nodes=tuple(nodes) or None)
+    report_progress = progress_line("validate", what="groups left out")
+    results = validate(spec, profile, offerings, options, stride_s=stride, groups=tuple(groups) or None,
+                       progress=lambda done, total, name: report_progress(done, total))
+    table = reliability(results)
+    overall = pooled(results)
+    honest = [r for r in results if r.honest]
+    judged = [r for r in results if r.honest is not None]
+    if fmt == "json":
+        click.echo(report.to_json({"groups": [r.as_dict() for r in results], "pooled": overall, "reliability": table,
+                                   "goal": {"p_tolerance": P_TOLERANCE, "coverage": list(COVERAGE_BAND)},
+                                   "honest_groups": len(honest), "judged_groups": len(judged)}))
+    else:
+        rows = [[r.group, ("" if r.meets_target else "x ") + _short_label(r.chosen), r.windows,
+                 _share(r.stated_p), _share(r.realised_p), f"{r.p_error:+.3f}" if r.p_error is not None else "",
+                 _share(r.cost_coverage), _share(r.finish_coverage), _num(r.crps),
+                 {True: "yes", False: "no", None: ""}[r.honest]] for r in results]
+        stated, real = overall["stated_p_deadline"], overall["realised_p_deadline"]
+        rows.append(["every group, pooled", "", sum(r.windows for r in results), _share(stated), _share(real),
+                     f"{stated - real:+.3f}" if stated is not None and real is not None else "",
+                     _share(overall["cost_coverage"]), _share(overall["finish_coverage"]), _num(overall["cost_crps"]),
+                     ""])
+        click.echo(report.table(["left out", "chosen without it", "windows", "stated", "realised", "error",
+                                 "cost in", "finish in", "CRPS", "goal"], rows, fmt))
+        if fmt == "table":
+            click.echo(report.wrap(
+                "chosen: the plan's choice without the group (x: nothing met the target, so its cheapest candidate); "
+                f"stated: its P(deadline); realised: the share of the group's real "
+                f"windows ({format_duration(stride)} apart on a long trace) that met it; cost in / finish in: the "
+                f"share of realised costs and finishes inside the plan's P10-P90 (honest: 80%); CRPS of the cost, "
+                f"lower is better. Goal: |error| <= {P_TOLERANCE} and both shares within "
+                f"{COVERAGE_BAND[0]:.0%}-{COVERAGE_BAND[1]:.0%}; met on {len(honest)} of {len(judged)} groups. "
+                "Pooled: each group weighing the same, as in the ensemble."))
+            click.echo()
+            click.echo(report.table(["stated P(finish by t)", "pairs", "mean stated", "realised"],
+                                    [[f"{row['bin'][0]:.1f}-{row['bin'][1]:.1f}", row["count"], _share(row["stated"]),
+                                      _share(row["realised"])] for row in table], fmt))
+            click.echo(report.wrap("reliability: every window's finish against the plan's stated probability of "
+                                   "finishing by 0.5, 0.75, 1, 1.25 and 1.5 deadlines, binned"))
+    if plot:
+        plot_validation(results, table, plot, f"{spec.name}: leave one capacity group out ({trials} trials a plan)")
+        if fmt == "table":
+            click.echo(f"wrote {plot}")
 
 
 @cli.command("export")

@@ -120,10 +120,18 @@ class GroupFit:
                 "lives": self.lives, "outages": self.outages}
 
 
+# A parameter draw strays at most this far (in log terms: a factor of e) from the estimate: a fit of
+# a few alike durations has an information matrix close to singular, and an unbounded draw from it
+# would give day-long lives or outages of a microsecond.
+MAX_DRAW_STEP = 1.0
+
+
 def _draw_normal(rng: np.random.Generator, mean, cov) -> tuple[float, ...]:
     if not cov:
         return tuple(mean)
-    return tuple(float(v) for v in rng.multivariate_normal(np.asarray(mean), np.asarray(cov)))
+    centre = np.asarray(mean, dtype=float)
+    drawn = rng.multivariate_normal(centre, np.asarray(cov), method="eigh")
+    return tuple(float(v) for v in np.clip(drawn, centre - MAX_DRAW_STEP, centre + MAX_DRAW_STEP))
 
 
 @dataclass(frozen=True, slots=True, eq=False)

@@ -220,12 +220,17 @@ def fit_outage_families(spans: list[Span]) -> list[OutageFit]:
     starts = {"exponential": np.array([math.log(mean0)]),
               "weibull": np.array([0.0, math.log(mean0)]),
               "lognormal": np.array([float(logs.mean()), math.log(max(float(logs.std()), 0.05))])}
+    log_t = (math.log(t.min()) - 10.0, math.log(t.max()) + 10.0)
+    shape_bounds = (math.log(SHAPE_BOUNDS[0]), math.log(SHAPE_BOUNDS[1]))
+    bounds = {"exponential": [log_t], "weibull": [shape_bounds, log_t],
+              "lognormal": [log_t, (math.log(0.01), math.log(20.0))]}   # all outages alike: sigma stops at 0.01
     fits = []
     for family, x0 in starts.items():
         objective = lambda p, family=family: _family_nll(family, p, t, d)   # noqa: E731
         if events < 2 and family != "exponential":
             continue
-        best = optimize.minimize(objective, x0, method="Nelder-Mead",
+        x0 = np.clip(x0, [b[0] for b in bounds[family]], [b[1] for b in bounds[family]])
+        best = optimize.minimize(objective, x0, method="Nelder-Mead", bounds=bounds[family],
                                  options={"xatol": 1e-8, "fatol": 1e-10, "maxiter": 4000})
         if not np.isfinite(best.fun):
             continue

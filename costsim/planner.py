@@ -45,6 +45,8 @@ class PlanOptions:
     shortlist: int = 16
     screen: bool = True                # False: every feasible group goes to the Monte Carlo (slower)
     jobs: int | None = None
+    policies: tuple[str, ...] | None = None   # only these recovery policies; None: every one
+    nodes: tuple[int, ...] | None = None      # only these node counts; None: 1, 2, 4 ... up to max_nodes
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -209,6 +211,19 @@ def _check_profile_covers(profile: Profile, offerings: list[Offering], configure
                      "batch split or checkpoint storage); see the skipped list in --format json")
 
 
+def _only_asked(configured: list[Configured], options: PlanOptions) -> list[Configured]:
+    """The candidates of the policies and node counts asked for (--policy, --nodes); none left is bad input."""
+    kept = [c for c in configured if (options.policies is None or c.candidate.policy in options.policies)
+            and (options.nodes is None or c.candidate.nodes in options.nodes)]
+    if not kept:
+        have = sorted({(c.candidate.policy, c.candidate.nodes) for c in configured})
+        raise InputError("--policy/--nodes", "policy", "no candidate has " + " and ".join(
+            part for part in (f"policy {'/'.join(options.policies)}" if options.policies else "",
+                              f"{'/'.join(map(str, options.nodes))} nodes" if options.nodes else "") if part)
+            + "; allowed pairs: " + ", ".join(f"{p} x{n}" for p, n in have))
+    return kept
+
+
 def _node_counts(max_nodes: int) -> list[int]:
     counts, n = [], 1
     while n <= max_nodes:
@@ -327,6 +342,7 @@ def plan(workload: Workload, profile: Profile, offerings: list[Offering], option
     target = target_probability(workload, options)
     configured, skipped = configure(workload, profile, offerings, deadline_s)
     _check_profile_covers(profile, offerings, configured)
+    configured = _only_asked(configured, options)
     fastest = min(configured, key=lambda c: c.config.params.work_s + c.config.params.changeover_s)
     work_s, start_s = fastest.config.params.work_s, fastest.config.params.changeover_s
     if work_s + start_s > deadline_s:   # the screen would leave nothing to simulate

@@ -12,6 +12,8 @@ import textwrap
 from tabulate import tabulate
 
 from costsim.planfile import spot_model_name
+from costsim.policies import POLICY_MARKETS
+from costsim.spec import SPOT
 from costsim.units import format_duration
 
 TABLE_WIDTH = 120   # what a default table fits; --wide shows every column
@@ -46,12 +48,32 @@ def plan_table(result, wide: bool = False) -> tuple[list[str], list[list], str]:
                      *([saving, f"{r.configured.step.samples_per_s:,.1f}", f"{s.preemptions_mean:.2f}"] if wide else [])])
     legend = ("* chosen, x misses the target. GPUs: type, per node x nodes, runner configuration (when the profile "
               "has several); finish and cost: P10/P50/P90 of the trials, cost's first column its mean"
-              + ("" if wide else f", in {currency}") + "; P(met): share of trials meeting the deadline"
+              + ("" if wide else f", in {currency}") + ("; P(deadline)" if wide else "; met")
+              + ": share of trials meeting the deadline"
               + ("; worst: that share in the trials of the capacity group that does worst (the spot market is an "
                  "ensemble of real capacity groups: docs/model.md)" if groups else "")
               + ("; saving: against the cheapest on-demand plan that meets the target" if wide
                  else "; --wide for the checkpoint interval (each one tried), saving and more") + ".")
     return headers, rows, legend
+
+
+def spot_note(result) -> str | None:
+    """When the choice uses no spot although spot was on offer, why: the cheapest spot plan misses the
+    target (the market's worst group says how badly)."""
+    chosen = result.chosen
+    if chosen is None or SPOT in POLICY_MARKETS[chosen.configured.candidate.policy]:
+        return None
+    spot = [r for r in result.ranked if SPOT in POLICY_MARKETS[r.configured.candidate.policy]
+            and r.stats.cost_mean < chosen.stats.cost_mean]
+    if not spot:
+        return None
+    cheapest = min(spot, key=lambda r: r.stats.cost_mean)
+    s = cheapest.stats
+    worst = (f", {_percent(s.worst_group_p_deadline, 0)} in its worst capacity group ({s.worst_group})"
+             if s.worst_group is not None and s.worst_group_p_deadline is not None else "")
+    return (f"note: nothing that uses spot meets P(deadline) >= {result.target:.2f} for less than the choice: the "
+            f"cheapest, {cheapest.configured.candidate.label}, costs {s.cost_mean:,.2f} on average and meets the "
+            f"deadline in {_percent(s.p_deadline, 1)} of trials{worst}.")
 
 
 def _percent(p: float, decimals: int) -> str:

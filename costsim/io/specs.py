@@ -240,7 +240,8 @@ def _markets(f: Fields) -> dict:
             raise InputError(e.source, e.name("groups"), "expected a list of {period, traces}")
         for index, item in enumerate(raw):
             g = Fields(e.source, item if isinstance(item, dict) else {}, prefix=f"{e.name('groups')}[{index}].")
-            period = g.text("period")
+            g.reject_unknown({"period", "traces", "name"})
+            period, named = g.text("period"), g.text("name", None)
             paths = g.raw("traces")
             if isinstance(paths, str):
                 paths = [paths]
@@ -249,8 +250,12 @@ def _markets(f: Fields) -> dict:
             missing = [p for p in paths if not (data_dir() / p).exists()]
             if missing:
                 raise InputError(e.source, g.name("traces"), f"{missing[0]} not found under {data_dir()}")
-            for spec in groups_from_paths([str(data_dir() / p) for p in paths], period):
-                groups.append(replace(spec, name=f"{period}/{spec.name.split('/')[-1]}",
+            made = groups_from_paths([str(data_dir() / p) for p in paths], period)
+            if named is not None and len(made) != 1:
+                raise InputError(e.source, g.name("name"), f"names one group; its traces make {len(made)} (a folder "
+                                 "is a group a file): leave name out")
+            for spec in made:
+                groups.append(replace(spec, name=f"{period}/{named or spec.name.split('/')[-1]}",
                                       paths=tuple(_data_relative(p) for p in spec.paths)))
         found[name] = MarketSpec(name=name, groups=tuple(groups), replay_share=share)
     return found

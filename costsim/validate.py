@@ -1,0 +1,286 @@
+"""`costsim validate`: is a plan's promise true of capacity its market was not built from?
+
+Leave one group out: for each capacity group g of the market (a zone's trace, a period's windows),
+build the market without g, plan, and replay the chosen configuration on g's real windows. A plan
+states P(deadline) and P10-P90 bands of cost and finish; g's windows say what happened. Honest is:
+the stated P(deadline) within 0.05 of the realised share, and 80% of the realised costs and finishes
+inside the stated P10-P90 (70-90% passes). Also measured: the cost's CRPS (the continuous ranked
+probability score of the stated distribution against each realised cost, in the plan's currency:
+lower is better) and a reliability table that pools every stated probability of finishing by a time
+(0.5 to 1.5 deadlines) against how often it happened.
+
+A window of a long trace starts every `stride` and runs as long as the job's horizon; a bundle's
+windows are replayed as they are. A gang of n nodes runs while each of n windows of the group, spread
+evenly over them, has capacity.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Callable
+
+import numpy as np
+
+from costsim import ensemble, policies
+from costsim.catalog import with_market
+from costsim.ensemble import Group, MarketSpec
+from costsim.errors import InputError
+from costsim.montecarlo import SimConfig, quantile, run_trials
+from costsim.planner import PlanOptions, Ranked, plan
+from costsim.sim.market import ArrayTimeline, intersect
+from costsim.sim.trial import run_trial
+from costsim.spec import SPOT, Offering, Profile, Workload
+
+DEADLINE_MULTIPLES = (0.5, 0.75, 1.0, 1.25, 1.5)   # the finish times whose stated probability is checked
+BINS = np.linspace(0.0, 1.0, 11)
+P_TOLERANCE = 0.05
+COVERAGE_BAND = (0.70, 0.90)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class GroupResult:
+    group: str
+    period: str
+    chosen: str | None                 # the configuration the plan without this group chose
+    policy: str | None
+    meets_target: bool
+    windows: int
+    stated_p: float | None = None
+    realised_p: float | None = None
+    realised_se: float | None = None
+    cost_band: tuple[float, float] | None = None
+    finish_band: tuple[float, float] | None = None
+    cost_coverage: float | None = None
+    finish_coverage: float | None = None
+    crps: float | None = None
+    stated_cost_mean: float | None = None
+    realised_cost_mean: float | None = None
+    pairs: list[tuple[float, bool]] = field(default_factory=list)   # (stated P(finish by t), finished by t)
+
+    @property
+    def p_error(self) -> float | None:
+        return None if self.stated_p is None or self.realised_p is None else self.stated_p - self.realised_p
+
+    @property
+    def honest(self) -> bool | None:
+        """Within the goal: |stated - realised| P(deadline) <= 0.05 and both bands cover 70-90%."""
+        if self.p_error is None:
+            return None
+        low, high = COVERAGE_BAND
+        return (abs(self.p_error) <= P_TOLERANCE and all(low <= c <= high for c in (self.cost_coverage, self.finish_coverage)
+                                                         if c is not None))
+
+    def as_dict(self) -> dict:
+        return {"group": self.group, "period": self.period, "chosen": self.chosen, "policy": self.policy,
+                "meets_target": self.meets_target,
+                "windows": self.windows, "stated_p_deadline": self.stated_p, "realised_p_deadline": self.realised_p,
+                "realised_se": self.realised_se, "p_error": self.p_error,
+                "cost_p10_p90": list(self.cost_band) if self.cost_band else None,
+                "finish_p10_p90_s": [_finite(v) for v in self.finish_band] if self.finish_band else None,
+                "cost_coverage": self.cost_coverage, "finish_coverage": self.finish_coverage, "cost_crps": self.crps,
+                "stated_cost_mean": self.stated_cost_mean, "realised_cost_mean": self.realised_cost_mean,
+                "honest": self.honest}
+
+
+def _finite(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
+def market_of(offerings: list[Offering]) -> MarketSpec:
+    """The one ensemble the workload's spot offerings draw from (validation leaves its groups out one by one)."""
+    specs = {o.spot_model.market for o in offerings if o.spot_model is not None and o.spot_model.market is not None}
+    if not specs:
+        raise InputError("--market", "market", "no spot offering of this workload draws from a capacity ensemble: "
+                         "nothing to validate (give --market-trace, or plan on GPUs with a spot market)")
+    if len(specs) > 1:
+        raise InputError("--gpu", "gpu", "the spot offerings draw from different ensembles ("
+                         + ", ".join(sorted(s.name for s in specs)) + "); choose GPUs or offerings of one")
+    return specs.pop()
+
+
+def with_spec(offerings: list[Offering], spec: MarketSpec) -> list[Offering]:
+    """The offerings with this market in place of their ensemble."""
+    out = []
+    for o in offerings:
+        model = o.spot_model
+        if model is not None and model.market is not None:
+            o = replace(o, spot_model=replace(model, market=spec))
+        out.append(o)
+    return out
+
+
+def replay_timelines(group: Group, horizon_s: float, stride_s: float, nodes: int) -> list[ArrayTimeline]:
+    """Every real window of a group as a gang of `nodes` would have met it (see the module's note)."""
+    windows: list[tuple[np.ndarray, np.ndarray]] = []
+    for window in group.windows:
+        if group.slide:
+            last = max(window.length_s - horizon_s, 0.0)
+            offsets = np.arange(0.0, last + 1e-9, stride_s)
+        else:
+            offsets = np.zeros(1)
+        for offset in offsets.tolist():
+            first = int(np.searchsorted(window.ends, offset, side="right"))
+            last_i = int(np.searchsorted(window.starts, offset + horizon_s, side="left"))
+            windows.append((np.maximum(window.starts[first:last_i] - offset, 0.0),
+                            np.minimum(window.ends[first:last_i] - offset, horizon_s)))
+    out = []
+    for index in range(len(windows)):
+        stretches = windows[index]
+        for node in range(1, nodes):   # the other nodes: windows spread evenly over the group
+            stretches = intersect(stretches, windows[(index + node * len(windows) // nodes) % len(windows)])
+        out.append(ArrayTimeline(*stretches))
+    return out
+
+
+def realised(config: SimConfig, timelines: list[ArrayTimeline]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(finish, cost, met) of the configuration on each real window."""
+    policy = policies.get(config.policy)
+    finish, cost, met = [], [], []
+    for timeline in timelines:
+        outcome = run_trial(config.params, policy, timeline, config.prices)
+        storage_s = outcome.makespan_s if math.isfinite(outcome.makespan_s) else config.params.horizon_s
+        finish.append(outcome.makespan_s)
+        cost.append(outcome.cost + config.storage_per_h * storage_s / 3600.0)
+        met.append(outcome.met_deadline)
+    return np.array(finish), np.array(cost), np.array(met)
+
+
+def crps(samples: np.ndarray, observed: np.ndarray) -> float:
+    """Mean CRPS of an ensemble forecast (its samples) over the observations: E|X - y| - E|X - X'| / 2."""
+    x = np.sort(samples)
+    n = len(x)
+    # E|X - X'| from the sorted samples in O(n): sum over i of (2i - n + 1) x_i, over n^2
+    spread = float(np.sum((2 * np.arange(n) - n + 1) * x)) * 2.0 / (n * n)
+    return float(np.mean([np.mean(np.abs(x - y)) for y in observed])) - 0.5 * spread
+
+
+def _inside(values: np.ndarray, band: tuple[float, float]) -> float:
+    low, high = band
+    return float(np.mean((values >= low - 1e-9) & (values <= high + 1e-9)))
+
+
+def validate_group(workload: Workload, profile: Profile, offerings: list[Offering], spec: MarketSpec, name: str,
+                   options: PlanOptions, stride_s: float) -> GroupResult:
+    """Plan without group `name`, replay the choice on its windows."""
+    held_out = ensemble.build_group(next(g for g in spec.groups if g.name == name))
+    result = plan(workload, profile, with_spec(offerings, spec.without(name)), options)
+    # what the plan chose; when nothing meets the target, its cheapest candidate: its figures are a promise too
+    chosen: Ranked = result.chosen or result.ranked[0]
+    config = chosen.configured.config
+    c = chosen.configured.candidate
+    stated = run_trials(config, options.trials, options.seed)   # the plan's own trials, drawn again
+    timelines = replay_timelines(held_out, config.params.horizon_s, stride_s, c.nodes) if SPOT in config.prices else []
+    if not timelines:   # no spot market: what the plan says is what happens, on any capacity
+        timelines = [ArrayTimeline([], [])]
+    finish, cost, met = realised(config, timelines)
+    stats = chosen.stats
+    cost_band = (quantile(stated.cost, 0.1), quantile(stated.cost, 0.9))
+    finish_band = (quantile(stated.makespan_s, 0.1), quantile(stated.makespan_s, 0.9))
+    deadline = result.deadline_s
+    pairs = [(float(np.mean(stated.makespan_s <= k * deadline)), bool(f <= k * deadline))
+             for k in DEADLINE_MULTIPLES for f in finish.tolist()]
+    n = len(met)
+    p = float(met.mean())
+    return GroupResult(
+        group=name, period=held_out.period, chosen=c.label, policy=c.policy, meets_target=chosen.meets_target,
+        windows=n, stated_p=stats.p_deadline,
+        realised_p=p, realised_se=math.sqrt(max(p * (1 - p), 1e-12) / n), cost_band=cost_band, finish_band=finish_band,
+        cost_coverage=_inside(cost, cost_band), finish_coverage=_inside(finish, finish_band),
+        crps=crps(stated.cost, cost), stated_cost_mean=stats.cost_mean, realised_cost_mean=float(cost.mean()),
+        pairs=pairs)
+
+
+def validate(workload: Workload, profile: Profile, offerings: list[Offering], options: PlanOptions, *,
+             stride_s: float, groups: tuple[str, ...] | None = None,
+             progress: Callable[[int, int, str], None] | None = None) -> list[GroupResult]:
+    """Leave each capacity group out in turn (or only `groups`)."""
+    spec = market_of(offerings)
+    if len(spec.groups) < 2:
+        raise InputError("--market-trace", "market", f"{spec.name} has {len(spec.groups)} capacity group: leaving "
+                         "one out leaves nothing to plan with; give two or more")
+    names = list(groups) if groups else spec.group_names
+    unknown = [g for g in names if g not in spec.group_names]
+    if unknown:
+        raise InputError("--group", "group", f"unknown {unknown[0]!r}; allowed: {', '.join(spec.group_names)}")
+    results = []
+    for index, name in enumerate(names):
+        results.append(validate_group(workload, profile, offerings, spec, name, options, stride_s))
+        if progress:
+            progress(index + 1, len(names), name)
+    return results
+
+
+def pooled(results: list[GroupResult]) -> dict:
+    """Every group at once, each weighing the same (as the ensemble weighs them): the calibration a user
+    who cannot say which group their capacity will behave like gets. Per group, a plan that does not
+    know the group cannot be right where groups differ by more than its band (docs/model.md)."""
+    judged = [r for r in results if r.realised_p is not None]
+
+    def mean(name: str) -> float | None:
+        values = [getattr(r, name) for r in judged if getattr(r, name) is not None]
+        return float(np.mean(values)) if values else None
+    return {"groups": len(judged), "stated_p_deadline": mean("stated_p"), "realised_p_deadline": mean("realised_p"),
+            "cost_coverage": mean("cost_coverage"), "finish_coverage": mean("finish_coverage"),
+            "cost_crps": mean("crps"), "mean_abs_p_error": (float(np.mean([abs(r.p_error) for r in judged
+                                                                             if r.p_error is not None]))
+                                                             if judged else None)}
+
+
+def reliability(results: list[GroupResult]) -> list[dict]:
+    """Stated probabilities of finishing by a time, binned, against how often it happened."""
+    pairs = [pair for r in results for pair in r.pairs]
+    rows = []
+    for low, high in zip(BINS[:-1], BINS[1:]):
+        inside = [(p, o) for p, o in pairs if low <= p < high or (high == 1.0 and p == 1.0)]
+        if inside:
+            rows.append({"bin": [float(low), float(high)], "count": len(inside),
+                         "stated": float(np.mean([p for p, _ in inside])),
+                         "realised": float(np.mean([o for _, o in inside]))})
+    return rows
+
+
+def plot(results: list[GroupResult], table: list[dict], path: str, title: str) -> None:
+    """Stated against realised P(deadline) per group, and the reliability diagram."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from costsim.report import save_figure
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 5.5))
+    shown = [r for r in results if r.realised_p is not None]
+    for r in shown:
+        assert r.stated_p is not None and r.realised_p is not None
+        left.errorbar(r.stated_p, r.realised_p, yerr=1.96 * (r.realised_se or 0.0), fmt="o", capsize=3)
+        left.annotate(r.group, (r.stated_p, r.realised_p), fontsize=7, xytext=(4, 2), textcoords="offset points")
+    left.plot([0, 1], [0, 1], c="k", lw=1)
+    left.fill_between([0, 1], [-P_TOLERANCE, 1 - P_TOLERANCE], [P_TOLERANCE, 1 + P_TOLERANCE], color="tab:green",
+                      alpha=0.15, label=f"within {P_TOLERANCE}")
+    left.set_xlabel("stated P(deadline), market without the group")
+    left.set_ylabel("realised share of the group's windows")
+    left.set_xlim(0, 1.02)
+    left.set_ylim(0, 1.02)
+    left.legend(loc="lower right")
+    left.set_title("leave one group out")
+    left.grid(alpha=0.3)
+    right.plot([0, 1], [0, 1], c="k", lw=1)
+    right.scatter([row["stated"] for row in table], [row["realised"] for row in table],
+                  s=[10 + 200 * row["count"] / max(r["count"] for r in table) for row in table], zorder=3)
+    right.set_xlabel("stated probability of finishing by a time")
+    right.set_ylabel("realised frequency")
+    right.set_title("reliability (0.5-1.5 deadlines, every group)")
+    right.grid(alpha=0.3)
+    fig.suptitle(title)
+    fig.tight_layout()
+    save_figure(fig, path)
+    plt.close(fig)
+
+
+def market_for_validation(offerings: list[Offering], mode: str, traces: tuple[str, ...],
+                          replay_share: float | None) -> list[Offering]:
+    """The offerings' markets as `costsim validate` was asked to build them."""
+    out = with_market(offerings, mode, traces)
+    if replay_share is None:
+        return out
+    return [replace(o, spot_model=replace(o.spot_model, market=replace(o.spot_model.market, replay_share=replay_share)))
+            if o.spot_model is not None and o.spot_model.market is not None else o for o in out]

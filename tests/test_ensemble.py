@@ -1,0 +1,185 @@
+"""The spot market as an ensemble of real capacity groups, and `costsim validate` on it."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from costsim import ensemble, policies
+from costsim.ensemble import GroupSpec, MarketSpec
+from costsim.market_fit import Span, fit_outage_families
+from costsim.montecarlo import SimConfig, run_trials, summarise
+from costsim.sim.job import JobParams
+from costsim.sim.market import ArrayTimeline, TraceTimeline, intersect
+from costsim.sim.trial import MarketPrice, run_trial
+from costsim.validate import crps, replay_timelines
+
+GAP = 600.0
+
+
+def _trace(path, ticks):
+    path.write_text(json.dumps({"metadata": {"gap_seconds": GAP}, "data": ticks}))
+    return str(path)
+
+
+def _pattern(up: int, down: int, length: int, seed: int = 0) -> list[int]:
+    """Unavailable stretches of about `down` ticks and available ones of about `up` (geometric, seeded),
+    alternating from an unavailable one (so the first life is not left-truncated)."""
+    rng = np.random.default_rng(seed)
+    ticks: list[int] = []
+    while len(ticks) < length:
+        ticks += [1] * int(rng.geometric(1 / down)) + [0] * int(rng.geometric(1 / up))
+    return ticks[:length]
+
+
+@pytest.fixture
+def groups(tmp_path):
+    folder = tmp_path / "zones"
+    folder.mkdir()
+    _trace(folder / "good_v100_1.json", _pattern(up=100, down=1, length=3000))
+    _trace(folder / "bad_v100_1.json", _pattern(up=1, down=100, length=3000))
+    _trace(folder / "mid_v100_1.json", _pattern(up=12, down=12, length=3000))
+    return folder
+
+
+def test_a_replayed_window_is_the_trace_from_its_start(groups):
+    """Replay keeps capacity as it happened: a window that starts mid-trace is the trace's ticks from there."""
+    spec = MarketSpec(name="t", groups=ensemble.groups_from_paths([str(groups)]), replay_share=1.0)
+    market = ensemble.build(spec)
+    mid = market.groups[[g.name for g in market.groups].index("zones/mid")]
+    ticks = json.loads((groups / "mid_v100_1.json").read_text())["data"]
+    horizon = 500 * GAP
+    for offset_ticks in (0, 7, 30):
+        replayed = replay_timelines(mid, horizon, GAP, 1)
+        timeline = replayed[offset_ticks]   # one window a tick apart
+        truth = TraceTimeline(ticks[offset_ticks:offset_ticks + 500], GAP)
+        for t in np.arange(0, horizon, GAP / 3):
+            assert timeline.available(t) == truth.available(t), (offset_ticks, t)
+    assert len(replay_timelines(mid, horizon, 6 * 3600, 1)) == math.floor((3000 - 500) * GAP / (6 * 3600)) + 1
+
+
+def test_a_gang_runs_only_while_every_node_can():
+    a = (np.array([0.0, 100.0]), np.array([50.0, 200.0]))
+    b = (np.array([20.0, 150.0]), np.array([120.0, 400.0]))
+    starts, ends = intersect(a, b)
+    assert starts.tolist() == [20.0, 100.0, 150.0] and ends.tolist() == [50.0, 120.0, 200.0]
+    timeline = ArrayTimeline(starts, ends)
+    assert not timeline.available(10.0) and timeline.available(30.0) and not timeline.available(130.0)
+    assert timeline.reclaim_time(160.0) == 200.0 and math.isinf(timeline.next_available(200.0))
+
+
+def test_each_trial_faces_one_group_in_turn_and_the_stats_say_which_does_worst(groups):
+    """Trial i draws group i mod G (common capacity across candidates); P(deadline) per group shows the bad
+    zone, where spot-only never finishes a 3-hour job whose capacity lasts 10 minutes at a time."""
+    market = ensemble.build(MarketSpec(name="t", groups=ensemble.groups_from_paths([str(groups)]), replay_share=0.5))
+    params = JobParams(work_s=3 * 3600, deadline_s=12 * 3600, checkpoint_interval_s=1800, checkpoint_s=30,
+                       changeover_s=300, horizon_s=48 * 3600)
+    config = SimConfig(params=params, policy="spot-only", prices={"spot": MarketPrice(per_hour=1.0)}, market=market)
+    samples = run_trials(config, 60, seed=3)
+    assert samples.group.tolist() == [i % 3 for i in range(60)]
+    stats = summarise(samples)
+    assert stats.worst_group == "zones/bad" and stats.group_p_deadline["zones/bad"] == 0.0
+    assert stats.group_p_deadline["zones/good"] == 1.0
+    assert stats.p_deadline == pytest.approx(np.mean(list(stats.group_p_deadline.values())))
+    again = run_trials(config, 60, seed=3)   # seeded: the same draws
+    assert np.array_equal(samples.cost, again.cost)
+
+
+def test_outage_lengths_from_a_lognormal_choose_the_lognormal_and_recover_its_parameters():
+    rng = np.random.default_rng(7)
+    mu, sigma, n = math.log(3600.0), 1.3, 3000
+    drawn = rng.lognormal(mu, sigma, n)
+    cut = 6 * 3600.0   # right-censored at 6 h, as a trace's end cuts an outage
+    spans = [Span(min(d, cut), event=bool(d < cut)) for d in drawn]
+    fits = fit_outage_families(spans)
+    assert [f.family for f in fits][0] == "lognormal"
+    best = fits[0]
+    se_mu, se_log_sigma = math.sqrt(best.cov[0][0]), math.sqrt(best.cov[1][1])
+    assert abs(best.params[0] - mu) < 4 * se_mu
+    assert abs(best.params[1] - math.log(sigma)) < 4 * se_log_sigma
+    assert fits[0].aic < fits[-1].aic
+
+
+def test_crps_of_a_point_forecast_is_the_absolute_error_and_a_spread_forecast_scores_its_spread():
+    assert crps(np.full(50, 10.0), np.array([13.0, 7.0])) == pytest.approx(3.0)
+    samples = np.random.default_rng(0).normal(0.0, 1.0, 20000)
+    # a standard normal forecast against its own mean: CRPS = 2 phi(0) - 1/sqrt(pi) (Gneiting & Raftery)
+    expected = 2 * (1 / math.sqrt(2 * math.pi)) - 1 / math.sqrt(math.pi)
+    se = 1.0 / math.sqrt(len(samples))
+    assert crps(samples, np.array([0.0])) == pytest.approx(expected, abs=4 * se)
+
+
+def test_plan_draws_from_the_ensemble_and_says_so(run_cli, tmp_path, groups):
+    out = tmp_path / "plan.json"
+    result = run_cli("plan", "--workload", "sdxl", "--gpu", "H200", "--policy", "spot-only", "--risk", "0.1",
+                     "--trials", "60", "--market", "traces", "--market-trace", str(groups), "--out", str(out),
+                     "--format", "json")
+    assert result.exit_code == 1   # no spot-only plan meets 0.9 when one zone in three never has capacity
+    doc = result.json()
+    spot = [c for c in doc["candidates"] if c["policy"] == "spot-only"]
+    assert spot and all(c["worst_group"]["name"] == "zones/bad" and c["worst_group"]["p_deadline"] == 0.0 for c in spot)
+    assert all(c["p_deadline"] <= 2 / 3 + 1e-9 for c in spot)
+    joined = run_cli("plan", "--workload", "sdxl", "--gpu", "H200", "--trials", "40", "--market-trace", str(groups),
+                     "--out", str(out))
+    assert joined.exit_code == 0, joined.stderr
+    plan = json.loads(out.read_text())
+    names = [g["name"] for g in plan["prediction"]["market"]["groups"]]
+    assert "zones/bad" in names and "2023/us-east-1a" in names   # yours join the shipped groups
+    for args, says in ((("--market", "traces"), "give --market-trace"),
+                       (("--market", "fit", "--market-trace", str(groups)), "--market fit draws from one fitted"),
+                       (("--market-trace", str(tmp_path / "nowhere")), "not found")):
+        refused = run_cli("plan", "--workload", "sdxl", "--trials", "40", "--out", str(out), *args)
+        assert refused.exit_code == 2 and says in refused.stderr and "Traceback" not in refused.stderr
+
+
+def test_the_old_single_fit_is_one_flag_away_and_replays_exactly(run_cli, tmp_path):
+    out = tmp_path / "plan.json"
+    made = run_cli("plan", "--workload", "sdxl", "--gpu", "H200", "--market", "fit", "--trials", "100",
+                   "--out", str(out))
+    assert made.exit_code == 0, made.stderr
+    plan = json.loads(out.read_text())
+    assert plan["prediction"]["market"] is None and plan["policy"]["name"] == "spot-only"
+    replayed = run_cli("simulate", "--plan", str(out), "--format", "json").json()
+    assert replayed["deadline_met"] == plan["prediction"]["p_deadline"]
+    assert replayed["cost"]["mean"] == pytest.approx(plan["prediction"]["cost"]["mean"], rel=1e-12)
+
+
+def test_validate_leaves_each_group_out_and_finds_the_promise_a_bad_zone_breaks(run_cli, tmp_path, groups):
+    """Planned without the bad zone, spot-only promises what the good and middling zones give; on the bad
+    zone's real windows it never finishes: the error is the whole promise, and the goal is not met."""
+    plot = tmp_path / "v.png"
+    result = run_cli("validate", "--workload", "sdxl", "--gpu", "H200", "--policy", "spot-only", "--trials", "40",
+                     "--market", "traces", "--market-trace", str(groups), "--format", "json", "--plot", str(plot))
+    assert result.exit_code == 0, result.stderr
+    doc = result.json()
+    by = {g["group"]: g for g in doc["groups"]}
+    assert set(by) == {"zones/good", "zones/bad", "zones/mid"}
+    bad = by["zones/bad"]
+    assert bad["realised_p_deadline"] == 0.0 and bad["stated_p_deadline"] >= 0.5 and bad["honest"] is False
+    horizon_s = 4 * 36 * 3600   # four deadlines: the planner's horizon for the shipped workload
+    assert bad["windows"] == math.floor((3000 * GAP - horizon_s) / (6 * 3600)) + 1
+    good = by["zones/good"]
+    assert good["realised_p_deadline"] == 1.0 and good["p_error"] < 0
+    assert doc["pooled"]["groups"] == 3 and doc["reliability"]
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    table = run_cli("validate", "--workload", "sdxl", "--gpu", "H200", "--policy", "spot-only", "--trials", "40",
+                    "--market", "traces", "--market-trace", str(groups), "--group", "zones/bad")
+    assert table.exit_code == 0 and "zones/bad" in table.stdout and "every group, pooled" in table.stdout
+    assert "zones/good " not in table.stdout   # only the group asked for is left out
+    for args, says in ((("--market", "fit"), "no capacity groups"), (("--group", "nowhere"), "unknown 'nowhere'")):
+        refused = run_cli("validate", "--workload", "sdxl", "--gpu", "H200", "--trials", "40", "--market-trace",
+                          str(groups), *args)
+        assert refused.exit_code == 2 and says in refused.stderr and "Traceback" not in refused.stderr
+
+
+def test_a_spot_trial_on_a_group_never_available_never_finishes(tmp_path):
+    never = _trace(tmp_path / "never.json", [1] * 100 + [0] + [1] * 50 + [0] + [1] * 100)
+    group = ensemble.build_group(GroupSpec(name="never", period="p", paths=(never,)))
+    params = JobParams(work_s=3600, deadline_s=7200, checkpoint_interval_s=600, checkpoint_s=10, changeover_s=300,
+                       horizon_s=10 * 3600)
+    for timeline in replay_timelines(group, params.horizon_s, 3600, 1) or [ArrayTimeline([], [])]:
+        outcome = run_trial(params, policies.get("spot-only"), timeline, {"spot": MarketPrice(per_hour=1.0)})
+        assert not outcome.finished
