@@ -73,7 +73,7 @@ NOT_HERE = {
 PREREQUISITES = {
     "tiny.json": ["costsim", "plan", "--workload", "tiny", "--out", "tiny.json"],
     "drill.json": ["costsim", "plan", "--workload", "tiny-drill", "--out", "drill.json"],
-    "plan.json": ["costsim", "plan", "--workload", "sdxl", "--out", "plan.json"],
+    "plan.json": ["costsim", "plan", "--workload", "sdxl", "--gpu", "H200", "--out", "plan.json"],
     "runs/demo": ["runner", "execute", "tiny.json", "--run-dir", "runs/demo", "--steps", "60"],
 }
 # a command, not a line of a command's output shown in the docs (`costsim control: t=0.00 h: ...`)
