@@ -43,6 +43,7 @@ class Run:
     fetch_gb_per_s: list[float] = field(default_factory=list)    # each fetch of a checkpoint from it
     damaged_lines: tuple[int, ...] = ()   # telemetry lines passed over (the contract's rule for damage)
     job_wall_s: float | None = None       # the sum of its lives' wall times, where it lived more than once
+    steady_s: list[float] = field(default_factory=list)   # its steady steps at `point`'s split, in order
 
     @property
     def name(self) -> str:
@@ -84,7 +85,8 @@ def load_run(ref: str) -> Run:
     # The mean, not the median: wall time is the sum of steps, pauses included. Step time is per
     # (micro-batch, accumulation): 4 micro-steps of 8 are not one of 32.
     points = {split: Point(*split, statistics.fmean(times)) for split, times in by_split.items()}
-    main = points[max(by_split, key=lambda split: len(by_split[split]))]
+    main_split = max(by_split, key=lambda split: len(by_split[split]))
+    main = points[main_split]
     saves = [e for e in events if e["event"] == "checkpoint_save" and e.get("rank") == 0]
     run = Run(path=folder, plan=plan, summary=summary, point=main, points=list(points.values()),
               steps=summary.get("steps") or max((e["step"] for e in events if e["event"] == "step"), default=0),
@@ -92,7 +94,8 @@ def load_run(ref: str) -> Run:
               sync_save_s=[e["duration_s"] - (e.get("upload_s") or 0.0) for e in saves if e.get("mode") == "sync"],
               async_stall_s=[e["stall_s"] for e in saves if e.get("mode") == "async"],
               interval_saves=sum(1 for e in saves if e.get("reason") == "interval"),
-              final_save=any(e.get("reason") == "final" for e in saves) or not any(e["event"] == "end" for e in events))
+              final_save=any(e.get("reason") == "final" for e in saves) or not any(e["event"] == "end" for e in events),
+              steady_s=list(by_split[main_split]))
     run.fixed_s = first_start_cost_s(events, run.point.step_s)
     run.restart_s = restart_costs_s(events, run.point.step_s)
     run.upload_gb_per_s = [e["bytes"] / e["upload_s"] / 1e9 for e in saves if e.get("upload_s") and e.get("bytes")]
@@ -163,6 +166,7 @@ def calibrate(runs: list[Run], profile: Profile) -> Calibration:
     notes += [f"{name} pinned: {why}" for name, why in step_fit.pinned.items()]
     after = replace(step_fit.profile, source=f"measured ({len(runs)} run(s), calibrated {datetime.date.today()})")
     after = replace(after, **_overheads(runs, before, notes))
+    after = replace(after, step_time_spread=step_time_spread(runs, before.step_time_spread, notes))
     trained = max(p.micro_batch for r in runs for p in r.points)   # a run that trained at a micro-batch proves it fits
     if trained > after.max_batch_per_gpu:
         notes.append(f"max_batch_per_gpu raised from {after.max_batch_per_gpu} to {trained}: a run trained at it")
@@ -191,6 +195,37 @@ def calibrate(runs: list[Run], profile: Profile) -> Calibration:
             loo[run.name] = predicted / run.point.step_s - 1.0
     return Calibration(runs=runs, gpu=gpu, before=before, after=after, step_fit=step_fit, notes=notes,
                        loo_step_error=loo, store=_store_fit(runs))
+
+
+SPREAD_CHUNKS = 5          # a run's steady steps in this many stretches, to see it drift
+MIN_CHUNK_STEPS = 10
+
+
+def step_time_spread(runs: list[Run], prior: float, notes: list[str]) -> float:
+    """How much a job's mean step time varies from run to run (relative sd): across runs of the same
+    batch split (two or more), and within each run across its stretches of steady steps (a machine
+    whose speed drifts in a run drifts between runs); the larger. No evidence: the prior's."""
+    found: list[tuple[float, str]] = []
+    by_split: dict[tuple, list[Run]] = {}
+    for run in runs:
+        p = run.point
+        by_split.setdefault((p.gpus, p.nodes, p.micro_batch, p.accumulation), []).append(run)
+    for split, same in by_split.items():
+        if len(same) >= 2:
+            means = [r.point.step_s for r in same]
+            found.append((statistics.stdev(means) / statistics.fmean(means),
+                          f"across {len(same)} runs ({min(means) * 1e3:.4g}-{max(means) * 1e3:.4g} ms a step)"))
+    for run in runs:
+        size = len(run.steady_s) // SPREAD_CHUNKS
+        if size >= MIN_CHUNK_STEPS:
+            means = [statistics.fmean(run.steady_s[i * size:(i + 1) * size]) for i in range(SPREAD_CHUNKS)]
+            found.append((statistics.stdev(means) / statistics.fmean(means),
+                          f"within {run.name} ({SPREAD_CHUNKS} stretches of {size} steps)"))
+    if not found:
+        return prior
+    spread, where = max(found)
+    notes.append(f"step time spread {spread:.1%} (relative sd), {where}: each trial of a plan draws its own speed")
+    return min(spread, 0.99)
 
 
 def _store_fit(runs: list[Run]) -> dict | None:
@@ -300,7 +335,8 @@ def updated_profile_document(profile_path: str, c: Calibration) -> dict:
                   "intra_node": {"a": f"{a.intra_a_s:.6g}s", "b": f"{a.intra_b_s:.6g}s"},
                   "overlap_gamma": round(a.overlap_gamma, 4), "checkpoint_save": f"{a.checkpoint_save_s:.6g}s",
                   "checkpoint_stall": f"{a.checkpoint_stall_s:.6g}s", "restart": f"{a.restart_s:.6g}s",
-                  "startup": f"{a.startup_s:.6g}s", "runtime": c.runs[0].runtime.as_dict()})
+                  "startup": f"{a.startup_s:.6g}s", "step_time_spread": round(a.step_time_spread, 4),
+                  "runtime": c.runs[0].runtime.as_dict()})
     if c.store is not None:   # the planner takes these over the storage catalog's for that store
         measured = {k: round(c.store[k], 4) for k in ("write_gb_per_s", "read_gb_per_s") if c.store[k] is not None}
         doc.setdefault("storage", {}).setdefault(c.store["name"], {}).update(

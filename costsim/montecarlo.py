@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import os
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
 import numpy as np
@@ -66,6 +66,17 @@ def timeline_for(config: SimConfig, seed: int, trial: int) -> tuple[Timeline, in
     return Timeline(), -1
 
 
+def trial_params(params: JobParams, seed: int, trial: int) -> JobParams:
+    """Trial `trial`'s job: with a step-time spread, its work at a speed of its own (lognormal of mean 1,
+    from a stream apart from the market's, so that candidates still face the same capacity)."""
+    spread = params.speed_spread
+    if spread <= 0:
+        return params
+    sigma = math.sqrt(math.log1p(spread * spread))
+    factor = float(np.random.default_rng([seed, trial, 1]).lognormal(-0.5 * sigma * sigma, sigma))
+    return replace(params, work_s=params.work_s * factor, speed_spread=0.0)
+
+
 def run_trials(config: SimConfig, trials: int, seed: int, record_log: bool = False) -> Samples:
     """Run `trials` trials of one configuration."""
     policy = policies.get(config.policy)
@@ -73,7 +84,8 @@ def run_trials(config: SimConfig, trials: int, seed: int, record_log: bool = Fal
     groups = np.full(trials, -1)
     for i in range(trials):
         timeline, groups[i] = timeline_for(config, seed, i)
-        outcomes.append(run_trial(config.params, policy, timeline, config.prices, record_log=record_log))
+        outcomes.append(run_trial(trial_params(config.params, seed, i), policy, timeline, config.prices,
+                                  record_log=record_log))
     makespan = np.array([o.makespan_s for o in outcomes])
     storage = config.storage_per_h * np.where(np.isfinite(makespan), makespan, config.params.horizon_s) / 3600.0
     return Samples(

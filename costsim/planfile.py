@@ -58,6 +58,7 @@ def plan_of(result, ranked) -> Plan:
                               p50=finite_or_none(stats.makespan_p50_s), p90=finite_or_none(stats.makespan_p90_s)),
             cost=Spread(mean=stats.cost_mean, p10=stats.cost_p10, p50=stats.cost_p50, p90=stats.cost_p90),
             market=ranked.configured.config.market.spec.as_dict() if uses_market else None,
+            step_time_spread=params.speed_spread,
             worst_group=({"name": stats.worst_group, "p_deadline": stats.worst_group_p_deadline}
                          if stats.worst_group is not None else None),
             group_p_deadline=dict(stats.group_p_deadline),

@@ -122,7 +122,8 @@ def job_params(workload: Workload, offering: Offering, gpu, step: StepModel, dea
         checkpoint_s=checkpoints.save_s,
         checkpoint_stall_s=checkpoints.stall_s if asynchronous else None,
         restart_s=checkpoints.restart_s, changeover_s=offering.provision_s + gpu.startup_s,
-        notice_s=offering.spot_notice_s, horizon_s=max(4.0 * deadline_s, 4.0 * work_s))
+        notice_s=offering.spot_notice_s, horizon_s=max(4.0 * deadline_s, 4.0 * work_s),
+        speed_spread=gpu.step_time_spread)
 
 
 def intervals_for(params: JobParams, policy: str, offering: Offering, nodes: int,

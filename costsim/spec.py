@@ -142,6 +142,9 @@ class GpuProfile:
     startup_s: float
     runtime: Runtime = Runtime()     # the runner settings these figures were measured (or assumed) under
     variant: str = ""                # its name among the GPU's runner configurations ("" when it has one)
+    # how much a whole job's mean step time varies from run to run (relative sd; costsim calibrate):
+    # the plan's band carries it, each trial drawing its own speed
+    step_time_spread: float = 0.0
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

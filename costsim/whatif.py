@@ -159,7 +159,7 @@ def plan_config(path: str) -> tuple[SimConfig, dict, list[str]]:
     params = replace(rebuilt.params, work_s=p.work_s, deadline_s=pol.deadline_s, checkpoint_interval_s=c.interval_s,
                      checkpoint_s=p.checkpoint_save_s, checkpoint_stall_s=p.checkpoint_stall_s if c.async_ else None,
                      restart_s=p.restart_s or 0.0, changeover_s=pol.changeover_s, notice_s=r.spot_notice_s or 0.0,
-                     notice_save=c.notice_save)
+                     notice_save=c.notice_save, speed_spread=p.step_time_spread or 0.0)
     for name in ("work_s", "checkpoint_s", "restart_s"):
         was, now = getattr(params, name), getattr(rebuilt.params, name)
         if now and abs(was - now) > 1e-6 * max(abs(was), 1.0):

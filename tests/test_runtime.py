@@ -6,6 +6,7 @@ import statistics
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
@@ -233,11 +234,16 @@ def test_simulate_runs_the_configuration_named(run_cli):
         step = step_model(gpu, global_batch=workload.global_batch, gpus_per_node=offering.gpus_per_node, nodes=1,
                           inter_node_gbps=offering.inter_node_gbps)
         saves = checkpoints_for(workload, profile, offering, gpu, load_storage())
-        work_s = workload.samples / step.samples_per_s
-        expected = (offering.provision_s + gpu.startup_s + work_s + math.floor(work_s / 3600) * saves.stall_s
-                    + saves.save_s)
+        # each trial's speed: lognormal of mean 1 and the profile's spread, from the stream (seed, trial, 1)
+        sigma = math.sqrt(math.log1p(gpu.step_time_spread ** 2))
+        expected = []
+        for trial in range(3):
+            speed = np.random.default_rng([0, trial, 1]).lognormal(-0.5 * sigma * sigma, sigma) if sigma else 1.0
+            work_s = workload.samples / step.samples_per_s * speed
+            expected.append(offering.provision_s + gpu.startup_s + work_s + math.floor(work_s / 3600) * saves.stall_s
+                            + saves.save_s)
         makespans[gpu.variant] = json.loads(result.stdout)["makespan_h"]["mean"] * 3600
-        assert makespans[gpu.variant] == pytest.approx(expected, rel=1e-9)
+        assert makespans[gpu.variant] == pytest.approx(np.mean(expected), rel=1e-9)
     # the two configurations' figures differ (compilation: start-up and step time), so a wrong pick shows
     assert set(makespans) == {"model", "blocks"} and abs(makespans["model"] - makespans["blocks"]) > 60.0
     check(run_cli(*args, "--variant", "nope"), "--variant", "'nope'", "allowed: model, blocks")

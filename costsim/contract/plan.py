@@ -121,6 +121,7 @@ class Prediction:
     # the spot market the trials drew from: an ensemble's {name, replay_share, groups: [{name, period,
     # traces}]} (costsim.ensemble.MarketSpec); null for one fitted model or no spot market
     market: dict | None = None
+    step_time_spread: float | None = None         # run-to-run relative sd of the step time the trials drew
     worst_group: dict | None = None               # {name, p_deadline}: the capacity group that does worst
     group_p_deadline: dict[str, float] = field(default_factory=dict)
 
@@ -325,6 +326,7 @@ def _prediction(f: Fields) -> Prediction:
         worst.probability("p_deadline")
     return Prediction(
         market=_market(f.mapping_of("market")) if f.has("market") else None,
+        step_time_spread=_optional_number(f, "step_time_spread"),
         worst_group=dict(worst.mapping) or None,
         group_p_deadline={str(k): float(v) for k, v in groups.mapping.items()},
         step_time_s=f.number("step_time_s"), samples_per_s=f.number("samples_per_s"),

@@ -82,10 +82,10 @@ def _owned(f: Fields) -> tuple[OwnedCapacity, ...]:
 # -- profiles --------------------------------------------------------------------------------
 PROFILE_FIELDS = {"id", "model", "source", "date", "description", "checkpoint_bytes", "checkpoint_save",
                   "checkpoint_stall", "restart", "startup", "overlap_gamma", "inter_node", "gpus", "unsupported",
-                  "calibrations", "export_bytes", "ema", "storage"}
+                  "calibrations", "export_bytes", "ema", "storage", "step_time_spread"}
 GPU_FIELDS = {"source", "measured", "compute_overhead", "compute_per_sample", "max_batch_per_gpu", "intra_node",
               "overlap_gamma", "checkpoint_save", "checkpoint_stall", "restart", "startup", "runtime", "variant",
-              "variants"}
+              "variants", "step_time_spread"}
 
 
 def load_profile(ref: str) -> Profile:
@@ -99,6 +99,7 @@ def load_profile(ref: str) -> Profile:
         "restart_s": f.duration("restart", allow_zero=True),
         "startup_s": f.duration("startup", allow_zero=True),
         "overlap_gamma": f.number("overlap_gamma", 1.0),
+        "step_time_spread": _spread(f, 0.0),
     }
     inter = f.mapping_of("inter_node", None)
     inter.reject_unknown({"a", "b", "at_gbps"})
@@ -195,8 +196,16 @@ def _gpu_profile(g: Fields, gpu: str, shared: dict, variant: str = "") -> GpuPro
         inter_a_s=shared["inter_a_s"], inter_b_s=shared["inter_b_s"], inter_at_gbps=shared["inter_at_gbps"],
         overlap_gamma=g.number("overlap_gamma", shared["overlap_gamma"]), **overrides,
         runtime=parse_runtime(g.raw("runtime", None), g.source, prefix=g.name("runtime")),
-        variant=variant,
+        variant=variant, step_time_spread=_spread(g, shared["step_time_spread"]),
     )
+
+
+def _spread(g: Fields, default: float) -> float:
+    value = g.number("step_time_spread", default, allow_zero=True)
+    if value >= 1.0:
+        raise InputError(g.source, g.name("step_time_spread"), f"got {value:g}; expected a relative standard "
+                         "deviation in [0, 1), e.g. 0.05 for 5%")
+    return float(value)
 
 
 # -- catalog ---------------------------------------------------------------------------------

@@ -41,6 +41,9 @@ class JobParams:
     # A replay of a real run (costsim control's as-known prediction): per stint in order, its start-up and
     # its step time over the mean's (the stints after these use the figures above)
     stints: tuple[tuple[float, float], ...] = ()
+    # relative sd of the job's mean step time from run to run: each Monte Carlo trial draws its own speed
+    # (costsim.montecarlo), so that the plan's band carries it; 0 = the figures exactly
+    speed_spread: float = 0.0
 
     @property
     def paid_checkpoint_s(self) -> float:
