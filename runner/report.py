@@ -65,6 +65,9 @@ def measure(run_dir: Path, skip: int = WARMUP_STEPS) -> dict:
         "runtime": next((e.get("settings") for e in events if e["event"] == "runtime" and e.get("rank") == 0), None),
         "compile_cache_bytes_at_start": [e.get("compile_cache_bytes") for e in events
                                          if e["event"] == "runtime" and e.get("rank") == 0],
+        # each start's torch.compile report after its first step (runner.speed.compile_report)
+        "compile_at_start": [{"counters": e.get("counters") or {}, "phases_s": e.get("phases_s") or {}}
+                             for e in events if e["event"] == "compile"],
         "startup_to_first_step_s": first_step_after(events, "launch", 0),
         # the first start's parts, as for a restart (first_step_s: compilation, from the cache if warm)
         "startup_phases_s": restart_phases(events, median_s, skip, "launch")[:1],
@@ -147,6 +150,23 @@ def _round(value):
     return None if value is None else round(value, 1)
 
 
+def _compile_line(report: dict) -> str:
+    """One start's compile report: Dynamo's time and frames, the caches' answers, the slowest backend phase."""
+    c, phases = report["counters"], report["phases_s"]
+    parts = [f"Dynamo {phases.get('_compile.compile_inner', 0.0):.1f} s over {c.get('frames.total', 0)} frame(s), "
+             f"{c.get('stats.unique_graphs', 0)} graph(s)"]
+    if c.get("recompiles"):
+        parts.append(f"{c['recompiles']} recompile(s)")
+    for label, group in (("FX graph cache", "inductor.fxgraph_cache"), ("AOTAutograd cache", "aot_autograd.autograd_cache")):
+        hit, miss = c.get(f"{group}_hit", 0), c.get(f"{group}_miss", 0)
+        if hit or miss:
+            parts.append(f"{label} {hit} hit(s), {miss} miss(es)")
+    backend = phases.get("OutputGraph.call_user_compiler")
+    if backend is not None:
+        parts.append(f"backend {backend:.1f} s")
+    return "; ".join(parts)
+
+
 def first_step_after(events: list[dict], name: str, index: int) -> float | None:
     marks = [e["t"] for e in events if e["event"] == name]
     if len(marks) <= index:
@@ -206,6 +226,8 @@ def table(figures: dict) -> str:
                                                                     "steady steps: the planner's restart)"))
     for i, (total, phases) in enumerate(zip(f["restart_to_first_step_s"], f["restart_phases_s"]), start=1):
         rows.append((f"restart {i}", f"{_duration(total)} to the first step" + _phases(phases)))
+    for i, report in enumerate(f["compile_at_start"], start=1):
+        rows.append((f"compile, start {i}", _compile_line(report)))
     if f["runtime"]:
         rows.append(("runner settings", ", ".join(f"{k}={v}" for k, v in f["runtime"].items())))
     end = f["end_of_run"]

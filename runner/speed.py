@@ -154,6 +154,29 @@ def worker_env(runtime: Runtime, run_dir: Path, env: dict) -> dict:
     return env
 
 
+# torch.compile's counters worth keeping per start: did it trace, and did its caches answer?
+COMPILE_COUNTERS = {"frames": ("total", "ok"), "stats": ("unique_graphs", "calls_captured"),
+                    "aot_autograd": ("autograd_cache_hit", "autograd_cache_miss", "autograd_cache_bypass"),
+                    "inductor": ("fxgraph_cache_hit", "fxgraph_cache_miss", "fxgraph_cache_bypass")}
+COMPILE_PHASES = 10   # the slowest phases kept
+
+
+def compile_report() -> dict:
+    """What torch.compile did in this process so far (after a start's first step: what a warm cache still
+    cost): Dynamo's frames and graphs, recompiles, the AOTAutograd and FX-graph cache hits and misses, and
+    its slowest phases in seconds (torch._dynamo.utils.compile_times: nested phases overlap)."""
+    from torch._dynamo.utils import compile_times, counters
+    kept = {f"{group}.{name}": int(counters[group][name]) for group, names in COMPILE_COUNTERS.items()
+            for name in names if counters[group][name]}
+    recompiles = sum(int(v) for v in counters["recompiles"].values())
+    if recompiles:
+        kept["recompiles"] = recompiles
+    names, values = compile_times(repr="csv", aggregate=True)
+    phases = {str(n): float(str(v)) for n, v in zip(names, values)}   # compile_times gives text
+    slowest = sorted(phases, key=lambda n: phases[n], reverse=True)[:COMPILE_PHASES]
+    return {"counters": kept, "phases_s": {n: round(phases[n], 3) for n in slowest}}
+
+
 def cache_bytes(env=os.environ) -> int:
     root = env.get("TORCHINDUCTOR_CACHE_DIR")
     if not root or not Path(root).is_dir():

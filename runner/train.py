@@ -83,6 +83,7 @@ class Trainer:
         marks["build"] = time.time()
         speed.configure_backends(self.runtime)
         compiled = speed.prepare_model(built.model, self.runtime)
+        self.compiled = bool(compiled)
         # One process has nothing to all-reduce: DDP's gradient hooks and buckets would only cost time
         # and memory. The checkpoint's names are the same either way.
         if world_size == 1:
@@ -184,6 +185,8 @@ class Trainer:
             if self.step == first_step + 1:   # the optimizer's state now exists: size the staging buffers
                 self.checkpointer.prepare(self.state())
                 first_end = now
+                if self.rank == 0 and self.compiled:   # what compiling cost this start (a warm cache too)
+                    self.telemetry.event("compile", step=self.step, **speed.compile_report())
             if self.rank == 0:
                 self.telemetry.event("step", buffered=True, step=self.step, step_time_s=now - last_step_end,
                                      samples=spec.global_batch)

@@ -188,3 +188,17 @@ def test_a_blocking_save_writes_the_staged_copy_once_the_buffers_exist(tmp_path)
         checkpointer.load(step, loaded)
         assert loaded["model"]["w"].tolist() == expected and loaded["progress"]["step"] == 1
     checkpointer.close()
+
+
+def test_a_compile_report_says_what_compiling_did_and_what_the_cache_answered():
+    """After a compiled call, the report counts Dynamo's frames and graphs and times its phases; a second
+    call of the same shapes compiles nothing more (what a warm start should look like)."""
+    torch._dynamo.reset()
+    model = torch.compile(torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU()), backend="eager")
+    model(torch.randn(2, 4)).sum().backward()
+    first = speed.compile_report()
+    assert first["counters"]["frames.total"] >= 1 and first["counters"]["stats.unique_graphs"] >= 1
+    assert first["phases_s"] and all(v >= 0 for v in first["phases_s"].values())
+    model(torch.randn(2, 4)).sum().backward()
+    assert speed.compile_report()["counters"]["frames.total"] == first["counters"]["frames.total"]
+    torch._dynamo.reset()

@@ -44,6 +44,9 @@ EVENT_FIELDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "runtime": ("worker, per start: the settings, compiled modules, compile cache, the batch split, nodes and "
                 "the start's phases", ("settings", "compiled_modules", "compile_cache_bytes", *SPLIT_FIELDS, "nodes",
                                        "process_start_t", "start_phases_s")),
+    "compile": ("worker, rank 0, after a start's first step when the model is compiled: torch.compile's counters "
+                "(frames, graphs, recompiles, AOTAutograd and FX-graph cache hits and misses) and its slowest phases",
+                ("step", "counters", "phases_s")),
     "start": ("worker, per start: the step it resumed from", ("step", "total_steps", "pid", "node", "global_batch")),
     "step": ("worker, rank 0, per optimizer step (buffered)", ("step", "step_time_s", "samples")),
     "progress": ("worker, rank 0, periodically", ("step", "loss_rank0", *MEMORY_FIELDS)),

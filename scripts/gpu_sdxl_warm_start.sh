@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# On the GPU machine (device tool): what a start still compiles with a warm compile cache (issue #36's
+# "the first step after a resume compiles nothing"). Three lives of one run folder, the shipped plan as
+# written (`costsim plan --workload sdxl --gpu H200`), an async checkpoint every 8 steps:
+#   1. a fresh start, empty compile cache, SIGTERM once step 12 is done (the step-8 checkpoint kept);
+#   2. resumed on the same node (the cache of life 1 warm), SIGTERM once step 20 is done;
+#   3. the same again under TORCH_LOGS=recompiles,graph_breaks (what Dynamo says it recompiles), to step 28.
+# Each start's `compile` event (runner.speed.compile_report: Dynamo's frames and graphs, the FX-graph and
+# AOTAutograd cache hits and misses, the slowest phases) and `runtime` event (the start's phases) in
+# starts.jsonl; `runner report` (restart phases, compile lines) in report.txt; the lives' output in
+# lives.txt (life 3's stderr, the torch logs, in torch-logs.txt); the machine and the plan in setup.txt.
+# Wheels in .whl/ (simpy, diffusers, importlib_metadata).
+set -uo pipefail
+OUT=${OUT:-/tmp/out}
+export PYTHONUNBUFFERED=1
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+export PYTHONPATH=/tmp/site:$PWD NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
+export TORCHINDUCTOR_CACHE_DIR=/tmp/inductor-warm
+rm -rf /tmp/run "$TORCHINDUCTOR_CACHE_DIR"   # a warm machine keeps an earlier call's
+{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader; df -h /tmp; nproc
+  python3 -c 'import torch; print(torch.__version__)'; } > "$OUT/setup.txt" 2>&1
+python3 -m costsim plan --workload sdxl --gpu H200 --out /tmp/plan.json >> "$OUT/setup.txt" 2>&1
+python3 - <<'PY'
+import json
+doc = json.load(open("/tmp/plan.json"))
+doc["checkpoint"].update(interval_steps=8, **{"async": True})
+json.dump(doc, open("/tmp/plan8.json", "w"), indent=1)
+PY
+reached() {   # whether rank 0 has reported step $1
+  python3 -c "import json,sys; print(max((e.get('step', 0) for e in map(json.loads, open('/tmp/run/telemetry.jsonl'))
+    if e.get('event') in ('progress', 'step') and e.get('rank') == 0), default=0) >= int(sys.argv[1]))" "$1" 2>/dev/null \
+    | grep -q True
+}
+life() {   # $1 notice step, $2 name, $3 where its stderr goes; the rest: environment for the life
+  local at=$1 name=$2 err=$3; shift 3
+  echo "== $name" >> "$OUT/lives.txt"
+  env "$@" python3 -m runner execute /tmp/plan8.json --run-dir /tmp/run --steps 60 >> "$OUT/lives.txt" 2>>"$err" &
+  local pid=$! started; started=$(date +%s.%N)
+  for _ in $(seq 3000); do
+    reached "$at" && { kill -TERM $pid; break; }
+    kill -0 $pid 2>/dev/null || break
+    sleep 0.1
+  done
+  wait $pid; echo "$name: exit $? after $(python3 -c "import time; print(round(time.time() - $started, 1))") s" \
+    | tee -a "$OUT/notes.txt"
+}
+life 12 life1-cold "$OUT/lives.txt"
+life 20 life2-warm "$OUT/lives.txt"
+life 28 life3-logged "$OUT/torch-logs.txt" TORCH_LOGS=recompiles,graph_breaks
+python3 -m runner report /tmp/run > "$OUT/report.txt" 2>&1
+grep -E '"event":"(compile|runtime|checkpoint_load|start)"' /tmp/run/telemetry.jsonl > "$OUT/starts.jsonl"
+du -sh "$TORCHINDUCTOR_CACHE_DIR" >> "$OUT/notes.txt"
