@@ -182,15 +182,18 @@ def _errors(cost: float, finish: float | None, prediction: dict | None) -> dict:
 def plan_band(plan, policy: str, journal: Journal, *, total_steps: int, time_scale: float, prices: Prices,
               trials: int = 200, seed: int = 0) -> dict | None:
     """The plan's band for this policy: P50 and P90 cost and finish of the plan's own figures (in the
-    drill's trace time) on the plan's spot capacity model, over `trials`; None when the plan names a
-    spot model the catalog does not have (a fitted file's)."""
+    drill's trace time) on the plan's spot market (its capacity ensemble, else its spot model), over
+    `trials`; None when the plan names a spot model the catalog does not have (a fitted file's)."""
+    from costsim import ensemble
     from costsim.io.specs import load_spot_models
     from costsim.montecarlo import SimConfig, run_trials, summarise
     from costsim.sim.market import HazardModel
     from costsim.spec import SPOT
     p, c, r = plan.prediction, plan.checkpoint, plan.resources
-    hazard = None
-    if r.spot_model is not None and SPOT in prices.per_node_h:
+    hazard, market = None, None
+    if p.market and SPOT in prices.per_node_h:
+        market = ensemble.build(ensemble.MarketSpec.from_dict(p.market))
+    elif r.spot_model is not None and SPOT in prices.per_node_h:
         model = load_spot_models().get(r.spot_model)
         if model is None:
             return None
@@ -203,7 +206,7 @@ def plan_band(plan, policy: str, journal: Journal, *, total_steps: int, time_sca
                        restart_s=(p.restart_s or 0.0) * time_scale, notice_s=journal.notice_s,
                        horizon_s=4.0 * max(journal.deadline_s, total_steps * p.step_time_s * time_scale))
     config = SimConfig(params=params, policy=policy, prices={m: prices.market(m) for m in prices.per_node_h},
-                       nodes=r.nodes, hazard=hazard)
+                       nodes=r.nodes, hazard=hazard, market=market)
     stats = summarise(run_trials(config, trials, seed))
     finite = lambda x: x if math.isfinite(x) else None  # noqa: E731
     return {"trials": trials, "cost_p50": stats.cost_p50, "cost_p90": stats.cost_p90,
