@@ -218,7 +218,8 @@ def _only_asked(configured: list[Configured], options: PlanOptions) -> list[Conf
             and (options.nodes is None or c.candidate.nodes in options.nodes)]
     if not kept:
         have = sorted({(c.candidate.policy, c.candidate.nodes) for c in configured})
-        raise InputError("--policy/--nodes", "policy", "no candidate has " + " and ".join(
+        flag = "nodes" if options.nodes and not options.policies else "policy"
+        raise InputError(f"--{flag}", flag, "no candidate has " + " and ".join(
             part for part in (f"policy {'/'.join(options.policies)}" if options.policies else "",
                               f"{'/'.join(map(str, options.nodes))} nodes" if options.nodes else "") if part)
             + "; allowed pairs: " + ", ".join(f"{p} x{n}" for p, n in have))

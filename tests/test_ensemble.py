@@ -130,7 +130,9 @@ def test_plan_draws_from_the_ensemble_and_says_so(run_cli, tmp_path, groups):
     assert "zones/bad" in names and "2023/us-east-1a" in names   # yours join the shipped groups
     for args, says in ((("--market", "traces"), "give --market-trace"),
                        (("--market", "fit", "--market-trace", str(groups)), "--market fit draws from one fitted"),
-                       (("--market-trace", str(tmp_path / "nowhere")), "not found")):
+                       (("--market-trace", str(tmp_path / "nowhere")), "not found"),
+                       (("--gpu", "H200", "--nodes", "3"), "--nodes: no candidate has 3 nodes; allowed pairs:"),
+                       (("--gpu", "H200", "--policy", "owned"), "--policy: no candidate has policy owned")):
         refused = run_cli("plan", "--workload", "sdxl", "--trials", "40", "--out", str(out), *args)
         assert refused.exit_code == 2 and says in refused.stderr and "Traceback" not in refused.stderr
 
