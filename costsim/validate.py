@@ -26,7 +26,7 @@ from costsim import ensemble, policies
 from costsim.catalog import with_market
 from costsim.ensemble import Group, MarketSpec
 from costsim.errors import InputError
-from costsim.montecarlo import SimConfig, quantile, run_trials
+from costsim.montecarlo import SimConfig, quantile, run_trials, trial_params
 from costsim.planner import PlanOptions, Ranked, plan
 from costsim.sim.market import ArrayTimeline, intersect
 from costsim.sim.trial import run_trial
@@ -133,12 +133,16 @@ def replay_timelines(group: Group, horizon_s: float, stride_s: float, nodes: int
     return out
 
 
-def realised(config: SimConfig, timelines: list[ArrayTimeline]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(finish, cost, met) of the configuration on each real window."""
+REPLAY_SEED = 1_000_003   # the replays' speeds: a stream apart from the plan's own trials'
+
+
+def realised(config: SimConfig, timelines: list[ArrayTimeline], seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(finish, cost, met) of the configuration on each real window, each at a speed of its own where the
+    plan has a step-time spread (a real job's speed is no more known than its capacity)."""
     policy = policies.get(config.policy)
     finish, cost, met = [], [], []
-    for timeline in timelines:
-        outcome = run_trial(config.params, policy, timeline, config.prices)
+    for index, timeline in enumerate(timelines):
+        outcome = run_trial(trial_params(config.params, seed + REPLAY_SEED, index), policy, timeline, config.prices)
         storage_s = outcome.makespan_s if math.isfinite(outcome.makespan_s) else config.params.horizon_s
         finish.append(outcome.makespan_s)
         cost.append(outcome.cost + config.storage_per_h * storage_s / 3600.0)
@@ -173,7 +177,7 @@ def validate_group(workload: Workload, profile: Profile, offerings: list[Offerin
     timelines = replay_timelines(held_out, config.params.horizon_s, stride_s, c.nodes) if SPOT in config.prices else []
     if not timelines:   # no spot market: what the plan says is what happens, on any capacity
         timelines = [ArrayTimeline([], [])]
-    finish, cost, met = realised(config, timelines)
+    finish, cost, met = realised(config, timelines, options.seed)
     stats = chosen.stats
     cost_band = (quantile(stated.cost, 0.1), quantile(stated.cost, 0.9))
     finish_band = (quantile(stated.makespan_s, 0.1), quantile(stated.makespan_s, 0.9))
