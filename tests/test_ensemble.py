@@ -185,3 +185,18 @@ def test_a_spot_trial_on_a_group_never_available_never_finishes(tmp_path):
     for timeline in replay_timelines(group, params.horizon_s, 3600, 1) or [ArrayTimeline([], [])]:
         outcome = run_trial(params, policies.get("spot-only"), timeline, {"spot": MarketPrice(per_hour=1.0)})
         assert not outcome.finished
+
+
+def test_coverage_of_the_central_band_is_eighty_percent_for_a_calibrated_forecast_even_with_atoms():
+    from costsim.validate import coverage
+    rng = np.random.default_rng(5)
+    samples, observed = rng.lognormal(0, 1, 4000), rng.lognormal(0, 1, 4000)
+    se = math.sqrt(0.8 * 0.2 / len(observed))
+    assert coverage(samples, observed) == pytest.approx(0.8, abs=4 * se)
+    # a forecast with an atom (half the trials finish exactly at the fall-back time), observations from it
+    atom = np.where(rng.random(4000) < 0.5, 10.0, rng.uniform(0, 10, 4000))
+    truth = np.where(rng.random(4000) < 0.5, 10.0, rng.uniform(0, 10, 4000))
+    assert coverage(atom, truth) == pytest.approx(0.8, abs=4 * se)
+    assert np.mean((truth >= np.quantile(atom, 0.1)) & (truth <= np.quantile(atom, 0.9))) > 0.88   # counted naively
+    assert coverage(samples, samples * 0 + 1e9) == 0.0 and coverage(np.full(10, 3.0), np.array([3.0])) == \
+        pytest.approx(0.8)   # far outside; a point forecast met exactly: the central 80% of its atom
