@@ -711,7 +711,8 @@ def validate_command(workload, gpus, policies_, nodes, deadline, risk, trials, s
                 "chosen: the plan's choice without the group (x: nothing met the target, so its cheapest candidate); "
                 f"stated: its P(deadline); realised: the share of the group's real "
                 f"windows ({format_duration(stride)} apart on a long trace) that met it; cost in / finish in: the "
-                f"share of realised costs and finishes inside the plan's P10-P90 (honest: 80%); CRPS of the cost, "
+                f"share of realised costs and finishes inside the plan's P10-P90 (honest: 80%; one on an atom of the "
+                f"plan's distribution counts in part, by its randomised PIT); CRPS of the cost, "
                 f"lower is better. Goal: |error| <= {P_TOLERANCE} and both shares within "
                 f"{COVERAGE_BAND[0]:.0%}-{COVERAGE_BAND[1]:.0%}; met on {len(honest)} of {len(judged)} groups. "
                 "Pooled: each group weighing the same, as in the ensemble."))
