@@ -4,10 +4,11 @@ Leave one group out: for each capacity group g of the market (a zone's trace, a 
 build the market without g, plan, and replay the chosen configuration on g's real windows. A plan
 states P(deadline) and P10-P90 bands of cost and finish; g's windows say what happened. Honest is:
 the stated P(deadline) within 0.05 of the realised share, and 80% of the realised costs and finishes
-inside the stated P10-P90 (70-90% passes; `coverage`: one that falls on an atom counts in part). Also measured: the cost's CRPS (the continuous ranked
-probability score of the stated distribution against each realised cost, in the plan's currency:
-lower is better) and a reliability table that pools every stated probability of finishing by a time
-(0.5 to 1.5 deadlines) against how often it happened.
+inside the stated P10-P90 (70-90% passes; `coverage`: one that falls on an atom counts in part).
+Also measured: the cost's CRPS (the continuous ranked probability score of the stated distribution
+against each realised cost, in the plan's currency: lower is better) and a reliability table that
+pools every stated probability of finishing by a time (0.5 to 1.5 deadlines) against how often it
+happened.
 
 A window of a long trace starts every `stride` and runs as long as the job's horizon; a bundle's
 windows are replayed as they are. A gang of n nodes runs while each of n windows of the group, spread
