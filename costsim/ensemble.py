@@ -60,9 +60,6 @@ class MarketSpec:
             raise InputError("--group", "group", f"unknown {name!r}; allowed: {', '.join(self.group_names)}")
         return replace(self, groups=kept, name=f"{self.name} without {name}")
 
-    def only(self, name: str) -> MarketSpec:
-        return replace(self, groups=tuple(g for g in self.groups if g.name == name), name=name)
-
     @property
     def group_names(self) -> list[str]:
         return [g.name for g in self.groups]
@@ -86,6 +83,7 @@ class Window:
     starts: np.ndarray
     ends: np.ndarray
     length_s: float
+    slide: bool = False   # a long trace: a trial's window starts anywhere in it (a bundle's: at its start)
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,13 +137,12 @@ class Group:
     name: str
     period: str
     windows: tuple[Window, ...]
-    slide: bool        # one long trace: a trial's window starts anywhere in it
     fit: GroupFit
 
     def replay(self, rng: np.random.Generator, horizon_s: float) -> tuple[np.ndarray, np.ndarray]:
         """One node's stretches from a real window (continued by the fit past the window's end)."""
         window = self.windows[int(rng.integers(len(self.windows)))] if len(self.windows) > 1 else self.windows[0]
-        offset = float(rng.uniform(0.0, max(window.length_s - horizon_s, 0.0))) if self.slide else 0.0
+        offset = float(rng.uniform(0.0, max(window.length_s - horizon_s, 0.0))) if window.slide else 0.0
         first = int(np.searchsorted(window.ends, offset, side="right"))
         last = int(np.searchsorted(window.starts, offset + horizon_s, side="left"))
         starts = np.maximum(window.starts[first:last] - offset, 0.0)
@@ -181,8 +178,8 @@ class MarketEnsemble:
         return ArrayTimeline(*stretches), index
 
 
-def windows_of(path: str) -> tuple[tuple[Window, ...], bool, list, list]:
-    """A trace file's (or bundle's) windows, whether trials slide along it, and its lives and outages."""
+def windows_of(path: str) -> tuple[tuple[Window, ...], list, list]:
+    """A trace file's (or bundle's) windows, and its lives and outages."""
     from costsim.io.files import data_dir
     from costsim.io.specs import BUNDLE_SUFFIX, bundle_windows, load_trace
     if not Path(path).is_absolute() and not Path(path).exists():
@@ -200,7 +197,8 @@ def windows_of(path: str) -> tuple[tuple[Window, ...], bool, list, list]:
         down = np.concatenate([[0], (values != 0).astype(np.int8), [0]])
         change = np.diff(down)
         down_starts, down_ends = np.flatnonzero(change == 1), np.flatnonzero(change == -1)
-        windows.append(Window(starts=up_starts * float(gap_s), ends=up_ends * float(gap_s), length_s=n * gap_s))
+        windows.append(Window(starts=up_starts * float(gap_s), ends=up_ends * float(gap_s), length_s=n * gap_s,
+                              slide=not path.endswith(BUNDLE_SUFFIX)))
         # a stretch that starts at the first tick is left-truncated (its age unknown): left out, as in
         # market_fit.trace_spans; one that reaches the last tick is censored
         for starts, ends, into, ended in ((up_starts, up_ends, lives, "preempted"),
@@ -209,7 +207,7 @@ def windows_of(path: str) -> tuple[tuple[Window, ...], bool, list, list]:
                 if start > 0:
                     into.append(Span((end - start) * gap_s, event=end < n, ended=ended if end < n else "trace-end",
                                      source=ref))
-    return tuple(windows), not path.endswith(BUNDLE_SUFFIX), lives, outages
+    return tuple(windows), lives, outages
 
 
 @functools.lru_cache(maxsize=64)
@@ -218,11 +216,9 @@ def build_group(spec: GroupSpec) -> Group:
     windows: list[Window] = []
     lives: list = []
     outages: list = []
-    slide = True
     for path in spec.paths:
-        found, long_trace, up, down = windows_of(path)
+        found, up, down = windows_of(path)
         windows += found
-        slide = slide and long_trace
         lives += up
         outages += down
     life = fit_weibull(lives)
@@ -234,8 +230,7 @@ def build_group(spec: GroupSpec) -> Group:
     fit = GroupFit(life_log=(math.log(life.shape), math.log(life.scale_s)), life_cov=life.cov,
                    wait_family=best.family, wait_params=best.params, wait_cov=best.cov,
                    lives=len(lives), outages=len(outages))
-    return Group(name=spec.name, period=spec.period, windows=tuple(windows), slide=slide and len(windows) == 1,
-                 fit=fit)
+    return Group(name=spec.name, period=spec.period, windows=tuple(windows), fit=fit)
 
 
 @functools.lru_cache(maxsize=32)

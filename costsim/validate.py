@@ -115,7 +115,7 @@ def replay_timelines(group: Group, horizon_s: float, stride_s: float, nodes: int
     """Every real window of a group as a gang of `nodes` would have met it (see the module's note)."""
     windows: list[tuple[np.ndarray, np.ndarray]] = []
     for window in group.windows:
-        if group.slide:
+        if window.slide:
             last = max(window.length_s - horizon_s, 0.0)
             offsets = np.arange(0.0, last + 1e-9, stride_s)
         else:
