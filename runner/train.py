@@ -32,7 +32,7 @@ from runner.plan import load_run_spec
 from runner.state import PRIVATE_PREFIX, apply_state, seed_rng, state_sha256, training_state
 from runner.store import StoreError, checkpoint_place
 from runner.telemetry import Telemetry
-from runner.workloads import BuildContext, WorkloadOptionError, build_workload, check_options, resolve
+from runner.workloads import BuildContext, WorkloadOptionError, build_workload, check_options, lean_imports, resolve
 
 IMPORTED_T = time.time()
 
@@ -78,7 +78,8 @@ class Trainer:
                            options=dict(spec.options), total_steps=spec.total_steps)
         builder = resolve(spec.model, spec.workload_entry)
         check_options(builder, spec.workload_entry or spec.model, ctx.options, values=False)
-        built = build_workload(builder, ctx)
+        with lean_imports(builder):
+            built = build_workload(builder, ctx)
         self.built = built
         marks["build"] = time.time()
         speed.configure_backends(self.runtime)

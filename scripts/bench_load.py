@@ -1,10 +1,14 @@
 """Checkpoint load paths side by side: DCP's own reader (one thread) against the runner's
-(runner.checkpoint_reader.SafeFileSystemReader: file slices read straight into tensors, a pool of threads),
-on one synthetic state saved once with DCP, loaded into tensors on --device. Rounds alternate the
-readers, so drift on the machine falls on all of them; the ratio is to DCP's reader in the same round.
+(runner.checkpoint_reader.SafeFileSystemReader: a pool of threads, each tensor record read by its own
+parser straight into the target, or through a pinned buffer to a GPU; "torch.load" rows: the same pool
+reading each record with torch.load, as before), on one synthetic state saved once with DCP, loaded into
+tensors on --device. Rounds alternate the readers, so drift on the machine falls on all of them; the
+ratio is to DCP's reader in the same round.
 
 Usage: python scripts/bench_load.py --gb 8 --device cuda --dir /tmp/bench-load --threads 1,8 --rounds 3
-(on a GPU host, a state the size of a rank's share: 15.4 GB for SDXL on 2 GPUs).
+(on a GPU host, a state the size of a rank's share: 15.4 GB for SDXL on 2 GPUs). `--tensors 6700`
+cuts the state into as many tensors as SDXL's training state has (its parameters, both Adam moments
+and the step counts), where the cost per record shows.
 """
 
 from __future__ import annotations
@@ -28,28 +32,31 @@ from runner import checkpoint_reader as checkpoint  # noqa: E402
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gb", type=float, default=2.0, help="state size (GB), in 64 MB fp32 tensors")
+    parser.add_argument("--tensors", type=int, help="in this many equal fp32 tensors instead")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dir", type=Path, default=Path("/tmp/bench-load"))
     parser.add_argument("--threads", default="1,8", help="runner reader thread counts, e.g. 1,8")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    count = max(1, round(args.gb * 1e9 / (64 << 20)))
-    state = {f"t{i}": torch.randn(16 << 20, device=args.device) for i in range(count)}
+    count = args.tensors or max(1, round(args.gb * 1e9 / (64 << 20)))
+    state = {f"t{i}": torch.randn(max(1, int(args.gb * 1e9 / 4 / count)), device=args.device) for i in range(count)}
     size = sum(t.numel() * t.element_size() for t in state.values())
     shutil.rmtree(args.dir, ignore_errors=True)
     dcp.save(state, storage_writer=FileSystemWriter(str(args.dir), thread_count=4), no_dist=True)
-    readers = [("dcp", None)]
+    readers: list[tuple[str, tuple[int, bool] | None]] = [("dcp", None)]
     for n in args.threads.split(","):   # the runner caps its threads at the process's share of the cores
         checkpoint.READ_THREADS = int(n)
-        readers.append((f"runner x{checkpoint.read_threads()}", int(n)))
+        for records in (True, False):
+            label = f"runner x{checkpoint.read_threads()}" + ("" if records else " torch.load")
+            readers.append((label, (int(n), records)))
     times: dict[str, list[float]] = {name: [] for name, _ in readers}
     for round_ in range(args.rounds):
-        for name, threads in readers:
+        for name, setting in readers:
             target = {k: torch.empty_like(v) for k, v in state.items()}
-            if threads:
-                checkpoint.READ_THREADS = threads
+            if setting:
+                checkpoint.READ_THREADS, checkpoint.RECORDS = setting
             started = time.perf_counter()
-            if threads:
+            if setting:
                 dcp.load(target, storage_reader=checkpoint.SafeFileSystemReader(str(args.dir)),
                          planner=checkpoint.SafeLoadPlanner(), no_dist=True)
             else:
@@ -63,7 +70,7 @@ def main() -> None:
     print(f"{size / 1e9:.1f} GB into {args.device} (page cache warm after the first round), medians of {args.rounds}:")
     for name, values in times.items():
         median = statistics.median(values)
-        print(f"  {name:<12} {median:7.2f} s  {size / 1e9 / median:6.2f} GB/s  x{base / median:.2f} of DCP's reader")
+        print(f"  {name:<22} {median:7.2f} s  {size / 1e9 / median:6.2f} GB/s  x{base / median:.2f} of DCP's reader")
     shutil.rmtree(args.dir, ignore_errors=True)
 
 

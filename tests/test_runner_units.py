@@ -3,8 +3,10 @@
 import json
 import os
 import pickle
+import subprocess
 import sys
 import zlib
+from pathlib import Path
 
 import pytest
 
@@ -216,6 +218,78 @@ def test_threaded_reader_loads_what_dcp_reader_loads(tmp_path, monkeypatch):
     assert torch.equal(ours["ints"], state["ints"]) and ours["progress"] == theirs["progress"] == state["progress"]
 
 
+def _saved_at(path, prefix: bytes, obj) -> tuple[int, int]:
+    """`obj` torch.save'd into `path` after `prefix` (as DCP appends records to a file): (offset, length)."""
+    import io
+    record = io.BytesIO()
+    torch.save(obj, record)
+    path.write_bytes(prefix + record.getvalue() + b"more records")
+    return len(prefix), len(record.getvalue())
+
+
+def test_a_tensor_record_is_read_from_its_bytes_as_torch_load_reads_it(tmp_path):
+    """The fast path (runner.checkpoint_reader._record) reads torch.save's record itself: every layout a
+    training state holds (fp32, bf16, fp8, a 0-dim step count, a transposed view, a view inside a larger
+    storage, an empty tensor) comes out equal to torch.load's, dtype, shape and strides included."""
+    import io
+
+    from runner.checkpoint_reader import _record, _Staging
+    generator = torch.Generator().manual_seed(1)
+    base = torch.randn(7, 5, generator=generator)
+    cases = {"fp32": base, "bf16": base.to(torch.bfloat16), "step": torch.tensor(12.0), "int": torch.arange(9),
+             "transposed": base.t(), "inside": torch.randn(100, generator=generator)[10:40].view(5, 6),
+             "empty": torch.zeros(0, 3)}
+    if hasattr(torch, "float8_e4m3fn"):
+        cases["fp8"] = base.to(torch.float8_e4m3fn)
+    for name, tensor in cases.items():
+        path = tmp_path / name
+        offset, length = _saved_at(path, b"x" * 13, tensor)
+        with open(path, "rb", buffering=0) as handle:
+            record = _record(handle.fileno(), offset, length)
+            assert record is not None, name
+            ours = _Staging().read(handle.fileno(), record, torch.empty(tensor.size(), dtype=tensor.dtype))
+        theirs = torch.load(io.BytesIO(path.read_bytes()[offset:offset + length]), weights_only=True)
+        assert ours.dtype == theirs.dtype and ours.size() == theirs.size() and ours.stride() == theirs.stride(), name
+        exact = torch.float64 if ours.is_floating_point() else ours.dtype   # fp8 has no equal(): compare widened
+        assert torch.equal(ours.to(exact), theirs.to(exact)), name
+
+
+def test_a_records_tensor_in_a_slice_of_a_buffer_starts_at_the_slice(tmp_path):
+    """On a GPU the bytes go into a slice of a thread's pinned buffer at a 64-byte aligned place; the tensor
+    viewing them starts there, not at the buffer's start (the first GPU run loaded every record after the
+    first one of a buffer from the buffer's start)."""
+    from runner.checkpoint_reader import _record, _view
+    tensor = torch.arange(40.0).view(5, 8)[1:4, 2:7]   # an offset and strides of its own
+    offset, length = _saved_at(tmp_path / "r", b"", tensor)
+    with open(tmp_path / "r", "rb", buffering=0) as handle:
+        record = _record(handle.fileno(), offset, length)
+    assert record is not None
+    buffer = torch.zeros(1024, dtype=torch.uint8)
+    raw = buffer[192:192 + record.nbytes]
+    raw.copy_(torch.frombuffer(bytearray((tmp_path / "r").read_bytes()[record.data:record.data + record.nbytes]),
+                               dtype=torch.uint8))
+    assert torch.equal(_view(raw, record), tensor)
+
+
+def test_a_record_that_is_not_one_plain_tensor_is_left_to_torch_load(tmp_path):
+    """A parameter, a dict of tensors, a list, or a record whose pickle names other code: _record says None
+    (torch.load with weights_only=True decides), it never builds or calls anything the record names."""
+    from runner.checkpoint_reader import _record
+    t = torch.ones(3)
+    for name, obj in {"parameter": torch.nn.Parameter(t.clone()), "dict": {"a": t, "b": t + 1, "c": t, "d": t,
+                                                                           "e": t, "f": t},
+                      "list": [t, t], "code": Boom(), "two-storages": (t, torch.zeros(2))}.items():
+        path = tmp_path / name
+        offset, length = _saved_at(path, b"", obj)
+        with open(path, "rb", buffering=0) as handle:
+            assert _record(handle.fileno(), offset, length) is None, name
+    assert not os.path.exists("/tmp/costsim-pwned")
+    path = tmp_path / "cut"
+    offset, length = _saved_at(path, b"", t)
+    with open(path, "rb", buffering=0) as handle:
+        assert _record(handle.fileno(), offset, length - 30) is None   # the directory cut off
+
+
 def test_a_file_slice_reads_and_seeks_only_inside_its_bytes(tmp_path):
     import io
 
@@ -312,3 +386,29 @@ def test_making_room_never_removes_the_only_intact_checkpoint(tmp_path):
     later.save(30, state)                                               # keep 1: from step-30, the intact newest
     assert sorted(p.name for p in tmp_path.glob("step-*")) == ["step-30"]
     later.close()
+
+
+def test_the_worker_builds_the_sdxl_unet_without_the_packages_it_never_uses():
+    """diffusers imports peft and transformers when they are installed (4-5 s of a 10 s import on the H200
+    host); the sdxl-unet workload declares them unused and the worker hides them while it builds: the UNet
+    still builds and runs, neither package is imported, and both can be imported after (a fresh interpreter:
+    the test process may have imported diffusers already)."""
+    pytest.importorskip("diffusers")
+    code = """
+import sys, torch
+from runner.workloads import lean_imports, resolve
+builder = resolve("sdxl-unet")
+with lean_imports(builder):
+    from diffusers import UNet2DConditionModel
+    unet = UNet2DConditionModel(sample_size=8, block_out_channels=(8, 16), layers_per_block=1, norm_num_groups=4,
+                                down_block_types=("DownBlock2D", "CrossAttnDownBlock2D"), cross_attention_dim=8,
+                                up_block_types=("CrossAttnUpBlock2D", "UpBlock2D"), attention_head_dim=2)
+    out = unet(torch.zeros(1, 4, 8, 8), torch.tensor([1]), torch.zeros(1, 3, 8)).sample
+print(tuple(out.shape), "peft" in sys.modules, "transformers" in sys.modules)
+import transformers
+print(transformers.__name__)
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split("\n")[:2] == ["(1, 4, 8, 8) False False", "transformers"], result.stdout

@@ -7,8 +7,10 @@ DDP, checkpoints and telemetry. See docs/runner-workloads.md for the interface a
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import inspect
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -79,10 +81,13 @@ Builder = Callable[[BuildContext], Built]
 
 
 def workload(*, options: dict[str, str] | None = None,
-             check: Callable[[dict[str, str]], None] | None = None) -> Callable[[Builder], Builder]:
+             check: Callable[[dict[str, str]], None] | None = None,
+             unused: tuple[str, ...] = ()) -> Callable[[Builder], Builder]:
     """Declares a builder's `--option` keys (key -> what it does); any other key is refused before
     any process starts, so that a typo cannot silently train something else. `check(options)`, if
     given, validates the values there too (cheaply: no GPU, no model), raising WorkloadOptionError.
+    `unused` names top-level packages that a library the build imports would import when installed
+    and that the workload never uses: the worker hides them while it builds (`lean_imports`).
 
         @workload(options={"weights": "a diffusers UNet folder"})
         def build(ctx): ...
@@ -90,8 +95,27 @@ def workload(*, options: dict[str, str] | None = None,
     def mark(builder: Builder) -> Builder:
         setattr(builder, "options", dict(options or {}))   # read back with getattr: any callable may be a builder
         setattr(builder, "check", check)
+        setattr(builder, "unused", tuple(unused))
         return builder
     return mark
+
+
+@contextlib.contextmanager
+def lean_imports(builder: Builder):
+    """While the worker builds: the builder's `unused` packages that nothing has imported yet look absent
+    (`sys.modules[name] = None`: `import name` raises ImportError and `importlib.util.find_spec` answers
+    None, Python's documented way to block an import), so that a library probing for them at its import
+    (diffusers: peft and transformers, 4-5 s of a 10 s import on the H200 host) leaves them out. They
+    are visible again after the build; a library that probed keeps its answer for this process."""
+    hidden = [name for name in getattr(builder, "unused", ()) if name not in sys.modules]
+    for name in hidden:
+        sys.modules[name] = None   # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        for name in hidden:
+            if sys.modules.get(name, 0) is None:
+                del sys.modules[name]
 
 
 def check_options(builder: Builder, name: str, options: dict[str, str], *, values: bool = True) -> None:

@@ -139,7 +139,7 @@ def check(options: dict) -> None:
             raise WorkloadOptionError(str(exc)) from None
 
 
-@workload(options=OPTIONS, check=check)
+@workload(options=OPTIONS, check=check, unused=("peft", "transformers"))   # LoRA and the text encoders
 def build(ctx: BuildContext) -> Built:
     """The SDXL UNet full fine-tune (synthetic data and random weights unless data= and weights=)."""
     from diffusers import UNet2DConditionModel

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# On the GPU machine (device tool): issue #36's same-node restart after two changes, side by side with
+# what they replace: the checkpoint reader's own record parser (runner.checkpoint_reader._record; before:
+# torch.load per tensor record, GIL-bound) and the worker's lean imports (diffusers without peft and
+# transformers, runner.workloads.lean_imports).
+#   1. load.txt: `scripts/bench_load.py` on the GPU, 8 GB in 1,700 tensors (SDXL's training state has
+#      about 6,700 in 30.8 GB): DCP's reader, the runner's with records, the runner's with torch.load;
+#   2. imports.txt: `import torch; from diffusers import UNet2DConditionModel` in fresh processes,
+#      plain and lean, alternating, three each;
+#   3. three lives of one run folder of the shipped plan as written (`costsim plan --workload sdxl --gpu
+#      H200`), an async checkpoint every 8 steps (scripts/gpu_sdxl_warm_start.sh's): 1 fresh with an empty
+#      compile cache, 2 and 3 resumed on the same node with the cache warm. report.txt (`runner report`),
+#      starts.jsonl (each start's runtime, compile, start and checkpoint_load events), lives.txt, notes.txt.
+# Wheels in .whl/ (simpy, diffusers, importlib_metadata).
+set -uo pipefail
+OUT=${OUT:-/tmp/out}
+export PYTHONUNBUFFERED=1
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+export PYTHONPATH=/tmp/site:$PWD NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
+export TORCHINDUCTOR_CACHE_DIR=/tmp/inductor-warm
+rm -rf /tmp/run "$TORCHINDUCTOR_CACHE_DIR"   # a warm machine keeps an earlier call's
+{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader; df -h /tmp; nproc; git log -1 --format=%h
+  python3 -c 'import torch, diffusers; print(torch.__version__, diffusers.__version__)'; } > "$OUT/setup.txt" 2>&1
+python3 scripts/bench_load.py --gb 8 --tensors 1700 --device cuda --dir /tmp/bench-load --threads 8 --rounds 2 \
+  > "$OUT/load.txt" 2>&1 || { echo "bench_load failed: the lives would fail the same way" >> "$OUT/load.txt"; exit 1; }
+for round in 1 2 3; do
+  for mode in plain lean; do
+    python3 - "$mode" >> "$OUT/imports.txt" 2>&1 <<'PY'
+import sys, time
+started = time.perf_counter()
+import torch
+from runner.workloads import lean_imports, resolve
+builder = resolve("sdxl-unet") if sys.argv[1] == "lean" else None
+with lean_imports(builder) if builder else __import__("contextlib").nullcontext():
+    from diffusers import UNet2DConditionModel
+print(f"{sys.argv[1]:<6} torch + diffusers {time.perf_counter() - started:6.2f} s  peft {'peft' in sys.modules}  "
+      f"transformers {'transformers' in sys.modules}")
+PY
+  done
+done
+python3 -m costsim plan --workload sdxl --gpu H200 --out /tmp/plan.json >> "$OUT/setup.txt" 2>&1
+python3 - <<'PY'
+import json
+doc = json.load(open("/tmp/plan.json"))
+doc["checkpoint"].update(interval_steps=8, **{"async": True})
+json.dump(doc, open("/tmp/plan8.json", "w"), indent=1)
+PY
+reached() {   # whether rank 0 has reported step $1
+  python3 -c "import json,sys; print(max((e.get('step', 0) for e in map(json.loads, open('/tmp/run/telemetry.jsonl'))
+    if e.get('event') in ('progress', 'step') and e.get('rank') == 0), default=0) >= int(sys.argv[1]))" "$1" 2>/dev/null \
+    | grep -q True
+}
+life() {   # $1 notice step, $2 name
+  local at=$1 name=$2
+  echo "== $name" >> "$OUT/lives.txt"
+  python3 -m runner execute /tmp/plan8.json --run-dir /tmp/run --steps 60 >> "$OUT/lives.txt" 2>&1 &
+  local pid=$! started; started=$(date +%s.%N)
+  for _ in $(seq 3000); do
+    reached "$at" && { kill -TERM $pid; break; }
+    kill -0 $pid 2>/dev/null || break
+    sleep 0.1
+  done
+  wait $pid; echo "$name: exit $? after $(python3 -c "import time; print(round(time.time() - $started, 1))") s" \
+    | tee -a "$OUT/notes.txt"
+}
+life 12 life1-cold
+life 20 life2-warm
+life 28 life3-warm
+python3 -m runner report /tmp/run > "$OUT/report.txt" 2>&1
+grep -E '"event":"(compile|runtime|checkpoint_load|start)"' /tmp/run/telemetry.jsonl > "$OUT/starts.jsonl"
