@@ -5,6 +5,7 @@ import os
 import pytest
 
 from costsim.cli import main
+from tests.runner_helpers import DRILL_NICE
 
 
 class Result:
@@ -42,17 +43,29 @@ def pytest_itemcollected(item):
 
 @pytest.fixture(autouse=True)
 def solo_gate(request, tmp_path_factory):
-    """Under pytest-xdist, a test marked `solo` runs with no test beside it: a wall-clock drill whose
-    deadline a machine twice as busy as it planned for can make infeasible (a drill ran 3x slower beside
-    another worker's DDP runs). Every test holds the lock shared, a solo test alone; the gate, taken
+    """Under pytest-xdist, a test marked `solo` is a wall-clock drill whose deadline a machine twice as busy
+    as it planned for can make infeasible (a drill ran 3x slower beside another worker's DDP runs). As
+    root, its processes run at a raised priority (`drill_priority`) and the other worker goes on beside it
+    (it stood idle for 3-4 minutes of a 22-minute suite, waiting for a running test to end and then beside
+    the drill); two drills never run at once (one lock, taken by solo tests only). Otherwise a solo test
+    runs with no test beside it: every test holds the lock shared, a solo test alone; the gate, taken
     first by all, lets no new test start while a solo test waits for the running ones to end."""
-    if "PYTEST_XDIST_WORKER" not in os.environ:
+    solo = request.node.get_closest_marker("solo") is not None
+    if "PYTEST_XDIST_WORKER" not in os.environ or (DRILL_NICE and not solo):
         yield
         return
     shared = tmp_path_factory.getbasetemp().parent   # the run's folder, above each worker's own
+    if DRILL_NICE:
+        with open(shared / "solo.drill", "a") as drill:
+            fcntl.flock(drill, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(drill, fcntl.LOCK_UN)
+        return
     with open(shared / "solo.gate", "a") as gate, open(shared / "solo.lock", "a") as lock:
         fcntl.flock(gate, fcntl.LOCK_EX)
-        fcntl.flock(lock, fcntl.LOCK_EX if request.node.get_closest_marker("solo") else fcntl.LOCK_SH)
+        fcntl.flock(lock, fcntl.LOCK_EX if solo else fcntl.LOCK_SH)
         fcntl.flock(gate, fcntl.LOCK_UN)
         try:
             yield

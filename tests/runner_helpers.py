@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from dataclasses import replace
@@ -52,3 +53,15 @@ def clean_and_killed(plan: Path, tmp_path: Path, *args: str, kill: str, timeout:
     assert summary(drill)["restarts"] == 1
     assert summary(clean)["final_state_sha256"] == summary(drill)["final_state_sha256"]
     return clean, drill
+
+
+# Root can raise a process's CPU priority: a wall-clock drill's processes then run ahead of the other
+# worker's tests instead of the other worker standing idle while it runs (tests/conftest.py's solo_gate).
+DRILL_NICE = -10 if hasattr(os, "geteuid") and os.geteuid() == 0 else 0
+
+
+def drill_priority() -> None:
+    """preexec_fn for a `solo` drill's processes (the command, and through it the runner and its workers):
+    as root, a raised CPU priority, so that the other worker's DDP runs take only what the drill leaves."""
+    if DRILL_NICE:
+        os.nice(DRILL_NICE)

@@ -24,6 +24,7 @@ from costsim.io.specs import load_trace
 from costsim.sim.job import JobParams
 from costsim.sim.market import TraceTimeline
 from costsim.sim.trial import MarketPrice, run_trial
+from tests.runner_helpers import drill_priority
 
 ROOT = Path(__file__).resolve().parents[1]
 WINDOWS = ROOT / "data" / "traces" / "cbl-us-west-2a-v100"
@@ -335,7 +336,8 @@ def _control(plan: Path, run_dir: Path, *args: str, window: int = 6, steps: int 
              deadline: str = "16h") -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "costsim", "control", str(plan), "--run-dir", str(run_dir), *DRILL,
                              "--deadline", deadline, "--trace", str(WINDOWS / f"{window}.json"), "--steps", str(steps),
-                             "--format", "json", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             "--format", "json", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=drill_priority)
 
 
 @pytest.mark.slow
