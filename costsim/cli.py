@@ -83,27 +83,40 @@ def cli():
     """
 
 
+def planning_options(command):
+    """What `plan` and `validate` both plan with: the workload, its deadline and risk, the candidates
+    (--gpu, --policy, --nodes), and the Monte Carlo trials and seed."""
+    options = [
+        click.option("--workload", required=True, help="workload YAML file or built-in name (sdxl, tiny)"),
+        click.option("--deadline", type=DURATION, help="override the workload's deadline, e.g. 36h"),
+        click.option("--risk", type=click.FloatRange(0, 1, max_open=True), help="acceptable probability of "
+                     "missing the deadline (default: 1 - the workload's p_deadline)"),
+        click.option("--trials", type=click.IntRange(min=10), default=400, show_default=True,
+                     help="Monte Carlo trials per simulated candidate"),
+        click.option("--seed", type=int, default=0, show_default=True),
+        click.option("--gpu", "gpus", multiple=True, help="only these GPU types (repeatable)"),
+        click.option("--policy", "policies_", multiple=True, type=click.Choice(sorted(POLICIES)),
+                     help="only these recovery policies (repeatable; default: every one the offering's markets "
+                     "allow), e.g. spot-only"),
+        click.option("--nodes", "nodes", multiple=True, type=click.IntRange(min=1),
+                     help="only these node counts (repeatable; default: 1, 2, 4 ... up to the workload's "
+                     "max_nodes), e.g. 2 for a gang of two"),
+        click.option("--jobs", type=click.IntRange(min=1), help="worker processes (default: CPU count)"),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
 @cli.command("plan")
-@click.option("--workload", required=True, help="workload YAML file or built-in name (sdxl, tiny)")
-@click.option("--deadline", type=DURATION, help="override the workload's deadline, e.g. 36h")
+@planning_options
 @click.option("--budget", type=POSITIVE, help="largest acceptable P90 cost")
-@click.option("--risk", type=click.FloatRange(0, 1, max_open=True), help="acceptable probability of missing "
-              "the deadline (default: 1 - the workload's p_deadline)")
-@click.option("--trials", type=click.IntRange(min=10), default=400, show_default=True,
-              help="Monte Carlo trials per shortlisted candidate")
-@click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--profile", "profile_ref", help="throughput profile file to use instead of the workload's")
-@click.option("--gpu", "gpus", multiple=True, help="only these GPU types (repeatable)")
-@click.option("--policy", "policies_", multiple=True, type=click.Choice(sorted(POLICIES)),
-              help="only these recovery policies (repeatable; default: every one the offering's markets allow)")
-@click.option("--nodes", "nodes", multiple=True, type=click.IntRange(min=1),
-              help="only these node counts (repeatable; default: 1, 2, 4 ... up to the workload's max_nodes)")
 @click.option("--shortlist", type=click.IntRange(min=1), default=16, show_default=True,
               help="candidates kept by the analytic screen for Monte Carlo")
 @click.option("--no-screen", "no_screen", is_flag=True, help="simulate every feasible configuration, not only the "
               "screen's shortlist and the safe alternatives (slower; the screen keeps the choice, every plan cheaper "
               "than the cheapest certain one, and the safe alternatives: docs/model.md)")
-@click.option("--jobs", type=click.IntRange(min=1), help="worker processes (default: CPU count)")
 @click.option("--out", default="plan.json", show_default=True, type=click.Path(dir_okay=False),
               help="where to write the chosen plan")
 @click.option("--plot", type=click.Path(dir_okay=False), help="draw cost vs P90 finish to this PNG")
@@ -644,24 +657,12 @@ def _share(value) -> str:
 
 
 @cli.command("validate")
-@click.option("--workload", required=True, help="workload YAML file or built-in name (sdxl, tiny)")
-@click.option("--gpu", "gpus", multiple=True, help="only these GPU types (repeatable)")
-@click.option("--policy", "policies_", multiple=True, type=click.Choice(sorted(POLICIES)),
-              help="plan only with these policies (repeatable; default: every one), e.g. spot-only to test its promise")
-@click.option("--nodes", "nodes", multiple=True, type=click.IntRange(min=1), help="plan only with these node counts "
-              "(repeatable), e.g. 2 to validate a gang")
-@click.option("--deadline", type=DURATION, help="override the workload's deadline, e.g. 36h")
-@click.option("--risk", type=click.FloatRange(0, 1, max_open=True), help="acceptable probability of missing "
-              "the deadline (default: 1 - the workload's p_deadline)")
-@click.option("--trials", type=click.IntRange(min=10), default=400, show_default=True,
-              help="Monte Carlo trials per candidate of each plan")
-@click.option("--seed", type=int, default=0, show_default=True)
+@planning_options
 @click.option("--stride", type=DURATION, default="6h", show_default=True,
               help="a long trace's real windows start this far apart")
 @click.option("--group", "groups", multiple=True, help="leave out only these groups (repeatable; default: each)")
 @click.option("--replay-share", type=click.FloatRange(0, 1), help="the share of trials that replay a real window "
               "(default: the catalog's); the rest draw from the group's fit")
-@click.option("--jobs", type=click.IntRange(min=1), help="worker processes (default: CPU count)")
 @click.option("--plot", type=click.Path(dir_okay=False), help="stated vs realised P(deadline) and reliability, PNG")
 @market_options
 @catalog_option
