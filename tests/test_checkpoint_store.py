@@ -99,6 +99,16 @@ def plan(tmp_path_factory):
     return tiny_plan(tmp_path_factory.mktemp("plan"), interval_steps=40, keep=2)
 
 
+@pytest.fixture(scope="module")
+def uninterrupted(plan, tmp_path_factory) -> str:
+    """The final state of the wide job run straight through, 160 steps, seed 5, on the node's disk: what the
+    store tests' interrupted runs must end in (run once for the module)."""
+    run = tmp_path_factory.mktemp("uninterrupted") / "run"
+    clean = execute(plan, run, "--steps", "160", "--seed", "5", *WIDE)
+    assert clean.returncode == 0, clean.stderr[-3000:]
+    return summary(run)["final_state_sha256"]
+
+
 def listed(store, prefix: str) -> dict[str, int]:
     pages = store["client"].get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix)
     return {o["Key"][len(prefix):]: o["Size"] for page in pages for o in page.get("Contents", [])}
@@ -108,12 +118,11 @@ def complete_steps(store, prefix: str) -> list[int]:
     return sorted(int(k.split("/")[0].split("-")[1]) for k in listed(store, prefix) if k.endswith("/manifest.json"))
 
 
-def test_a_job_resumes_from_the_store_on_an_empty_disk_and_at_another_world_size(store, plan, tmp_path):
+def test_a_job_resumes_from_the_store_on_an_empty_disk_and_at_another_world_size(store, plan, tmp_path,
+                                                                               uninterrupted):
     """Checkpoints go to the store (keep 2 there, one local copy); the run folder's checkpoints are
     deleted between attempts (a new node), and the job goes on from the store, on 1 process instead of
     2: the same final state as a job that never stopped."""
-    clean = execute(plan, tmp_path / "clean", "--steps", "160", "--seed", "5", *WIDE)
-    assert clean.returncode == 0, clean.stderr[-3000:]
     url = f"s3://{BUCKET}/runs/resume"
     first = execute(plan, tmp_path / "run", "--steps", "100", "--seed", "5", "--checkpoint-dir", url, *WIDE)
     assert first.returncode == 0, first.stderr[-3000:]
@@ -128,7 +137,7 @@ def test_a_job_resumes_from_the_store_on_an_empty_disk_and_at_another_world_size
     fetched = events(tmp_path / "run", "checkpoint_fetch")
     assert [e["step"] for e in fetched] == [100] and fetched[0]["location"] == url
     assert events(tmp_path / "run", "start")[-1]["step"] == 100
-    assert summary(tmp_path / "run")["final_state_sha256"] == summary(tmp_path / "clean")["final_state_sha256"]
+    assert summary(tmp_path / "run")["final_state_sha256"] == uninterrupted
     saves = [e for e in events(tmp_path / "run", "checkpoint_save") if e.get("upload_s") is not None]
     assert saves and all(e["location"] == url for e in saves)
     # costsim calibrate refits the store's bandwidth from the uploads and the fetch, for the next plan
@@ -147,7 +156,8 @@ def test_a_job_resumes_from_the_store_on_an_empty_disk_and_at_another_world_size
     assert refit["read_gb_per_s"] == pytest.approx(read, rel=1e-3)
 
 
-def test_a_kill_in_the_middle_of_an_upload_leaves_the_previous_checkpoint_the_newest(store, plan, tmp_path):
+def test_a_kill_in_the_middle_of_an_upload_leaves_the_previous_checkpoint_the_newest(store, plan, tmp_path,
+                                                                                     uninterrupted):
     """SIGKILL the runner while a checkpoint uploads: the store holds its files but no manifest, so it does
     not count; the job resumes from the previous complete one and ends in the same state."""
     url = f"s3://{BUCKET}/runs/killed"
@@ -172,9 +182,7 @@ def test_a_kill_in_the_middle_of_an_upload_leaves_the_previous_checkpoint_the_ne
     again = execute(plan, run, "--steps", "160", "--seed", "5", "--checkpoint-dir", url, *WIDE)
     assert again.returncode == 0, again.stderr[-3000:]
     assert [e["step"] for e in events(run, "checkpoint_fetch")] == [40]
-    clean = execute(plan, tmp_path / "clean", "--steps", "160", "--seed", "5", *WIDE)
-    assert summary(run)["final_state_sha256"] == summary(tmp_path / "clean")["final_state_sha256"]
-    assert clean.returncode == 0
+    assert summary(run)["final_state_sha256"] == uninterrupted
 
 
 def test_a_damaged_store_checkpoint_never_replaces_an_intact_local_one(store, plan, tmp_path):
