@@ -11,6 +11,8 @@
 #      H200`), an async checkpoint every 8 steps (scripts/gpu_sdxl_warm_start.sh's): 1 fresh with an empty
 #      compile cache, 2 and 3 resumed on the same node with the cache warm. report.txt (`runner report`),
 #      starts.jsonl (each start's runtime, compile, start and checkpoint_load events), lives.txt, notes.txt.
+# The run folder less its checkpoints (plan.json, summary.json, telemetry.jsonl: what `costsim calibrate`
+# reads) in run-*. LIVES_ONLY=1 skips 1 and 2.
 # Wheels in .whl/ (simpy, diffusers, importlib_metadata).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
@@ -21,9 +23,9 @@ export TORCHINDUCTOR_CACHE_DIR=/tmp/inductor-warm
 rm -rf /tmp/run "$TORCHINDUCTOR_CACHE_DIR"   # a warm machine keeps an earlier call's
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader; df -h /tmp; nproc; git log -1 --format=%h
   python3 -c 'import torch, diffusers; print(torch.__version__, diffusers.__version__)'; } > "$OUT/setup.txt" 2>&1
-python3 scripts/bench_load.py --gb 8 --tensors 1700 --device cuda --dir /tmp/bench-load --threads 8 --rounds 2 \
+[ -n "${LIVES_ONLY:-}" ] || python3 scripts/bench_load.py --gb 8 --tensors 1700 --device cuda --dir /tmp/bench-load --threads 8 --rounds 2 \
   > "$OUT/load.txt" 2>&1 || { echo "bench_load failed: the lives would fail the same way" >> "$OUT/load.txt"; exit 1; }
-for round in 1 2 3; do
+for round in $([ -n "${LIVES_ONLY:-}" ] || echo 1 2 3); do
   for mode in plain lean; do
     python3 - "$mode" >> "$OUT/imports.txt" 2>&1 <<'PY'
 import sys, time
@@ -68,3 +70,4 @@ life 20 life2-warm
 life 28 life3-warm
 python3 -m runner report /tmp/run > "$OUT/report.txt" 2>&1
 grep -E '"event":"(compile|runtime|checkpoint_load|start)"' /tmp/run/telemetry.jsonl > "$OUT/starts.jsonl"
+for name in plan.json summary.json telemetry.jsonl; do cp "/tmp/run/$name" "$OUT/run-$name"; done

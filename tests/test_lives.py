@@ -74,3 +74,28 @@ def test_the_report_and_calibrate_price_a_restart_by_one_rule():
     # calibrate's fitted one
     gap = 5 * abs(figures["step_time_s"] - run.point.step_s)
     assert figures["restart_cost_s"][0] == pytest.approx(run.restart_s[0], abs=gap + 0.001)
+
+
+def test_a_save_in_a_restarts_warm_up_is_charged_to_the_save_not_the_restart():
+    """A life resumed from step 13 with a save every 8 steps saves at step 16, inside its warm-up: the step
+    that paid it (17: the stall and the room made for it on a small disk; 15.4 s against 3.6 on the H200,
+    data/measurements/2026-12-02-h200-fast-resume/second) is left out of the restart, as the steady steps
+    leave it out; the planner charges each checkpoint on its own. Without the save, the same start costs
+    the same."""
+    from costsim.contract.timing import restart_costs_s
+
+    def life(save: bool) -> list[dict]:
+        first = [sup(0.0, "instance"), sup(0.0, "launch", attempt=0), worker(1.0, "start", step=0)]
+        first += steps(1.0, 1, 13, dt=3.6)
+        second = [sup(60.0, "instance"), sup(60.0, "launch", attempt=0), worker(80.0, "start", step=13)]
+        times = {14: 90.0, 15: 93.6, 16: 97.2, 17: 97.2 + (15.4 if save else 3.6)}
+        times[18] = times[17] + 3.6
+        second += [worker(t, "step", step=n, step_time_s=t - times.get(n - 1, 80.0)) for n, t in times.items()]
+        if save:
+            second.append(worker(times[18] + 1.0, "checkpoint_save", step=16, mode="async", stall_s=2.2,
+                                 duration_s=18.4, reason="interval"))
+        return first + second
+
+    plain, saved = restart_costs_s(life(False), 3.6), restart_costs_s(life(True), 3.6)
+    assert plain == pytest.approx([104.4 - 60.0 - 5 * 3.6])   # launch to step 18's end, less 5 steady steps
+    assert saved == pytest.approx(plain)

@@ -9,7 +9,8 @@ same way, by these rules:
   stall or synchronous save (counted with the checkpoint).
 - What a start costs: from its mark (the instance's start, the supervisor's launch or restart) to the
   end of its warm-up steps, less as many steady steps (`start_cost_s`): the whole price of getting back
-  to steady training, first-step compilation included. A restart is every start after a job's first: a
+  to steady training, first-step compilation included; a warm-up step that paid a checkpoint is left
+  out with it, as from the steady steps (the checkpoint is charged on its own). A restart is every start after a job's first: a
   relaunch inside a life, and each later life's launch (`restart_costs_s`); the planner's restart_s,
   calibrate's fit, `runner report`'s "restart cost" and `costsim control`'s resume are this figure.
 - What a save takes the job (`save_durations`): rank 0's whole duration of each checkpoint save, the
@@ -50,19 +51,29 @@ def save_durations(events: list[dict]) -> tuple[list[float], list[float]]:
 def start_cost_after(events: list[dict], since: int, steady_s: float, warmup: int = WARMUP_STEPS) -> float | None:
     """From events[since] to the end of the warm-up steps after it (those the step fit leaves out),
     less as many steady steps: the whole price of a (re)start, including a first step slowed by
-    compilation and autotuning, and later ones slowed by allocating the checkpoint staging buffers."""
-    steps, started = [], False
-    for e in events[since + 1:]:
+    compilation and autotuning, and later ones slowed by allocating the checkpoint staging buffers.
+    A warm-up step that paid a checkpoint (its stall, a synchronous save, the room made for it) is left
+    out, as the steady steps leave it out: the planner charges each checkpoint on its own."""
+    steps: list[dict] = []
+    started, life = False, len(events)
+    for i in range(since + 1, len(events)):
+        e = events[i]
         # the next start (a relaunch, a new life) ends this one's look, warm or not; a relaunch's own
         # `launch` follows its `restart` event
         if e["event"] in ("restart", "instance") or (e["event"] == "launch" and started):
+            life = i
             break
         started = started or e["event"] == "start"
-        if e["event"] == "step":
+        if e["event"] == "step" and len(steps) < warmup:
             steps.append(e)
-            if len(steps) == warmup:
-                break
-    return start_cost_s(events[since]["t"], steps[-1]["t"], len(steps), steady_s) if steps else None
+    if not steps:
+        return None
+    paid = {int(e["step"]) + 1 for e in events[since + 1:life]   # a save's stall lands in the next step
+            if e["event"] == "checkpoint_save" and e.get("rank") == 0 and isinstance(e.get("step"), int)}
+    held = [float(e["step_time_s"]) for e in steps if e.get("step") in paid and isinstance(e.get("step_time_s"),
+                                                                                           (int, float))]
+    cost = start_cost_s(events[since]["t"], steps[-1]["t"], len(steps) - len(held), steady_s) - sum(held)
+    return max(0.0, cost)
 
 
 def first_start_cost_s(events: list[dict], steady_s: float) -> float | None:
