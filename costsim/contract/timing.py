@@ -10,8 +10,9 @@ same way, by these rules:
 - What a start costs: from its mark (the instance's start, the supervisor's launch or restart) to the
   end of its warm-up steps, less as many steady steps (`start_cost_s`): the whole price of getting back
   to steady training, first-step compilation included; a warm-up step that paid a checkpoint is left
-  out with it, as from the steady steps (the checkpoint is charged on its own). A restart is every start after a job's first: a
-  relaunch inside a life, and each later life's launch (`restart_costs_s`); the planner's restart_s,
+  out with it, as from the steady steps (the checkpoint is charged on its own). A restart is every
+  start after a job's first: a relaunch inside a life, and each later life's launch
+  (`restart_costs_s`); the planner's restart_s,
   calibrate's fit, `runner report`'s "restart cost" and `costsim control`'s resume are this figure.
 - What a save takes the job (`save_durations`): rank 0's whole duration of each checkpoint save, the
   upload to an object store included: a blocking save (final, notice, a move's) as training waits for
