@@ -252,11 +252,12 @@ def _record(fd: int, offset: int, length: int) -> _Record | None:
         if name not in entries or entries[name][0] != 0 or entries[name][1] != entries[name][2]:
             return None
         _, csize, _, local = entries[name]
-        header = os.pread(fd, 30, offset + local)
+        header = os.pread(fd, 30, offset + local) if local + 30 <= length else b""
         if header[:4] != _LOCAL:
             return None
         nlen, elen = struct.unpack_from("<HH", header, 26)
-        return local + 30 + nlen + elen, csize
+        start = local + 30 + nlen + elen
+        return (start, csize) if start + csize <= length else None   # inside the record's own bytes only
 
     pickled, order = body("data.pkl"), body("byteorder")
     if pickled is None:
