@@ -110,27 +110,32 @@ class SafeFileSystemReader(FileSystemReader):
 
     def _read_batch(self, relative_path: str, items: list, planner) -> None:
         staging = _Staging()
-        with open(Path(self.path) / relative_path, "rb", buffering=0) as handle:
-            for item in items:
-                info = self.storage_data[item.storage_index]
-                if item.type == LoadItemType.BYTE_IO:
-                    planner.load_bytes(item, io.BytesIO(_Slice(handle, info.offset, info.length).read()))
-                    continue
-                target = planner.resolve_tensor(item).detach()
-                record = _record(handle.fileno(), info.offset, info.length) if RECORDS else None
-                if record is None:   # not a record _record knows: torch's own reader
-                    tensor = torch.load(cast(IO[bytes], _Slice(handle, info.offset, info.length)), map_location="cpu",
-                                        weights_only=True)
-                else:
-                    tensor = staging.read(handle.fileno(), record, target)
-                tensor = _narrow(tensor, item.storage_offsets, item.lengths)
-                if target.size() != tensor.size():
-                    raise RuntimeError(f"checkpoint entry {item.storage_index.fqn} has shape {tuple(tensor.size())}, "
-                                       f"the training state {tuple(target.size())}")
-                if tensor.data_ptr() != target.data_ptr():   # not already read into the target's own memory
-                    staging.copy(target, tensor)
-                planner.commit_tensor(item, target)
-        staging.finish()
+        try:
+            with open(Path(self.path) / relative_path, "rb", buffering=0) as handle:
+                for item in items:
+                    self._read_item(handle, item, planner, staging)
+        finally:
+            staging.finish()   # the copies in flight end before the thread's buffer serves another batch
+
+    def _read_item(self, handle, item, planner, staging: _Staging) -> None:
+        info = self.storage_data[item.storage_index]
+        if item.type == LoadItemType.BYTE_IO:
+            planner.load_bytes(item, io.BytesIO(_Slice(handle, info.offset, info.length).read()))
+            return
+        target = planner.resolve_tensor(item).detach()
+        record = _record(handle.fileno(), info.offset, info.length) if RECORDS else None
+        if record is None:   # not a record _record knows: torch's own reader
+            tensor = torch.load(cast(IO[bytes], _Slice(handle, info.offset, info.length)), map_location="cpu",
+                                weights_only=True)
+        else:
+            tensor = staging.read(handle.fileno(), record, target)
+        tensor = _narrow(tensor, item.storage_offsets, item.lengths)
+        if target.size() != tensor.size():
+            raise RuntimeError(f"checkpoint entry {item.storage_index.fqn} has shape {tuple(tensor.size())}, "
+                               f"the training state {tuple(target.size())}")
+        if tensor.data_ptr() != target.data_ptr():   # not already read into the target's own memory
+            staging.copy(target, tensor)
+        planner.commit_tensor(item, target)
 
 
 @dataclass(frozen=True)
