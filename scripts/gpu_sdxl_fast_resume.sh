@@ -41,33 +41,11 @@ PY
   done
 done
 python3 -m costsim plan --workload sdxl --gpu H200 --out /tmp/plan.json >> "$OUT/setup.txt" 2>&1
-python3 - <<'PY'
-import json
-doc = json.load(open("/tmp/plan.json"))
-doc["checkpoint"].update(interval_steps=8, **{"async": True})
-json.dump(doc, open("/tmp/plan8.json", "w"), indent=1)
-PY
-reached() {   # whether rank 0 has reported step $1
-  python3 -c "import json,sys; print(max((e.get('step', 0) for e in map(json.loads, open('/tmp/run/telemetry.jsonl'))
-    if e.get('event') in ('progress', 'step') and e.get('rank') == 0), default=0) >= int(sys.argv[1]))" "$1" 2>/dev/null \
-    | grep -q True
-}
-life() {   # $1 notice step, $2 name
-  local at=$1 name=$2
-  echo "== $name" >> "$OUT/lives.txt"
-  python3 -m runner execute /tmp/plan8.json --run-dir /tmp/run --steps 60 >> "$OUT/lives.txt" 2>&1 &
-  local pid=$! started; started=$(date +%s.%N)
-  for _ in $(seq 3000); do
-    reached "$at" && { kill -TERM $pid; break; }
-    kill -0 $pid 2>/dev/null || break
-    sleep 0.1
-  done
-  wait $pid; echo "$name: exit $? after $(python3 -c "import time; print(round(time.time() - $started, 1))") s" \
-    | tee -a "$OUT/notes.txt"
-}
-life 12 life1-cold
-life 20 life2-warm
-life 28 life3-warm
+source scripts/gpu_lives.sh
+every_8 /tmp/plan.json
+life 12 life1-cold "$OUT/lives.txt"
+life 20 life2-warm "$OUT/lives.txt"
+life 28 life3-warm "$OUT/lives.txt"
 python3 -m runner report /tmp/run > "$OUT/report.txt" 2>&1
 grep -E '"event":"(compile|runtime|checkpoint_load|start)"' /tmp/run/telemetry.jsonl > "$OUT/starts.jsonl"
 for name in plan.json summary.json telemetry.jsonl; do cp "/tmp/run/$name" "$OUT/run-$name"; done

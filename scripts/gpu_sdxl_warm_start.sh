@@ -20,30 +20,8 @@ rm -rf /tmp/run "$TORCHINDUCTOR_CACHE_DIR"   # a warm machine keeps an earlier c
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader; df -h /tmp; nproc
   python3 -c 'import torch; print(torch.__version__)'; } > "$OUT/setup.txt" 2>&1
 python3 -m costsim plan --workload sdxl --gpu H200 --out /tmp/plan.json >> "$OUT/setup.txt" 2>&1
-python3 - <<'PY'
-import json
-doc = json.load(open("/tmp/plan.json"))
-doc["checkpoint"].update(interval_steps=8, **{"async": True})
-json.dump(doc, open("/tmp/plan8.json", "w"), indent=1)
-PY
-reached() {   # whether rank 0 has reported step $1
-  python3 -c "import json,sys; print(max((e.get('step', 0) for e in map(json.loads, open('/tmp/run/telemetry.jsonl'))
-    if e.get('event') in ('progress', 'step') and e.get('rank') == 0), default=0) >= int(sys.argv[1]))" "$1" 2>/dev/null \
-    | grep -q True
-}
-life() {   # $1 notice step, $2 name, $3 where its stderr goes; the rest: environment for the life
-  local at=$1 name=$2 err=$3; shift 3
-  echo "== $name" >> "$OUT/lives.txt"
-  env "$@" python3 -m runner execute /tmp/plan8.json --run-dir /tmp/run --steps 60 >> "$OUT/lives.txt" 2>>"$err" &
-  local pid=$! started; started=$(date +%s.%N)
-  for _ in $(seq 3000); do
-    reached "$at" && { kill -TERM $pid; break; }
-    kill -0 $pid 2>/dev/null || break
-    sleep 0.1
-  done
-  wait $pid; echo "$name: exit $? after $(python3 -c "import time; print(round(time.time() - $started, 1))") s" \
-    | tee -a "$OUT/notes.txt"
-}
+source scripts/gpu_lives.sh
+every_8 /tmp/plan.json
 life 12 life1-cold "$OUT/lives.txt"
 life 20 life2-warm "$OUT/lives.txt"
 life 28 life3-logged "$OUT/torch-logs.txt" TORCH_LOGS=recompiles,graph_breaks

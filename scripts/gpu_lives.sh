@@ -1,0 +1,34 @@
+# Sourced by the GPU scripts that drive the lives of one run folder (gpu_sdxl_warm_start.sh,
+# gpu_sdxl_fast_resume.sh): the shipped plan with an async checkpoint every 8 steps, and a life that
+# `runner execute`s it until rank 0 has reported a step, then sends the spot notice (SIGTERM).
+# Uses OUT (lives.txt, notes.txt), RUN_DIR (default /tmp/run), PLAN (default /tmp/plan8.json), STEPS (60).
+RUN_DIR=${RUN_DIR:-/tmp/run}
+PLAN=${PLAN:-/tmp/plan8.json}
+STEPS=${STEPS:-60}
+
+every_8() {   # $1 a plan.json: its copy at $PLAN with an async checkpoint every 8 steps
+  python3 - "$1" "$PLAN" <<'PY'
+import json, sys
+doc = json.load(open(sys.argv[1]))
+doc["checkpoint"].update(interval_steps=8, **{"async": True})
+json.dump(doc, open(sys.argv[2], "w"), indent=1)
+PY
+}
+reached() {   # whether rank 0 has reported step $1
+  python3 -c "import json,sys; print(max((e.get('step', 0) for e in map(json.loads, open(sys.argv[2]))
+    if e.get('event') in ('progress', 'step') and e.get('rank') == 0), default=0) >= int(sys.argv[1]))" \
+    "$1" "$RUN_DIR/telemetry.jsonl" 2>/dev/null | grep -q True
+}
+life() {   # $1 notice step, $2 name, $3 where its stderr goes; the rest: environment for the life
+  local at=$1 name=$2 err=$3; shift 3
+  echo "== $name" >> "$OUT/lives.txt"
+  env "$@" python3 -m runner execute "$PLAN" --run-dir "$RUN_DIR" --steps "$STEPS" >> "$OUT/lives.txt" 2>>"$err" &
+  local pid=$! started; started=$(date +%s.%N)
+  for _ in $(seq 3000); do
+    reached "$at" && { kill -TERM $pid; break; }
+    kill -0 $pid 2>/dev/null || break
+    sleep 0.1
+  done
+  wait $pid; echo "$name: exit $? after $(python3 -c "import time; print(round(time.time() - $started, 1))") s" \
+    | tee -a "$OUT/notes.txt"
+}
