@@ -155,11 +155,12 @@ class _Record:
 
     def plain(self) -> bool:
         """Whether the tensor is its whole storage, contiguous (it can be read straight into a tensor's memory)."""
-        numel = 1
-        for dim in self.size:
-            numel *= dim
-        return (self.storage_offset == 0 and numel == self.storage_numel
-                and self.stride == torch.empty(self.size, device="meta").stride())
+        expected, stride = [], 1
+        for dim in reversed(self.size):   # row-major strides (a dimension of 1 or 0 may have any)
+            expected.append(stride)
+            stride *= dim
+        return (self.storage_offset == 0 and stride == self.storage_numel
+                and all(s == e or n <= 1 for s, e, n in zip(self.stride, reversed(expected), self.size)))
 
 
 _STORAGE_DTYPES = {name: dtype for dtype, name in torch.storage._dtype_to_storage_type_map().items()
