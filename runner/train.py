@@ -16,6 +16,7 @@ import shutil
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -78,10 +79,23 @@ class Trainer:
                            options=dict(spec.options), total_steps=spec.total_steps)
         builder = resolve(spec.model, spec.workload_entry)
         check_options(builder, spec.workload_entry or spec.model, ctx.options, values=False)
+        # With a checkpoint on the disk (or a store to fetch one from), one will most likely be loaded over
+        # the model: the builder may leave out the initial values (an SDXL UNet's take seconds to draw).
+        restoring = bool(self.checkpointer.steps()) or store is not None
         with lean_imports(builder):
-            built = build_workload(builder, ctx)
-        self.built = built
+            built = build_workload(builder, replace(ctx, restoring=restoring))
         marks["build"] = time.time()
+        self.resume_step = self.checkpointer.agree_on_step()   # waits for rank 0's check of the checkpoint
+        marks["agree"] = time.time()
+        self.build_kind = "empty" if built.empty else "initialised"
+        if built.empty and not self.resume_step:   # none loads after all (all damaged): build it initialised
+            if built.close is not None:
+                built.close()
+            del built
+            built = build_workload(builder, ctx)
+            self.build_kind = "empty, then initialised (no checkpoint to load)"
+            marks["rebuild"] = time.time()
+        self.built = built
         speed.configure_backends(self.runtime)
         compiled = speed.prepare_model(built.model, self.runtime)
         self.compiled = bool(compiled)
@@ -95,7 +109,7 @@ class Trainer:
             speed.configure_ddp(self.model, self.runtime)
         marks["wrap"] = time.time()
         self.telemetry.event("runtime", settings=self.runtime.as_dict(), compiled_modules=compiled,
-                             compile_cache_bytes=speed.cache_bytes(), **self.split.as_dict(),
+                             compile_cache_bytes=speed.cache_bytes(), build=self.build_kind, **self.split.as_dict(),
                              nodes=max(1, world_size // int(os.environ.get("LOCAL_WORLD_SIZE", world_size))),
                              **start_phases(marks))
         self.notice = faults.NoticeFlag()
@@ -114,7 +128,7 @@ class Trainer:
                               self.built.state)
 
     def restore(self) -> None:
-        step = self.checkpointer.agree_on_step()
+        step = self.resume_step
         if step:
             state = self.state()
             own_rng = f"{PRIVATE_PREFIX}{self.rank}"

@@ -42,6 +42,8 @@ def test_three_sigkills_resume_to_the_same_final_state(plan, clean, tmp_path):
     for killed_at, resumed_from in zip(kills, resumed):
         assert 0 <= killed_at - resumed_from <= INTERVAL   # at most one checkpoint interval lost
     assert s["lost_steps"] == sum(k - r for k, r in zip(kills, resumed))
+    # Each resume built the model without initial values (the load fills it) and still ends bit-exact.
+    assert [e["build"] for e in events(tmp_path, "runtime")] == ["initialised"] + ["empty"] * 3
     assert "runner: restart 3: preempted" in result.stderr
     # A drill as intended reads as one line per fault, not the peers' tracebacks.
     assert [line.split(" (")[0] for line in result.stderr.splitlines() if "drill: injected" in line] == \
@@ -126,6 +128,23 @@ def test_corrupt_newest_checkpoint_is_skipped_and_the_previous_used(plan, tmp_pa
     assert "has" in skipped[150] or "CRC" in skipped[150]
     assert events(tmp_path, "checkpoint_load")[-1]["step"] == 100
     assert summary(tmp_path)["steps"] == 200
+
+
+def test_when_every_checkpoint_is_damaged_the_run_starts_over_from_the_same_initial_weights(plan, tmp_path):
+    """A checkpoint on the disk makes the workers build the model empty for it; when none of them
+    loads, the model is built again with its initial values: the run is the fresh run it replaces."""
+    fresh, run = tmp_path / "fresh", tmp_path / "run"
+    for folder, steps in ((fresh, "100"), (run, "60")):
+        result = execute(plan, folder, "--steps", steps, "--seed", "3")
+        assert result.returncode == 0, result.stderr[-3000:]
+    for folder in (run / "checkpoints").glob("step-*"):
+        shard = next(p for p in folder.iterdir() if p.suffix == ".distcp")
+        shard.write_bytes(bytes(b ^ 0xFF for b in shard.read_bytes()))   # same size, damaged
+    again = execute(plan, run, "--steps", "100", "--seed", "3")   # would go on from step 60
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "skipping checkpoint step-60" in again.stderr and not events(run, "checkpoint_load")
+    assert events(run, "runtime")[-1]["build"] == "empty, then initialised (no checkpoint to load)"
+    assert summary(run)["final_state_sha256"] == summary(fresh)["final_state_sha256"]
 
 
 def test_async_checkpoints_resume_exactly_too(tmp_path):

@@ -16,6 +16,7 @@ def test_sdxl_unet_trains_checkpoints_and_resumes_exactly(tmp_path):
     _, drill = clean_and_killed(plan, tmp_path, "--option", f"config={TINY_UNET}", "--steps", "10", "--seed", "2",
                                 kill="kill@6")
     assert events(drill, "checkpoint_load")[0]["step"] == 4
+    assert [e["build"] for e in events(drill, "runtime")] == ["initialised", "empty"]   # the resume drew no weights
 
 
 def test_full_sdxl_config_is_the_2_57b_unet():

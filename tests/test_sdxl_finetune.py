@@ -59,6 +59,7 @@ def test_a_fine_tune_resumes_bit_exact_after_a_kill_and_exports_its_ema(tmp_path
     clean, drill = clean_and_killed(plan, tmp_path, "--steps", "10", "--option", f"weights={weights}",
                                     "--option", f"data={data}", *FINE_TUNE, kill="kill@6")
     assert events(drill, "checkpoint_load")[0]["step"] == 4
+    assert [e["build"] for e in events(drill, "runtime")] == ["initialised", "empty"]   # the resume read no weights
     a, b = exported(clean), exported(drill)
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert [e["loss"] for e in events(tmp_path / "clean", "validation")] == \

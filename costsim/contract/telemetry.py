@@ -41,9 +41,10 @@ EVENT_FIELDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "launch": ("supervisor, per torchrun launch; fault: an injected one", ("attempt", "fault")),
     "restart": ("supervisor", ("attempt", "restarts", "reason", "exit_code")),
     "exit": ("supervisor, last; ended: how the instance ended (INSTANCE_ENDS)", ("status", "restarts", "ended")),
-    "runtime": ("worker, per start: the settings, compiled modules, compile cache, the batch split, nodes and "
-                "the start's phases", ("settings", "compiled_modules", "compile_cache_bytes", *SPLIT_FIELDS, "nodes",
-                                       "process_start_t", "start_phases_s")),
+    "runtime": ("worker, per start: the settings, compiled modules, compile cache, how the model was built "
+                "(initialised, or empty for a checkpoint to load over), the batch split, nodes and the start's phases",
+                ("settings", "compiled_modules", "compile_cache_bytes", "build", *SPLIT_FIELDS, "nodes",
+                 "process_start_t", "start_phases_s")),
     "compile": ("worker, rank 0, after a start's first step when the model is compiled: torch.compile's counters "
                 "(frames, graphs, recompiles, AOTAutograd and FX-graph cache hits and misses) and its slowest phases",
                 ("step", "counters", "phases_s")),

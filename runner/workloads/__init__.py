@@ -32,6 +32,9 @@ class BuildContext:
     precision: str            # bf16 | fp16 | fp32
     options: dict = field(default_factory=dict)
     total_steps: int = 0      # optimizer steps in the run (an LR schedule's length)
+    # A checkpoint is about to be loaded over the model, the optimizer and `state`: the builder may skip
+    # their initial values (build on the meta device, then `to_empty`) and say so in Built.empty.
+    restoring: bool = False
 
     @property
     def split(self) -> BatchSplit:
@@ -60,7 +63,9 @@ class Built:
       calls it on every rank every `validate_every` steps (0: never) and at the end, and reports the mean;
     - `export(folder)`: rank 0 writes the trained model into `folder` at the end of the run; the
       runner makes it RUN/final atomically;
-    - `close()`: stops what the workload started (data loader threads).
+    - `close()`: stops what the workload started (data loader threads);
+    - `empty`: built for `ctx.restoring` without initial values (the runner builds again, initialised,
+      when no checkpoint loads after all).
     """
 
     model: torch.nn.Module
@@ -75,6 +80,7 @@ class Built:
     validate_every: int = 0
     export: Callable[[Any], None] | None = None
     close: Callable[[], None] | None = None
+    empty: bool = False
 
 
 Builder = Callable[[BuildContext], Built]
@@ -116,6 +122,18 @@ def lean_imports(builder: Builder):
         for name in hidden:
             if sys.modules.get(name, 0) is None:
                 del sys.modules[name]
+
+
+def empty_build(make: Callable[[], torch.nn.Module], device: torch.device) -> torch.nn.Module | None:
+    """The module `make()` builds, on `device` with storage but no initial values: built on the meta
+    device (no initialisation runs, no weights are read), then `to_empty`. For a build that a checkpoint
+    loads over (`ctx.restoring`). None when the module holds tensors a checkpoint does not keep
+    (non-persistent buffers, which would stay uninitialised): build it initialised instead."""
+    with torch.device("meta"):
+        module = make()
+    if any(getattr(m, "_non_persistent_buffers_set", ()) for m in module.modules()):
+        return None
+    return module.to_empty(device=device)
 
 
 def check_options(builder: Builder, name: str, options: dict[str, str], *, values: bool = True) -> None:

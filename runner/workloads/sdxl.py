@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from runner.workloads import BuildContext, Built, WorkloadOptionError, workload
+from runner.workloads import BuildContext, Built, WorkloadOptionError, empty_build, workload
 from runner.workloads.latents import FIELDS, DatasetError, LatentShards, Order, Prefetcher, expected_shapes
 
 CONFIG_NAME = "sdxl_unet_config.json"
@@ -147,11 +147,15 @@ def build(ctx: BuildContext) -> Built:
     s = _settings(ctx.options)
     config = s["config"]
     torch.manual_seed(ctx.seed)
-    if "weights" in s:
+    # Resuming: a checkpoint is loaded over the model, so neither the weights folder is read nor 2.57B
+    # parameters initialised (the config alone gives the shapes).
+    model = empty_build(lambda: UNet2DConditionModel.from_config(config), ctx.device) if ctx.restoring else None
+    empty = model is not None
+    if model is None and "weights" in s:
         folder, sub = s["weights"]
         model = UNet2DConditionModel.from_pretrained(folder, subfolder=sub, local_files_only=True,
                                                      torch_dtype=torch.float32).to(ctx.device)
-    else:
+    elif model is None:
         with ctx.device:   # initialise on the GPU itself: 2.57B parameters are slow to initialise on a CPU
             model = UNet2DConditionModel.from_config(config)
     model.train()
@@ -195,7 +199,8 @@ def build(ctx: BuildContext) -> Built:
         return (per_sample * weight).mean()
 
     built = Built(model=model, optimizer=optimizer, scheduler=scheduler, batch=_synthetic(ctx, shapes, generator),
-                  loss=loss, autocast_dtype={"bf16": torch.bfloat16, "fp16": torch.float16}.get(ctx.precision))
+                  loss=loss, autocast_dtype={"bf16": torch.bfloat16, "fp16": torch.float16}.get(ctx.precision),
+                  empty=empty)
     if "data" in ctx.options:
         _real_data(ctx, s, shapes, built, draws, loss)   # its own batches, validation and close
     if s["ema"] is not None:

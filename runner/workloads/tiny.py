@@ -12,7 +12,7 @@ import time
 import torch
 from torch import nn
 
-from runner.workloads import BuildContext, Built, WorkloadOptionError, workload
+from runner.workloads import BuildContext, Built, WorkloadOptionError, empty_build, workload
 
 INPUT, HIDDEN, OUTPUT = 64, 256, 16
 DATASET = 1 << 16
@@ -47,8 +47,14 @@ def build(ctx: BuildContext) -> Built:
     """The CPU-sized reference workload of data/workloads/tiny.yaml."""
     hidden, pace_s = _settings(ctx.options)
     torch.manual_seed(ctx.seed)   # identical initial weights on every rank
-    model = nn.Sequential(nn.Linear(INPUT, hidden), nn.ReLU(), nn.Linear(hidden, hidden),
-                          nn.ReLU(), nn.Linear(hidden, OUTPUT)).to(ctx.device)
+
+    def make() -> nn.Module:
+        return nn.Sequential(nn.Linear(INPUT, hidden), nn.ReLU(), nn.Linear(hidden, hidden),
+                             nn.ReLU(), nn.Linear(hidden, OUTPUT))
+    model = empty_build(make, ctx.device) if ctx.restoring else None
+    empty = model is not None
+    if model is None:
+        model = make().to(ctx.device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.01)
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=10_000)
     teacher = _teacher(ctx.seed + 1).to(ctx.device)
@@ -64,7 +70,7 @@ def build(ctx: BuildContext) -> Built:
         return nn.functional.mse_loss(model(x), y)
 
     return Built(model=model, optimizer=optimizer, scheduler=scheduler, batch=batch, loss=loss,
-                 after_step=_pacer(pace_s) if pace_s else None)
+                 after_step=_pacer(pace_s) if pace_s else None, empty=empty)
 
 
 def _pace_s(text: str | None) -> float:
