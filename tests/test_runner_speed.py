@@ -27,6 +27,26 @@ def test_staged_copy_is_a_snapshot_in_reused_buffers():
     assert second["model"]["w"][0, 0].item() == 100
 
 
+def test_staging_buffers_are_views_of_one_arena_each_a_storage_of_its_own_size():
+    from runner.staging import ALIGN_BYTES, host_buffers
+    dtypes = (torch.float32, torch.bfloat16, torch.float8_e4m3fn, torch.int64, torch.bool)
+    state = {"model": {str(d): torch.randn(1000, 3).to(d) for d in dtypes},
+             "optim": [torch.zeros(0), torch.ones(5, 7)[:, 1:]], "progress": {"step": 3}}
+    buffers = host_buffers(state)
+    addresses = []
+    for value, buffer in zip([*state["model"].values(), *state["optim"]], [*buffers["model"].values(), *buffers["optim"]]):
+        assert buffer.shape == value.shape and buffer.dtype == value.dtype and buffer.is_contiguous()
+        assert buffer.untyped_storage().nbytes() == buffer.nbytes   # DCP's writer copies a larger storage
+        assert not buffer.float().any()                             # zeroed
+        assert torch.equal(buffer.copy_(value).float(), value.float())
+        if buffer.numel():
+            addresses.append((buffer.data_ptr(), buffer.nbytes))
+    assert buffers["progress"] == {"step": None}
+    addresses.sort()
+    assert all(a % ALIGN_BYTES == 0 for a, _ in addresses)
+    assert all(a + n <= b for (a, n), (b, _) in zip(addresses, addresses[1:]))   # none overlaps another
+
+
 def test_staging_survives_a_state_whose_structure_changed():
     stager = HostStager()
     stager.stage({"a": torch.zeros(2)})
