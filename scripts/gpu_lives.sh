@@ -23,12 +23,14 @@ life() {   # $1 notice step, $2 name, $3 where its stderr goes; the rest: enviro
   local at=$1 name=$2 err=$3; shift 3
   echo "== $name" >> "$OUT/lives.txt"
   env "$@" python3 -m runner execute "$PLAN" --run-dir "$RUN_DIR" --steps "$STEPS" >> "$OUT/lives.txt" 2>>"$err" &
-  local pid=$! started; started=$(date +%s.%N)
+  local pid=$! started noticed="" code; started=$(date +%s.%N)
   for _ in $(seq 3000); do
-    reached "$at" && { kill -TERM $pid; break; }
+    reached "$at" && { kill -TERM $pid; noticed=$(date +%s.%N); break; }
     kill -0 $pid 2>/dev/null || break
     sleep 0.1
   done
-  wait $pid; echo "$name: exit $? after $(python3 -c "import time; print(round(time.time() - $started, 1))") s" \
+  wait $pid; code=$?
+  echo "$name: exit $code after $(python3 -c "import time; print(round(time.time() - $started, 1))") s" \
+    "${noticed:+(notice to exit $(python3 -c "import time; print(round(time.time() - $noticed, 1))") s)}" \
     | tee -a "$OUT/notes.txt"
 }

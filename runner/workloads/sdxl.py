@@ -139,7 +139,8 @@ def check(options: dict) -> None:
             raise WorkloadOptionError(str(exc)) from None
 
 
-@workload(options=OPTIONS, check=check, unused=("peft", "transformers"))   # LoRA and the text encoders
+# LoRA, the text encoders, and scipy (diffusers' single-file loader imports it for schedulers a UNet never uses)
+@workload(options=OPTIONS, check=check, unused=("peft", "transformers", "scipy"))
 def build(ctx: BuildContext) -> Built:
     """The SDXL UNet full fine-tune (synthetic data and random weights unless data= and weights=)."""
     from diffusers import UNet2DConditionModel
