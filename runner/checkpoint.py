@@ -296,7 +296,11 @@ class Checkpointer:
             while free_bytes(self.root) < needed and len(steps) > 1:
                 oldest = steps.pop()
                 self.warn(f"removing checkpoint step-{oldest} to make room for {what} (the newest is kept)")
+                started, size = time.perf_counter(), _folder_bytes(self.folder(oldest))
                 shutil.rmtree(self.folder(oldest), ignore_errors=True)
+                self.measured_s["remove"] = time.perf_counter() - started
+                self.on_event("checkpoint_removed", step=oldest, duration_s=self.measured_s["remove"], bytes=size,
+                              reason=f"room for {what}")
             ok = int(free_bytes(self.root) >= needed)
         flag = torch.tensor([ok], dtype=torch.int64)
         if collective and self._group is not None and self.world_size > 1:
@@ -305,6 +309,22 @@ class Checkpointer:
             free = free_bytes(self.root)
             raise refuse(self.root, what, needed, free, "keep fewer checkpoints (plan.json checkpoint.keep), "
                          "or put them on a larger disk or an object store (runner execute --checkpoint-dir)")
+
+    def removals_before_next_save(self) -> int:
+        """How many checkpoints a save started now would first remove to make room (after the write in
+        flight, if any, has landed and taken its space): a notice's rule counts their removal."""
+        size = self.checkpoint_bytes()
+        in_flight = self.in_flight() is not None
+        free = free_bytes(self.root) - (size if in_flight else 0)   # as if none of the write were on the disk yet
+        steps = self.steps()
+        removable = steps if in_flight else steps[1:]   # the newest stays: the one in flight once it lands
+        count = 0
+        for old in reversed(removable):   # the oldest go first
+            if free >= size:
+                break
+            free += _folder_bytes(self.folder(old))
+            count += 1
+        return count
 
     def _removable(self, steps: list[int]) -> list[int]:
         """`steps` (newest first) from the newest intact one on: what may make room (all but its first)."""

@@ -274,6 +274,11 @@ class Trainer:
         measured, earlier = self.checkpointer.measured_s, self.earlier_saves
         save_s = (measured.get("save") or measured.get("write") or earlier.get("save") or earlier.get("write")
                   or self.spec.planned_save_s or 0.0)
+        # A disk without room for one more checkpoint: the save first removes the oldest (10 s for 30.8 GB on
+        # the H200 host's disk), measured like the saves; before any removal is, as long as a save.
+        room_s = self.checkpointer.removals_before_next_save() * (measured.get("remove") or earlier.get("remove")
+                                                                   or save_s)
+        save_s += room_s
         flight = self.checkpointer.in_flight()
         base, wait_s = self.saved_step, 0.0
         if flight is not None:
@@ -283,7 +288,8 @@ class Trainer:
         if self.spec.notice_s is not None:
             left_s = self.spec.notice_s - (time.monotonic() - (self.notice.at or time.monotonic())) - EXIT_MARGIN_S
         redo_s = max(0, self.step - base) * step_s
-        figures = {"redo_s": round(redo_s, 3), "save_s": round(save_s, 3), "wait_s": round(wait_s, 3),
+        figures = {"redo_s": round(redo_s, 3), "save_s": round(save_s, 3), "room_s": round(room_s, 3),
+                   "wait_s": round(wait_s, 3),
                    "left_s": None if math.isinf(left_s) else round(left_s, 3)}
         return notice_rule.decide(redo_s=redo_s, save_s=save_s, wait_s=wait_s, left_s=left_s,
                                   mode=self.spec.notice_save), figures
@@ -368,10 +374,15 @@ class Trainer:
 
 
 def earlier_saves(run_dir: Path) -> dict[str, float]:
-    """The median blocking save ("save") and async write ("write") of the job's earlier lives in this run
-    folder: what a notice weighs before this process has measured its own."""
-    blocking, writes = save_durations(read_events(run_dir))
-    return {name: statistics.median(values) for name, values in (("save", blocking), ("write", writes)) if values}
+    """The median blocking save ("save"), async write ("write") and removal of a checkpoint to make room
+    ("remove") of the job's earlier lives in this run folder: what a notice weighs before this process has
+    measured its own."""
+    events = read_events(run_dir)
+    blocking, writes = save_durations(events)
+    removals = [float(e["duration_s"]) for e in events if e.get("event") == "checkpoint_removed"
+                and e.get("rank") == 0 and isinstance(e.get("duration_s"), (int, float))]
+    return {name: statistics.median(values)
+            for name, values in (("save", blocking), ("write", writes), ("remove", removals)) if values}
 
 
 def start_phases(marks: dict[str, float]) -> dict:

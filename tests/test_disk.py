@@ -62,6 +62,32 @@ def test_keep_makes_room_by_removing_the_oldest_never_the_newest(tmp_path):
     assert "removing checkpoint step-" in result.stderr and "to make room" in result.stderr
     assert "step-100" in left and len(left) <= 2
     assert summary(tmp_path / "run")["steps"] == 100
+    removed = events(tmp_path / "run", "checkpoint_removed")   # each removal timed: a notice weighs them
+    assert removed and all(e["duration_s"] >= 0 and e["bytes"] > 1e6 for e in removed)
+    assert [f"removing checkpoint step-{e['step']}" in result.stderr for e in removed] == [True] * len(removed)
+
+
+def test_a_notice_counts_the_removals_its_save_would_first_make_room_with(tmp_path):
+    """On a disk that holds two checkpoints, a save after two must first remove one: the checkpointer says
+    so before the save (the notice's rule adds the removal to the save's time), and times the removal."""
+    import torch
+
+    from runner.checkpoint import Checkpointer
+    seen: list[tuple[str, dict]] = []
+    with small_disk(tmp_path / "disk", "3m") as disk:
+        checkpointer = Checkpointer(disk, keep=3, async_mode=False, rank=0, warn=lambda message: None,
+                                    on_event=lambda name, **fields: seen.append((name, fields)))
+        checkpointer.agree_on_step()
+        state = {"model": {"w": torch.zeros(280_000)}, "progress": {"step": 1}}   # 1.12 MB a checkpoint
+        checkpointer.save(10, state)
+        assert checkpointer.removals_before_next_save() == 0
+        checkpointer.save(20, state)
+        assert checkpointer.removals_before_next_save() == 1
+        checkpointer.save(30, state)
+        checkpointer.close()
+    removed = [fields for name, fields in seen if name == "checkpoint_removed"]
+    assert [f["step"] for f in removed] == [10] and removed[0]["reason"] == "room for checkpoint step-30"
+    assert checkpointer.measured_s["remove"] == removed[0]["duration_s"] > 0
 
 
 def test_a_disk_that_fills_in_the_middle_of_a_save_stops_the_job_for_good_in_one_line(tmp_path):

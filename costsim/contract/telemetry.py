@@ -62,13 +62,15 @@ EVENT_FIELDS: dict[str, tuple[str, tuple[str, ...]]] = {
                          ("step", "duration_s", "bytes", "location")),
     "checkpoint_load": ("worker", ("step", "duration_s", "read_s", "bytes", "owned_bytes")),
     "checkpoint_skipped": ("worker; reason: partial, or what failed its check", ("step", "reason")),
+    "checkpoint_removed": ("worker, rank 0: an older checkpoint removed to make room for a save or the export",
+                           ("step", "duration_s", "bytes", "reason")),
     "store_unavailable": ("worker, rank 0: the object store failed an upload (op upload: the checkpoint stays on the "
                           "node, tried again in retry_in_s) or a listing at the start (op resume: resumed from the "
                           "node's own checkpoint)", ("op", "step", "reason", "retry_in_s", "failures")),
     "preempted": ("worker; kind: notice, or injected-KIND; at a notice, the decision (costsim.contract.notice: "
-                  "save, keep, nothing), why, and the figures it weighed", ("step", "kind", "emergency_checkpoint",
-                                                                         "decision", "reason", "redo_s", "save_s",
-                                                                         "wait_s", "left_s")),
+                  "save, keep, nothing), why, and the figures it weighed (save_s: with room_s, the removals a "
+                  "save would first make room with)", ("step", "kind", "emergency_checkpoint", "decision", "reason",
+                                                       "redo_s", "save_s", "room_s", "wait_s", "left_s")),
     "end": ("worker", ("step", "final_state_sha256", "final_loss", "samples", "wall_s", "gc_collections", "gc_s",
                        *MEMORY_FIELDS)),
     "export": ("worker, rank 0: RUN/final", ("step", "path", "bytes", "duration_s")),
