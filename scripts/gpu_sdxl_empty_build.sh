@@ -10,7 +10,7 @@
 #      cache, 2 and 3 resumed on the same node (the model built empty, scipy hidden from diffusers'
 #      import); a notice after steps 12, 20 and 28, each timed to the exit (notes.txt). report.txt
 #      (`runner report`), lives.txt, and the run folder less its checkpoints in run-*.
-# Wheels in .whl/ (simpy, diffusers, importlib_metadata). Needs an H200: the plan's micro-batch of 8
+# LIVES_ONLY=1 skips the benchmarks. Wheels in .whl/ (simpy, diffusers, importlib_metadata). Needs an H200: the plan's micro-batch of 8
 # does not fit an H100's 80 GB.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
@@ -21,13 +21,15 @@ export TORCHINDUCTOR_CACHE_DIR=/tmp/inductor-warm
 rm -rf /tmp/run "$TORCHINDUCTOR_CACHE_DIR"   # a warm machine keeps an earlier call's
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader; df -h /tmp; nproc; free -g | head -2
   git log -1 --format=%h; python3 -c 'import torch, diffusers; print(torch.__version__, diffusers.__version__)'
-  python3 -c 'import torch; from diffusers import UNet2DConditionModel; from runner.workloads.sdxl import load_config
+  if [ -z "${LIVES_ONLY:-}" ]; then
+    python3 -c 'import torch; from diffusers import UNet2DConditionModel; from runner.workloads.sdxl import load_config
 with torch.device("cuda"): unet = UNet2DConditionModel.from_config(load_config(None))
 unet.save_pretrained("/tmp/unet-weights")'
-  echo "== python3 scripts/bench_build.py --option weights=/tmp/unet-weights --rounds 2"
-  python3 scripts/bench_build.py --option weights=/tmp/unet-weights --rounds 2; rm -rf /tmp/unet-weights
-  echo "== python3 scripts/bench_exit.py --host-gb 30.8 --device-gb 70 --rounds 2 --variants bare,gpu,gpu+host,gpu+host-huge"
-  python3 scripts/bench_exit.py --host-gb 30.8 --device-gb 70 --rounds 2 --variants bare,gpu,gpu+host,gpu+host-huge
+    echo "== python3 scripts/bench_build.py --option weights=/tmp/unet-weights --rounds 2"
+    python3 scripts/bench_build.py --option weights=/tmp/unet-weights --rounds 2; rm -rf /tmp/unet-weights
+    echo "== python3 scripts/bench_exit.py --host-gb 30.8 --device-gb 70 --rounds 2 --variants bare,gpu,gpu+host,gpu+host-huge"
+    python3 scripts/bench_exit.py --host-gb 30.8 --device-gb 70 --rounds 2 --variants bare,gpu,gpu+host,gpu+host-huge
+  fi
   python3 -m costsim plan --workload sdxl --gpu H200 --out /tmp/plan.json; } > "$OUT/bench.txt" 2>&1
 source scripts/gpu_lives.sh
 every_8 /tmp/plan.json
