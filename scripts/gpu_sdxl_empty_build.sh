@@ -33,8 +33,8 @@ unet.save_pretrained("/tmp/unet-weights")'
   python3 -m costsim plan --workload sdxl --gpu H200 --out /tmp/plan.json; } > "$OUT/bench.txt" 2>&1
 source scripts/gpu_lives.sh
 every_8 /tmp/plan.json
-life 12 life1-cold "$OUT/lives.txt"
-life 20 life2-warm "$OUT/lives.txt"
-life 28 life3-warm "$OUT/lives.txt"
+for at in 12 20 28; do   # the telemetry after each life: a call cut short keeps what it measured
+  life $at "life-to-$at" "$OUT/lives.txt"; cp "$RUN_DIR/telemetry.jsonl" "$OUT/run-telemetry.jsonl"
+done
 python3 -m runner report /tmp/run > "$OUT/report.txt" 2>&1
 for name in plan.json summary.json telemetry.jsonl; do cp "/tmp/run/$name" "$OUT/run-$name"; done

@@ -222,3 +222,33 @@ def test_a_compile_report_says_what_compiling_did_and_what_the_cache_answered():
     model(torch.randn(2, 4)).sum().backward()
     assert speed.compile_report()["counters"]["frames.total"] == first["counters"]["frames.total"]
     torch._dynamo.reset()
+
+
+def test_workers_keep_their_bytecode_in_the_run_folder_where_python_writes_none(tmp_path):
+    """PYTHONDONTWRITEBYTECODE and an installation without .pyc (as on the H200 host: every start compiled
+    torch and diffusers from source): the workers write theirs under RUN/pycache and the next start reads
+    it. With bytecode in the installation, or the user's own prefix, nothing changes."""
+    import importlib
+    import subprocess
+    import sys
+
+    from runner.speed import bytecode_env
+    package = tmp_path / "lib" / "slowpkg"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("VALUE = 42\n")
+    sys.path.insert(0, str(tmp_path / "lib"))
+    try:
+        importlib.invalidate_caches()
+        env = bytecode_env(tmp_path / "run", {"PYTHONDONTWRITEBYTECODE": "1", "PATH": "/usr/bin"}, probe="slowpkg")
+    finally:
+        sys.path.remove(str(tmp_path / "lib"))
+    assert "PYTHONDONTWRITEBYTECODE" not in env and env["PYTHONPYCACHEPREFIX"] == str((tmp_path / "run" / "pycache"))
+    imported = subprocess.run([sys.executable, "-c", "import slowpkg; print(slowpkg.VALUE)"], capture_output=True,
+                              text=True, env={**env, "PYTHONPATH": str(tmp_path / "lib")})
+    assert imported.stdout.strip() == "42", imported.stderr
+    assert list((tmp_path / "run" / "pycache").rglob("__init__*.pyc"))            # kept in the run folder
+    assert not (package / "__pycache__").exists()                                  # not in the installation
+    assert bytecode_env(tmp_path, {"PYTHONDONTWRITEBYTECODE": "1"}) == {"PYTHONDONTWRITEBYTECODE": "1"}  # torch has .pyc
+    mine = {"PYTHONDONTWRITEBYTECODE": "1", "PYTHONPYCACHEPREFIX": "/mine"}
+    assert bytecode_env(tmp_path, dict(mine), probe="slowpkg") == mine
+    assert bytecode_env(tmp_path, {}, probe="slowpkg") == {}
