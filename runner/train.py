@@ -92,7 +92,8 @@ class Trainer:
             if built.close is not None:
                 built.close()
             del built
-            built = build_workload(builder, ctx)
+            with lean_imports(builder):
+                built = build_workload(builder, ctx)
             self.build_kind = "empty, then initialised (no checkpoint to load)"
             marks["rebuild"] = time.time()
         self.built = built
@@ -278,12 +279,12 @@ class Trainer:
         # the H200 host's disk), measured like the saves; before any removal is, as long as a save.
         room_s = self.checkpointer.removals_before_next_save() * (measured.get("remove") or earlier.get("remove")
                                                                    or save_s)
-        save_s += room_s
         flight = self.checkpointer.in_flight()
         base, wait_s = self.saved_step, 0.0
         if flight is not None:
             base = flight[0]
             wait_s = max(0.0, (measured.get("write") or earlier.get("write") or save_s) - flight[1])
+        save_s += room_s
         left_s = math.inf
         if self.spec.notice_s is not None:
             left_s = self.spec.notice_s - (time.monotonic() - (self.notice.at or time.monotonic())) - EXIT_MARGIN_S
