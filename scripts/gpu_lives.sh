@@ -1,10 +1,22 @@
 # Sourced by the GPU scripts that drive the lives of one run folder (gpu_sdxl_warm_start.sh,
-# gpu_sdxl_fast_resume.sh): the shipped plan with an async checkpoint every 8 steps, and a life that
-# `runner execute`s it until rank 0 has reported a step, then sends the spot notice (SIGTERM).
+# gpu_sdxl_fast_resume.sh, gpu_sdxl_empty_build.sh): the machine made ready, the shipped plan with an async
+# checkpoint every 8 steps, and a life that `runner execute`s it until rank 0 has reported a step, then
+# sends the spot notice (SIGTERM).
 # Uses OUT (lives.txt, notes.txt), RUN_DIR (default /tmp/run), PLAN (default /tmp/plan8.json), STEPS (60).
 RUN_DIR=${RUN_DIR:-/tmp/run}
 PLAN=${PLAN:-/tmp/plan8.json}
 STEPS=${STEPS:-60}
+
+prepare_machine() {   # the wheels from .whl/ (simpy, diffusers, importlib_metadata), the environment, a clean
+  # run folder and compile cache (a warm machine keeps an earlier call's); prints what the machine is
+  export PYTHONUNBUFFERED=1
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+  export PYTHONPATH=/tmp/site:$PWD NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
+  export TORCHINDUCTOR_CACHE_DIR=/tmp/inductor-warm
+  rm -rf "$RUN_DIR" "$TORCHINDUCTOR_CACHE_DIR"
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader; df -h /tmp; nproc; free -g | head -2
+  git log -1 --format=%h 2>/dev/null; python3 -c 'import torch, diffusers; print(torch.__version__, diffusers.__version__)'
+}
 
 every_8() {   # $1 a plan.json: its copy at $PLAN with an async checkpoint every 8 steps
   python3 - "$1" "$PLAN" <<'PY'

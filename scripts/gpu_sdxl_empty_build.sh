@@ -14,14 +14,9 @@
 # does not fit an H100's 80 GB.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
-export PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-export PYTHONPATH=/tmp/site:$PWD NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
-export TORCHINDUCTOR_CACHE_DIR=/tmp/inductor-warm
-rm -rf /tmp/run "$TORCHINDUCTOR_CACHE_DIR"   # a warm machine keeps an earlier call's
-{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader; df -h /tmp; nproc; free -g | head -2
-  git log -1 --format=%h; python3 -c 'import torch, diffusers; print(torch.__version__, diffusers.__version__)'
-  if [ -z "${LIVES_ONLY:-}" ]; then
+source scripts/gpu_lives.sh
+prepare_machine > "$OUT/bench.txt" 2>&1
+{ if [ -z "${LIVES_ONLY:-}" ]; then
     python3 -c 'import torch; from diffusers import UNet2DConditionModel; from runner.workloads.sdxl import load_config
 with torch.device("cuda"): unet = UNet2DConditionModel.from_config(load_config(None))
 unet.save_pretrained("/tmp/unet-weights")'
@@ -30,11 +25,10 @@ unet.save_pretrained("/tmp/unet-weights")'
     echo "== python3 scripts/bench_exit.py --host-gb 30.8 --device-gb 70 --rounds 2 --variants bare,gpu,gpu+host,gpu+host-huge"
     python3 scripts/bench_exit.py --host-gb 30.8 --device-gb 70 --rounds 2 --variants bare,gpu,gpu+host,gpu+host-huge
   fi
-  python3 -m costsim plan --workload sdxl --gpu H200 --out /tmp/plan.json; } > "$OUT/bench.txt" 2>&1
-source scripts/gpu_lives.sh
+  python3 -m costsim plan --workload sdxl --gpu H200 --out /tmp/plan.json; } >> "$OUT/bench.txt" 2>&1
 every_8 /tmp/plan.json
 for at in 12 20 28; do   # the telemetry after each life: a call cut short keeps what it measured
   life $at "life-to-$at" "$OUT/lives.txt"; cp "$RUN_DIR/telemetry.jsonl" "$OUT/run-telemetry.jsonl"
 done
-python3 -m runner report /tmp/run > "$OUT/report.txt" 2>&1
-for name in plan.json summary.json telemetry.jsonl; do cp "/tmp/run/$name" "$OUT/run-$name"; done
+python3 -m runner report "$RUN_DIR" > "$OUT/report.txt" 2>&1
+for name in plan.json summary.json telemetry.jsonl; do cp "$RUN_DIR/$name" "$OUT/run-$name"; done

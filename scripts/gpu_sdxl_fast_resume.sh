@@ -16,13 +16,8 @@
 # Wheels in .whl/ (simpy, diffusers, importlib_metadata).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
-export PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-export PYTHONPATH=/tmp/site:$PWD NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
-export TORCHINDUCTOR_CACHE_DIR=/tmp/inductor-warm
-rm -rf /tmp/run "$TORCHINDUCTOR_CACHE_DIR"   # a warm machine keeps an earlier call's
-{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader; df -h /tmp; nproc; git log -1 --format=%h
-  python3 -c 'import torch, diffusers; print(torch.__version__, diffusers.__version__)'; } > "$OUT/setup.txt" 2>&1
+source scripts/gpu_lives.sh
+prepare_machine > "$OUT/setup.txt" 2>&1
 [ -n "${LIVES_ONLY:-}" ] || python3 scripts/bench_load.py --gb 8 --tensors 1700 --device cuda --dir /tmp/bench-load --threads 8 --rounds 2 \
   > "$OUT/load.txt" 2>&1 || { echo "bench_load failed: the lives would fail the same way" >> "$OUT/load.txt"; exit 1; }
 for round in $([ -n "${LIVES_ONLY:-}" ] || echo 1 2 3); do
@@ -41,11 +36,10 @@ PY
   done
 done
 python3 -m costsim plan --workload sdxl --gpu H200 --out /tmp/plan.json >> "$OUT/setup.txt" 2>&1
-source scripts/gpu_lives.sh
 every_8 /tmp/plan.json
 life 12 life1-cold "$OUT/lives.txt"
 life 20 life2-warm "$OUT/lives.txt"
 life 28 life3-warm "$OUT/lives.txt"
-python3 -m runner report /tmp/run > "$OUT/report.txt" 2>&1
-grep -E '"event":"(compile|runtime|checkpoint_load|start)"' /tmp/run/telemetry.jsonl > "$OUT/starts.jsonl"
-for name in plan.json summary.json telemetry.jsonl; do cp "/tmp/run/$name" "$OUT/run-$name"; done
+python3 -m runner report "$RUN_DIR" > "$OUT/report.txt" 2>&1
+grep -E '"event":"(compile|runtime|checkpoint_load|start)"' "$RUN_DIR/telemetry.jsonl" > "$OUT/starts.jsonl"
+for name in plan.json summary.json telemetry.jsonl; do cp "$RUN_DIR/$name" "$OUT/run-$name"; done

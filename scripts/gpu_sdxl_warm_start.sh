@@ -12,19 +12,13 @@
 # Wheels in .whl/ (simpy, diffusers, importlib_metadata).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
-export PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-export PYTHONPATH=/tmp/site:$PWD NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
-export TORCHINDUCTOR_CACHE_DIR=/tmp/inductor-warm
-rm -rf /tmp/run "$TORCHINDUCTOR_CACHE_DIR"   # a warm machine keeps an earlier call's
-{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader; df -h /tmp; nproc
-  python3 -c 'import torch; print(torch.__version__)'; } > "$OUT/setup.txt" 2>&1
-python3 -m costsim plan --workload sdxl --gpu H200 --out /tmp/plan.json >> "$OUT/setup.txt" 2>&1
 source scripts/gpu_lives.sh
+prepare_machine > "$OUT/setup.txt" 2>&1
+python3 -m costsim plan --workload sdxl --gpu H200 --out /tmp/plan.json >> "$OUT/setup.txt" 2>&1
 every_8 /tmp/plan.json
 life 12 life1-cold "$OUT/lives.txt"
 life 20 life2-warm "$OUT/lives.txt"
 life 28 life3-logged "$OUT/torch-logs.txt" TORCH_LOGS=recompiles,graph_breaks
-python3 -m runner report /tmp/run > "$OUT/report.txt" 2>&1
-grep -E '"event":"(compile|runtime|checkpoint_load|start)"' /tmp/run/telemetry.jsonl > "$OUT/starts.jsonl"
+python3 -m runner report "$RUN_DIR" > "$OUT/report.txt" 2>&1
+grep -E '"event":"(compile|runtime|checkpoint_load|start)"' "$RUN_DIR/telemetry.jsonl" > "$OUT/starts.jsonl"
 du -sh "$TORCHINDUCTOR_CACHE_DIR" >> "$OUT/notes.txt"
