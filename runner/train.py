@@ -87,14 +87,14 @@ class Trainer:
         marks["build"] = time.time()
         self.resume_step = self.checkpointer.agree_on_step()   # waits for rank 0's check of the checkpoint
         marks["agree"] = time.time()
-        self.build_kind = "empty" if built.empty else "initialised"
+        build_kind = "empty" if built.empty else "initialised"
         if built.empty and not self.resume_step:   # none loads after all (all damaged): build it initialised
             if built.close is not None:
                 built.close()
             del built
             with lean_imports(builder):
                 built = build_workload(builder, ctx)
-            self.build_kind = "empty, then initialised (no checkpoint to load)"
+            build_kind = "empty, then initialised (no checkpoint to load)"
             marks["rebuild"] = time.time()
         self.built = built
         speed.configure_backends(self.runtime)
@@ -110,7 +110,7 @@ class Trainer:
             speed.configure_ddp(self.model, self.runtime)
         marks["wrap"] = time.time()
         self.telemetry.event("runtime", settings=self.runtime.as_dict(), compiled_modules=compiled,
-                             compile_cache_bytes=speed.cache_bytes(), build=self.build_kind, **self.split.as_dict(),
+                             compile_cache_bytes=speed.cache_bytes(), build=build_kind, **self.split.as_dict(),
                              nodes=max(1, world_size // int(os.environ.get("LOCAL_WORLD_SIZE", world_size))),
                              **start_phases(marks))
         self.notice = faults.NoticeFlag()
