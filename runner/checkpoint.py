@@ -43,10 +43,10 @@ from costsim.contract.jsonfiles import write_atomic
 from runner import layout, ownership
 from runner.checkpoint_manifest import CHUNK_BYTES, MANIFEST, file_checksums, fsync_dir, verify
 from runner.checkpoint_reader import SafeFileSystemReader, SafeLoadPlanner
-from runner.diskspace import DiskFullError, free_bytes, gb, is_disk_full, refuse
+from runner.diskspace import DiskFullError, available_memory, filesystem_type, free_bytes, gb, is_disk_full, refuse
 from runner.staging import HostStager
 from runner.state import PRIVATE_PREFIX
-from runner.store import S3Store, StoreUnavailable
+from runner.store import FETCH_THREADS, S3Store, StoreUnavailable
 
 
 class SharedStorageError(RuntimeError):
@@ -84,6 +84,9 @@ class Checkpointer:
         self._group = dist.new_group(backend="gloo") if dist.is_initialized() else None
         self._check_shared()
         self._sound: set[int] = set()   # local steps known intact: verified here, or written by this process
+        # a checkpoint fetched from the store goes into memory when every rank is on this host (they all read it)
+        on_one_host = int(os.environ.get("LOCAL_WORLD_SIZE", self.world_size)) == self.world_size
+        self._memory = layout.memory_folder(self.root) if store is not None and on_one_host else None
         self._choice: int | BaseException | None = None
         self._chooser: threading.Thread | None = None
         if rank == 0:
@@ -124,11 +127,19 @@ class Checkpointer:
         return layout.saved_steps(self.root)
 
     def folder(self, step: int) -> Path:
+        """Checkpoint `step`'s folder: the local one, or its copy in memory while a fetched one waits to load."""
+        if self._memory is not None and (held := layout.step_folder(self._memory, step)).is_dir():
+            return held
         return layout.step_folder(self.root, step)
+
+    def _drop_memory(self) -> None:
+        if self.rank == 0 and self._memory is not None and self._memory.exists():
+            shutil.rmtree(self._memory, ignore_errors=True)
 
     def choose(self) -> int:
         """Newest valid step (0 when none), from the local folder or, newer, from the store (fetched into
-        the local folder first); skipped ones are reported. Rank 0 only."""
+        the local folder or memory first); skipped ones are reported. Rank 0 only."""
+        self._drop_memory()   # what an earlier life fetched and did not load
         for partial in layout.partial_folders(self.root):
             self.warn(f"removing partial checkpoint {partial.name} (a save that did not finish)")
             self.on_event("checkpoint_skipped", step=layout.partial_step_of(partial.name), reason="partial")
@@ -157,44 +168,74 @@ class Checkpointer:
         return local
 
     def _fetch(self, step: int) -> bool:
-        """Checkpoint `step` from the store into the local folder. It is downloaded into a partial folder,
-        checked against its manifest, and only then renamed into place; the older local copies (the cache
-        holds one) go after that, never before: a damaged download leaves the local checkpoint as it was.
-        A disk with no room for both keeps the local one (the download is dropped, said in a line)."""
+        """Checkpoint `step` from the store (S3Store.fetch: parallel ranged reads, each range checked against
+        the manifest's CRC-32 as it arrives) into memory where it fits (a tmpfs folder, `_memory`; every rank
+        reads it there, and it is dropped once loaded: the next save puts a copy on the disk again), else
+        into a partial folder beside the local ones, renamed into place once intact. The older local copies
+        go after that, never before: a damaged fetch leaves the local checkpoint as it was. A disk with no
+        room for both keeps the local one (the fetch is dropped, said in a line)."""
+        store = self.store
+        assert store is not None
         started = time.perf_counter()
-        partial = layout.partial_folder(self.root, step)
+        into = self._fetch_target(step)
+        partial = layout.partial_folder(into, step)
         try:
-            partial = self.store.download(step, self.root)   # type: ignore[union-attr]
+            problem = store.fetch(step, partial)
         except StoreUnavailable:
             shutil.rmtree(partial, ignore_errors=True)
             raise
         except OSError as exc:
             shutil.rmtree(partial, ignore_errors=True)
+            if into != self.root and is_disk_full(exc):
+                self.warn(f"no room in memory ({into.parent}) for checkpoint step-{step}: fetching it to the disk")
+                self._memory = None
+                return self._fetch(step)
             if not is_disk_full(exc, self.root, self.checkpoint_bytes()):
                 raise
             kept = self.steps()
-            self.warn(f"no room to fetch checkpoint step-{step} from {self.store.url} beside the local "   # type: ignore[union-attr]
+            self.warn(f"no room to fetch checkpoint step-{step} from {store.url} beside the local "
                       + (f"step-{kept[0]}: resuming from that" if kept else "folder"))
             self.on_event("checkpoint_skipped", step=step, reason="store: no room on this disk to fetch it")
             return False
-        problem = verify(partial)
         if problem is not None:
-            self.warn(f"skipping checkpoint step-{step} of {self.store.url}: {problem}")   # type: ignore[union-attr]
+            self.warn(f"skipping checkpoint step-{step} of {store.url}: {problem}")
             self.on_event("checkpoint_skipped", step=step, reason=f"store: {problem}")
             shutil.rmtree(partial, ignore_errors=True)
             return False
         older = self.steps()
-        final = self.folder(step)
-        shutil.rmtree(final, ignore_errors=True)   # a damaged local copy of the same step, already skipped
+        final = layout.step_folder(into, step)
+        shutil.rmtree(final, ignore_errors=True)   # a damaged copy of the same step, already skipped
         os.rename(partial, final)
-        fsync_dir(self.root)
+        fsync_dir(into)
         self._sound.add(step)
+        fetched_s = time.perf_counter() - started
         for old in older:   # the verified newer checkpoint is in place: the older copies make room now
             if old != step:
-                shutil.rmtree(self.folder(old), ignore_errors=True)
-        self.on_event("checkpoint_fetch", step=step, duration_s=time.perf_counter() - started,
-                      bytes=_folder_bytes(final), location=self.store.url)   # type: ignore[union-attr]
+                shutil.rmtree(layout.step_folder(self.root, old), ignore_errors=True)
+        self.on_event("checkpoint_fetch", step=step, duration_s=fetched_s, bytes=_folder_bytes(final),
+                      location=store.url, into="memory" if into != self.root else "disk", threads=FETCH_THREADS)
         return True
+
+    def _fetch_target(self, step: int) -> Path:
+        """Where a fetch of `step` goes: the memory folder when it is a tmpfs with room for the checkpoint and
+        the node's memory has it to spare (beyond the host staging buffers, as large), else the local folder."""
+        if self._memory is None:
+            return self.root
+        base = self._memory.parent
+        size = self.checkpoint_bytes() or self.estimate_bytes
+        reason = None
+        if filesystem_type(base) != "tmpfs":
+            reason = f"{base} is not a memory filesystem (tmpfs)"
+        elif free_bytes(base) < size * 1.05 + (1 << 30):
+            reason = f"{base} has {gb(free_bytes(base))} free, the checkpoint is about {gb(size)}"
+        elif (memory := available_memory()) is not None and memory < size * (2 if self.async_mode else 1) + (4 << 30):
+            reason = f"{gb(memory)} of memory available, the checkpoint is about {gb(size)}"
+        if reason is not None:
+            self.warn(f"fetching checkpoint step-{step} to the disk, not into memory: {reason} "
+                      f"({layout.MEMORY_DIR_ENV} names another tmpfs)")
+            return self.root
+        self._memory.mkdir(parents=True, exist_ok=True)
+        return self._memory
 
     # -- load -----------------------------------------------------------------------------------
     def has_entry(self, step: int, key: str) -> bool:
@@ -232,6 +273,10 @@ class Checkpointer:
                 torch.cuda.synchronize()
         self.on_event("checkpoint_load", step=step, duration_s=time.perf_counter() - started, read_s=read_s,
                       bytes=_folder_bytes(folder), owned_bytes=ownership.owned_bytes(state, owned, self.rank))
+        if self._memory is not None and folder.parent == self._memory:   # every rank has read it: memory back
+            if self._group is not None and self.world_size > 1:
+                dist.barrier(group=self._group)
+            self._drop_memory()
 
     def _share(self, state: dict) -> tuple[dict, dict]:
         """Which rank owns each large replicated tensor, and this rank's view of `state`."""
@@ -469,6 +514,7 @@ class Checkpointer:
 
     def close(self) -> None:
         self.wait()
+        self._drop_memory()
 
 
 def blocking_of(reason: str, async_mode: bool) -> bool:

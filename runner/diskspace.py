@@ -22,6 +22,34 @@ def free_bytes(path: Path) -> int:
     return shutil.disk_usage(path).free
 
 
+def filesystem_type(path: Path) -> str | None:
+    """The type of the filesystem `path` is on ('tmpfs', 'ext4' ...), from /proc/self/mounts; None if unknown."""
+    try:
+        mounts = Path("/proc/self/mounts").read_text().splitlines()
+    except OSError:
+        return None
+    target, best, kind = str(Path(path).resolve()), -1, None
+    for line in mounts:
+        fields = line.split()
+        if len(fields) < 3:
+            continue
+        point = fields[1].replace("\\040", " ")
+        if (target == point or target.startswith(point.rstrip("/") + "/")) and len(point) > best:
+            best, kind = len(point), fields[2]
+    return kind
+
+
+def available_memory() -> int | None:
+    """MemAvailable of /proc/meminfo in bytes (what can be used without swapping), None if unknown."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
 # PyTorch's zip writer (torch.save, under torch.distributed.checkpoint's file writers) reports a write
 # that fell short as "[enforce fail at inline_container.cc:...] . unexpected pos N vs M": the errno is lost.
 SHORT_WRITE = "unexpected pos"

@@ -7,6 +7,10 @@
     RUN/checkpoints/step-N/  a complete checkpoint of optimizer step N
     RUN/checkpoints/.step-N.tmp/   a save in progress (renamed to step-N/ once complete)
     RUN/final/               the trained model the workload exports at the end (RUN/final/unet for SDXL)
+
+and, outside it, MEMORY/costsim-<hash of the checkpoint folder>/step-N/: a checkpoint fetched from an object
+store into memory (a tmpfs, /dev/shm unless COSTSIM_FETCH_MEMORY_DIR names another; empty: on the disk),
+held only until it is loaded.
 """
 
 from __future__ import annotations
@@ -31,6 +35,20 @@ def step_folder(root: Path, step: int) -> Path:
 
 def partial_folder(root: Path, step: int) -> Path:
     return Path(root) / f".step-{step}.tmp"
+
+
+MEMORY_DIR_ENV = "COSTSIM_FETCH_MEMORY_DIR"
+
+
+def memory_folder(root: Path, env=os.environ) -> Path | None:
+    """Where checkpoints of the folder `root` are fetched into memory (the same path for every process of
+    the node), or None when fetches go to the disk (COSTSIM_FETCH_MEMORY_DIR set empty)."""
+    base = env.get(MEMORY_DIR_ENV, "/dev/shm")
+    if not base:
+        return None
+    import hashlib
+    key = hashlib.sha256(str(Path(root).resolve()).encode()).hexdigest()[:12]
+    return Path(base) / f"costsim-{key}"
 
 
 def step_of(name: str) -> int | None:

@@ -7,7 +7,10 @@ manifest last, so that a checkpoint counts in the store only once it is complete
 notice upload before the job exits (if the reclaim comes first, the previous checkpoint stays the
 newest in the store). `keep` applies in the store; the local folder is a bounded cache (the newest
 complete checkpoint). A job that starts on a node without a usable local copy downloads the newest
-complete checkpoint of the store into its cache, checks it against its manifest, and loads it.
+complete checkpoint of the store (`S3Store.fetch`: every file in ranges of the manifest's chunks, read in
+parallel, each range checked against its CRC-32 as it arrives), into memory where all ranks are on this
+host and it fits (runner.checkpoint: a tmpfs folder, dropped once loaded), else into its cache on the
+disk, and loads it.
 
 Endpoint, region and credentials come from the usual AWS variables and files (AWS_ENDPOINT_URL,
 AWS_REGION, AWS_ACCESS_KEY_ID, AWS_PROFILE ...), never from plan.json. No torch here.
@@ -28,7 +31,10 @@ from runner.checkpoint_manifest import MANIFEST
 SCHEME = "s3://"
 # multipart part size (S3's minimum is 5 MiB); COSTSIM_S3_PART_MB sets another (tests use small parts)
 PART_BYTES = int(float(os.environ.get("COSTSIM_S3_PART_MB", "64")) * (1 << 20))
-TRANSFER_THREADS = 8       # parts in flight per file
+TRANSFER_THREADS = 8       # parts in flight per file (uploads)
+# ranges in flight when a checkpoint is fetched (all its files at once); COSTSIM_S3_FETCH_THREADS sets another
+FETCH_THREADS = max(1, int(os.environ.get("COSTSIM_S3_FETCH_THREADS", "16")))
+READ_BLOCK = 8 << 20       # what one read of a range's body takes at a time
 
 
 class StoreError(RuntimeError):
@@ -99,7 +105,7 @@ class S3Store:
             # 3 attempts: a store that refuses connections is known out within seconds (5 took ~14 s a call);
             # the checkpointer's own backoff (runner.checkpoint) spaces the tries after that
             config = Config(retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=5, read_timeout=120,
-                            max_pool_connections=TRANSFER_THREADS * 2)
+                            max_pool_connections=max(TRANSFER_THREADS * 2, FETCH_THREADS))
             self._cached = boto3.client("s3", config=config)
         return self._cached
 
@@ -165,8 +171,9 @@ class S3Store:
 
     @_guarded("a download")
     def download(self, step: int, root: Path) -> Path:
-        """Checkpoint `step` into a partial folder under `root` (layout.partial_folder), its manifest last;
-        the caller verifies it and renames it into place (a partial folder is never loaded)."""
+        """Checkpoint `step` into a partial folder under `root` (layout.partial_folder) with boto3's transfer
+        manager, one file after another, its manifest last; the caller verifies it and renames it into place.
+        The runner fetches with `fetch`; this is the earlier path, kept as the benchmark's baseline."""
         client, config = self._client(), self._transfer()
         tmp = layout.partial_folder(root, step)
         tmp.mkdir(parents=True, exist_ok=True)
@@ -175,6 +182,81 @@ class S3Store:
             client.download_file(self.bucket, self._key(f"step-{step}", name), str(tmp / name), Config=config)
         (tmp / MANIFEST).write_bytes(manifest)
         return tmp
+
+    @_guarded("a fetch")
+    def fetch(self, step: int, folder: Path, *, threads: int = FETCH_THREADS) -> str | None:
+        """Checkpoint `step` into `folder` (created; the caller renames it into place): every file in ranges
+        of its manifest's chunk size (64 MiB), `threads` ranges in flight across all the files, each written
+        where it belongs and its CRC-32 computed on the bytes as they arrive, then the manifest. Returns None
+        when every file is complete and matches the manifest, else what does not (nothing is read twice; a
+        manifest of an earlier runner, one CRC-32 a file, is checked by reading the files back)."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        from runner.checkpoint_manifest import CHUNK_BYTES, verify
+        client = self._client()
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        manifest = client.get_object(Bucket=self.bucket, Key=self._key(f"step-{step}", MANIFEST))["Body"].read()
+        try:
+            doc = json.loads(manifest)
+            files, chunk = doc["files"], int(doc.get("chunk_bytes", CHUNK_BYTES))
+            sizes = {str(name): int(entry["size"]) for name, entry in files.items()}
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return "its manifest in the store is not readable"
+        if any(not re.fullmatch(r"[A-Za-z0-9._-]+", name) or name == MANIFEST for name in sizes) or chunk <= 0:
+            return "its manifest names files outside its folder"
+        descriptors = {}
+        try:
+            for name, size in sizes.items():
+                descriptors[name] = os.open(folder / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                os.ftruncate(descriptors[name], size)
+            ranges = [(name, start, min(chunk, size - start)) for name, size in sizes.items()
+                      for start in range(0, size, chunk)]
+
+            def one(job: tuple[str, int, int]) -> tuple[str, int, int | None]:
+                name, start, length = job
+                return name, start, self._range_into(step, name, start, length, descriptors[name])
+
+            with ThreadPoolExecutor(max_workers=max(1, min(threads, len(ranges) or 1))) as pool:
+                crcs = {(name, start): crc for name, start, crc in pool.map(one, ranges)}
+        finally:
+            for fd in descriptors.values():
+                os.close(fd)
+        (folder / MANIFEST).write_bytes(manifest)
+        for name, size in sizes.items():
+            got = [crcs[(name, start)] for start in range(0, size, chunk)]
+            if any(crc is None for crc in got):
+                return f"{name} in the store is shorter than its manifest's {size} bytes"
+            expected = files[name].get("crc32_chunks")
+            if expected is None:   # an earlier runner's manifest: one CRC-32 over the whole file
+                return verify(folder)
+            if got != list(expected):
+                return f"{name} fails its CRC-32 check"
+        return None
+
+    def _range_into(self, step: int, name: str, start: int, length: int, fd: int) -> int | None:
+        """Bytes [start, start + length) of the store's file into `fd` at `start`; their CRC-32, or None
+        when the object ends before them."""
+        import zlib
+
+        import botocore.exceptions as errors
+        try:
+            body = self._client().get_object(Bucket=self.bucket, Key=self._key(f"step-{step}", name),
+                                             Range=f"bytes={start}-{start + length - 1}")["Body"]
+        except errors.ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in ("InvalidRange", "NoSuchKey", "404", "416"):
+                return None
+            raise
+        crc, done = 0, 0
+        with body:
+            while done < length and (block := body.read(min(READ_BLOCK, length - done))):
+                view, at = memoryview(block), start + done
+                while view:   # a regular file takes it whole; a signal may cut it short
+                    written = os.pwrite(fd, view, at)
+                    view, at = view[written:], at + written
+                crc = zlib.crc32(block, crc)
+                done += len(block)
+        return crc if done == length else None
 
     @_guarded("a delete")
     def delete(self, step: int) -> None:

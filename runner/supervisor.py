@@ -7,6 +7,7 @@ import datetime
 import functools
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -197,6 +198,7 @@ class Supervisor:
         self.telemetry.close()
         if self.x.node.node_rank == 0:
             share_life(self.x.run_dir, self.x.spec.checkpoint_location)
+        drop_fetched(self.x.run_dir, self.x.spec.checkpoint_location)
         return 0 if status == "done" else 1
 
 
@@ -212,6 +214,14 @@ def share_life(run_dir: Path, location: str | None) -> None:
         store.upload_telemetry(run_dir)
     except StoreError as exc:
         print(f"runner: warning: {exc}: this life's record stays in {run_dir} only", file=sys.stderr, flush=True)
+
+
+def drop_fetched(run_dir: Path, location: str | None) -> None:
+    """A checkpoint a worker fetched into memory and did not load (it was killed first) is not left
+    holding the node's memory once this runner is done."""
+    from runner.store import checkpoint_place, is_store
+    if is_store(location) and (held := layout.memory_folder(checkpoint_place(run_dir, location)[0])) is not None:
+        shutil.rmtree(held, ignore_errors=True)
 
 
 def instance_end(status: str, market: str, *, moved: bool = False) -> str:

@@ -12,7 +12,9 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
 
@@ -109,6 +111,18 @@ def uninterrupted(plan, tmp_path_factory) -> str:
     return summary(run)["final_state_sha256"]
 
 
+@pytest.fixture
+def memory(tmp_path, monkeypatch):
+    """A folder of its own on the host's tmpfs for the checkpoints a node fetches into memory."""
+    from runner.diskspace import filesystem_type
+    if filesystem_type(Path("/dev/shm")) != "tmpfs":
+        pytest.skip("/dev/shm is not a tmpfs here")
+    folder = Path(tempfile.mkdtemp(prefix="costsim-test-", dir="/dev/shm"))
+    monkeypatch.setenv("COSTSIM_FETCH_MEMORY_DIR", str(folder))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
 def listed(store, prefix: str) -> dict[str, int]:
     pages = store["client"].get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix)
     return {o["Key"][len(prefix):]: o["Size"] for page in pages for o in page.get("Contents", [])}
@@ -119,10 +133,12 @@ def complete_steps(store, prefix: str) -> list[int]:
 
 
 def test_a_job_resumes_from_the_store_on_an_empty_disk_and_at_another_world_size(store, plan, tmp_path,
-                                                                               uninterrupted):
+                                                                               uninterrupted, monkeypatch):
     """Checkpoints go to the store (keep 2 there, one local copy); the run folder's checkpoints are
     deleted between attempts (a new node), and the job goes on from the store, on 1 process instead of
-    2: the same final state as a job that never stopped."""
+    2: the same final state as a job that never stopped. Fetched onto the disk (no memory folder: the
+    path of a node without a tmpfs to spare)."""
+    monkeypatch.setenv("COSTSIM_FETCH_MEMORY_DIR", "")
     url = f"s3://{BUCKET}/runs/resume"
     first = execute(plan, tmp_path / "run", "--steps", "100", "--seed", "5", "--checkpoint-dir", url, *WIDE)
     assert first.returncode == 0, first.stderr[-3000:]
@@ -135,7 +151,7 @@ def test_a_job_resumes_from_the_store_on_an_empty_disk_and_at_another_world_size
                      "--nproc-per-node", "1", *WIDE)
     assert second.returncode == 0, second.stderr[-3000:]
     fetched = events(tmp_path / "run", "checkpoint_fetch")
-    assert [e["step"] for e in fetched] == [100] and fetched[0]["location"] == url
+    assert [e["step"] for e in fetched] == [100] and fetched[0]["location"] == url and fetched[0]["into"] == "disk"
     assert events(tmp_path / "run", "start")[-1]["step"] == 100
     assert summary(tmp_path / "run")["final_state_sha256"] == uninterrupted
     saves = [e for e in events(tmp_path / "run", "checkpoint_save") if e.get("upload_s") is not None]
@@ -157,9 +173,10 @@ def test_a_job_resumes_from_the_store_on_an_empty_disk_and_at_another_world_size
 
 
 def test_a_kill_in_the_middle_of_an_upload_leaves_the_previous_checkpoint_the_newest(store, plan, tmp_path,
-                                                                                     uninterrupted):
+                                                                                     uninterrupted, memory):
     """SIGKILL the runner while a checkpoint uploads: the store holds its files but no manifest, so it does
-    not count; the job resumes from the previous complete one and ends in the same state."""
+    not count; the job resumes from the previous complete one and ends in the same state. The new node
+    fetches it into memory (a tmpfs folder both ranks read), and the copy is gone once loaded."""
     url = f"s3://{BUCKET}/runs/killed"
     run = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-m", "runner", "execute", str(plan), "--run-dir", str(run), "--steps",
@@ -181,8 +198,12 @@ def test_a_kill_in_the_middle_of_an_upload_leaves_the_previous_checkpoint_the_ne
     shutil.rmtree(run / "checkpoints")   # and the disk went with the node
     again = execute(plan, run, "--steps", "160", "--seed", "5", "--checkpoint-dir", url, *WIDE)
     assert again.returncode == 0, again.stderr[-3000:]
-    assert [e["step"] for e in events(run, "checkpoint_fetch")] == [40]
+    fetched = events(run, "checkpoint_fetch")
+    assert [(e["step"], e["into"]) for e in fetched] == [(40, "memory")]
+    assert events(run, "start")[-1]["world_size"] == 2   # both ranks read their share from memory
     assert summary(run)["final_state_sha256"] == uninterrupted
+    assert not any(memory.rglob("*")), sorted(memory.rglob("*"))   # memory given back
+    assert not (run / "checkpoints" / "step-40").exists()          # it was never on this disk
 
 
 def test_a_damaged_store_checkpoint_never_replaces_an_intact_local_one(store, plan, tmp_path):

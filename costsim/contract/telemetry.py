@@ -58,8 +58,9 @@ EVENT_FIELDS: dict[str, tuple[str, tuple[str, ...]]] = {
                         "the upload's time and the store's URL", ("step", "duration_s", "stall_s", "bytes", "mode",
                                                                     "reason", "upload_s", "location", "staged",
                                                                     "commit_s", "write_threads")),
-    "checkpoint_fetch": ("worker, rank 0: a checkpoint fetched from the object store into the local folder",
-                         ("step", "duration_s", "bytes", "location")),
+    "checkpoint_fetch": ("worker, rank 0: a checkpoint fetched from the object store (ranged reads, `threads` in "
+                         "flight), into memory (a tmpfs, dropped once loaded) or onto the disk (the local folder)",
+                         ("step", "duration_s", "bytes", "location", "into", "threads")),
     "checkpoint_load": ("worker", ("step", "duration_s", "read_s", "bytes", "owned_bytes")),
     "checkpoint_skipped": ("worker; reason: partial, or what failed its check", ("step", "reason")),
     "checkpoint_removed": ("worker, rank 0: an older checkpoint removed to make room for a save or the export",

