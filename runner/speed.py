@@ -48,7 +48,12 @@ def prepare_model(model: torch.nn.Module, runtime: Runtime) -> int:
         # parameters keep their identity: the optimizer is unaffected (Module.to accepts it; its stubs do not say so)
         model.to(memory_format=torch.channels_last)   # type: ignore[call-overload]
     if runtime.compile == "model":
-        model.compile(mode=runtime.compile_mode)
+        if type(model).__module__.startswith("torch.nn."):
+            # Dynamo does not trace into torch.nn's own modules from their _call_impl (its trace rules skip
+            # torch's files): Module.compile() of an nn.Sequential compiles nothing, silently. Its forward does.
+            model.forward = torch.compile(model.forward, mode=runtime.compile_mode)
+        else:
+            model.compile(mode=runtime.compile_mode)
         return 1
     if runtime.compile != "blocks":
         return 0

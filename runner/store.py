@@ -258,6 +258,23 @@ class S3Store:
                 done += len(block)
         return crc if done == length else None
 
+    @_guarded("an upload")
+    def put_file(self, path: Path, name: str) -> None:
+        """A file into the store at `name` under the prefix (multipart: the object appears once complete)."""
+        self._client().upload_file(str(path), self.bucket, self._key(name), Config=self._transfer())
+
+    @_guarded("a download")
+    def get_file(self, name: str, path: Path) -> int | None:
+        """The store's `name` under the prefix into the file `path`; its bytes, or None when there is none."""
+        import botocore.exceptions as errors
+        try:
+            self._client().download_file(self.bucket, self._key(name), str(path), Config=self._transfer())
+        except errors.ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
+                return None
+            raise
+        return Path(path).stat().st_size
+
     @_guarded("a delete")
     def delete(self, step: int) -> None:
         """The manifest first (it stops counting at once), then its files."""

@@ -26,8 +26,9 @@ from torch.nn.parallel import DistributedDataParallel
 from costsim.contract import notice as notice_rule
 from costsim.contract.telemetry import read_events
 from costsim.contract.timing import save_durations
-from runner import faults, layout, speed
+from runner import compile_share, faults, layout, speed
 from runner.checkpoint import Checkpointer, SharedStorageError
+from runner.compile_share import CompileCacheShare
 from runner.diskspace import DiskFullError, free_bytes, is_disk_full, quiet_disk_full_in_threads, refuse
 from runner.plan import load_run_spec
 from runner.state import PRIVATE_PREFIX, apply_state, seed_rng, state_sha256, training_state
@@ -70,6 +71,7 @@ class Trainer:
                                          on_event=self.telemetry.event, warn=self.warn, store=store,
                                          estimate_bytes=int(spec.checkpoint_bytes), run_dir=Path(args.run_dir))
         marks["checkpointer"] = time.time()
+        self.compile_share = self._compile_share(store, local_rank)
         # The plan's micro-batch on this many processes, accumulation for the rest: recomputed at
         # every (re)start, so an elastic shrink or a smaller node keeps the global batch and the memory.
         self.split = spec.split(world_size)
@@ -119,6 +121,19 @@ class Trainer:
         self.step = 0
         self.saved_step = 0   # the newest checkpoint this life loaded or started to save
         self.last_loss: torch.Tensor | None = None   # the last step's loss on this rank, kept on the device
+
+    def _compile_share(self, store, local_rank: int) -> CompileCacheShare | None:
+        """torch.compile's caches through the store (runner.compile_share), when the run shares them: each
+        node's local rank 0 starts fetching them now (an empty cache only), while the model builds."""
+        cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+        if store is None or not compile_share.enabled() or self.runtime.compile == "off" or not cache:
+            return None
+        device = "cpu" if self.device.type == "cpu" else torch.cuda.get_device_name(self.device)
+        share = CompileCacheShare(store, Path(cache), compile_share.cache_key(torch.__version__, device),
+                                  on_event=self.telemetry.event, warn=self.warn)
+        if local_rank == 0:
+            share.start_fetch()
+        return share
 
     def warn(self, message: str) -> None:
         if self.rank == 0:
@@ -182,6 +197,10 @@ class Trainer:
 
     def train(self) -> int:
         self.restore()
+        if self.compile_share is not None:   # every rank compiles from the node's cache once it is in place
+            self.compile_share.wait_fetch()
+            if self.world_size > 1:
+                dist.barrier()
         self.telemetry.event("start", step=self.step, total_steps=self.total_steps, pid=os.getpid(),
                              node=int(os.environ.get("GROUP_RANK", 0)), global_batch=self.spec.global_batch)
         spec, started = self.spec, time.monotonic()
@@ -203,6 +222,8 @@ class Trainer:
                 first_end = now
                 if self.rank == 0 and self.compiled:   # what compiling cost this start (a warm cache too)
                     self.telemetry.event("compile", step=self.step, **speed.compile_report())
+                if self.rank == 0 and self.compile_share is not None:   # for the job's next node, if it compiled
+                    self.compile_share.start_upload()
             if self.rank == 0:
                 self.telemetry.event("step", buffered=True, step=self.step, step_time_s=now - last_step_end,
                                      samples=spec.global_batch)
@@ -314,6 +335,8 @@ class Trainer:
             digest = state_sha256(self.model, self.built.optimizer)
             if self.built.export is not None and self.rank == 0:
                 self.export()
+        if self.compile_share is not None:   # a job that ends: its upload completes (a notice does not wait)
+            self.compile_share.wait_upload()
         if self.rank == 0:
             self.telemetry.event("end", step=self.step, final_state_sha256=digest, final_loss=final_loss,
                                  samples=self.step * self.spec.global_batch, wall_s=time.monotonic() - started,

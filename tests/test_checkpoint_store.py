@@ -382,3 +382,36 @@ def test_a_job_is_all_its_lives_across_the_run_folders_of_its_store(store, plan,
                          capture_output=True, text=True)
     assert fit.returncode == 0, fit.stderr[-2000:]
     assert "restart: not measured" not in fit.stdout + fit.stderr
+
+
+def test_a_new_node_starts_from_the_compile_cache_the_job_shared_through_the_store(store, plan, tmp_path, monkeypatch):
+    """--share-compile-cache: the first node compiles, and after its first step packs Inductor's cache into
+    the store; a second node (its own run folder, an empty cache) fetches it while it builds, and its first
+    step loads every graph from it instead of compiling."""
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)   # each run folder's own cache
+    url = f"s3://{BUCKET}/runs/compiled"
+    shared = ("--seed", "5", "--checkpoint-dir", url, "--runtime", "compile=model", "--share-compile-cache",
+              "--nproc-per-node", "1")
+    first = execute(plan, tmp_path / "a", "--steps", "30", *shared, timeout=600)
+    assert first.returncode == 0, first.stderr[-3000:]
+    (nothing,) = [e for e in events(tmp_path / "a", "compile_cache") if e["op"] == "fetch"]
+    assert nothing["files"] == 0 and nothing["reason"] == "none in the store yet"
+    (upload,) = [e for e in events(tmp_path / "a", "compile_cache") if e["op"] == "upload"]
+    assert upload["files"] > 0 and upload["key"] in listed(store, "runs/compiled/").keys() | {upload["key"]}
+    assert any(k.startswith("compile-cache/") for k in listed(store, "runs/compiled/"))
+    cold = events(tmp_path / "a", "compile")[0]["counters"]
+    assert cold.get("inductor.fxgraph_cache_miss", 0) > 0
+    second = execute(plan, tmp_path / "b", "--steps", "40", *shared, timeout=600)
+    assert second.returncode == 0, second.stderr[-3000:]
+    (fetch,) = [e for e in events(tmp_path / "b", "compile_cache") if e["op"] == "fetch"]
+    assert fetch["files"] == upload["files"] and fetch["bytes"] > 0
+    warm = events(tmp_path / "b", "compile")[0]["counters"]
+    assert warm.get("inductor.fxgraph_cache_hit", 0) > 0 and warm.get("inductor.fxgraph_cache_miss", 0) == 0, warm
+    assert not [e for e in events(tmp_path / "b", "compile_cache") if e["op"] == "upload"]   # nothing new to share
+
+
+def test_sharing_the_compile_cache_needs_a_store(plan, tmp_path):
+    result = execute(plan, tmp_path / "run", "--steps", "5", "--share-compile-cache")
+    lines = [x for x in result.stderr.splitlines() if x.strip()]
+    assert result.returncode == 2 and len(lines) == 1, result.stderr[-2000:]
+    assert "--share-compile-cache" in lines[0] and "s3://" in lines[0]

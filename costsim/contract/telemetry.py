@@ -61,6 +61,10 @@ EVENT_FIELDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "checkpoint_fetch": ("worker, rank 0: a checkpoint fetched from the object store (ranged reads, `threads` in "
                          "flight), into memory (a tmpfs, dropped once loaded) or onto the disk (the local folder)",
                          ("step", "duration_s", "bytes", "location", "into", "threads")),
+    "compile_cache": ("worker: torch.compile's caches through the object store (runner execute --share-compile-cache): "
+                      "op fetch (local rank 0 of a node whose cache is empty; reason when none came) or upload "
+                      "(rank 0, after a life's first step compiled something new)",
+                      ("op", "key", "bytes", "files", "duration_s", "reason")),
     "checkpoint_load": ("worker", ("step", "duration_s", "read_s", "bytes", "owned_bytes")),
     "checkpoint_skipped": ("worker; reason: partial, or what failed its check", ("step", "reason")),
     "checkpoint_removed": ("worker, rank 0: an older checkpoint removed to make room for a save or the export",
