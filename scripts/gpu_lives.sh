@@ -2,7 +2,8 @@
 # gpu_sdxl_fast_resume.sh, gpu_sdxl_empty_build.sh): the machine made ready, the shipped plan with an async
 # checkpoint every 8 steps, and a life that `runner execute`s it until rank 0 has reported a step, then
 # sends the spot notice (SIGTERM).
-# Uses OUT (lives.txt, notes.txt), RUN_DIR (default /tmp/run), PLAN (default /tmp/plan8.json), STEPS (60).
+# Uses OUT (lives.txt, notes.txt), RUN_DIR (default /tmp/run), PLAN (default /tmp/plan8.json), STEPS (60),
+# EXECUTE_ARGS (more arguments for `runner execute`, split on spaces).
 RUN_DIR=${RUN_DIR:-/tmp/run}
 PLAN=${PLAN:-/tmp/plan8.json}
 STEPS=${STEPS:-60}
@@ -34,7 +35,9 @@ reached() {   # whether rank 0 has reported step $1
 life() {   # $1 notice step, $2 name, $3 where its stderr goes; the rest: environment for the life
   local at=$1 name=$2 err=$3; shift 3
   echo "== $name" >> "$OUT/lives.txt"
-  env "$@" python3 -m runner execute "$PLAN" --run-dir "$RUN_DIR" --steps "$STEPS" >> "$OUT/lives.txt" 2>>"$err" &
+  # shellcheck disable=SC2086
+  env "$@" python3 -m runner execute "$PLAN" --run-dir "$RUN_DIR" --steps "$STEPS" ${EXECUTE_ARGS:-} \
+    >> "$OUT/lives.txt" 2>>"$err" &
   local pid=$! started noticed="" code; started=$(date +%s.%N)
   for _ in $(seq 3000); do
     reached "$at" && { kill -TERM $pid; noticed=$(date +%s.%N); break; }

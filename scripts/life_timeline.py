@@ -1,0 +1,64 @@
+"""Each life of a run folder, from `runner execute`'s start to its first steps, in seconds: the start's phases
+(imports, build, wrap ...), the checkpoint's fetch from a store (where it went, GB/s) and load, the compile
+cache's fetch, and when the first and second steps after the start ended. No torch here.
+
+    python3 scripts/life_timeline.py RUN_DIR
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from costsim.contract.telemetry import read_job_events
+
+
+def lives(events: list[dict]) -> list[list[dict]]:
+    """The events of each life: from a node-0 supervisor's `instance` event to the next."""
+    found: list[list[dict]] = []
+    for event in events:
+        if event["event"] == "instance" and event.get("rank") is None and not event.get("node"):
+            found.append([])
+        if found:
+            found[-1].append(event)
+    return found
+
+
+def describe(life: list[dict]) -> str:
+    start = life[0]["t"]
+    at = lambda e: f"{e['t'] - start:.1f}"   # noqa: E731
+    parts = []
+    for e in life:
+        kind = e["event"]
+        if kind == "runtime" and e.get("rank") == 0:
+            phases = ", ".join(f"{k} {v:.1f}" for k, v in (e.get("start_phases_s") or {}).items())
+            cache_mb = (e.get("compile_cache_bytes") or 0) / 1e6
+            parts.append(f"worker start [{phases}] ({e.get('build')}; compile cache {cache_mb:.0f} MB)")
+        elif kind == "compile_cache":
+            why = f" ({e['reason']})" if e.get("reason") else ""
+            parts.append(f"compile cache {e['op']} {e['bytes'] / 1e6:.0f} MB, {e['files']} files in "
+                         f"{e['duration_s']:.1f} s{why} at {at(e)}")
+        elif kind == "checkpoint_fetch":
+            parts.append(f"fetch step-{e['step']} {e['bytes'] / 1e9:.2f} GB into {e.get('into', 'disk')} in "
+                         f"{e['duration_s']:.1f} s ({e['bytes'] / e['duration_s'] / 1e9:.2f} GB/s) at {at(e)}")
+        elif kind == "checkpoint_load" and e.get("rank") == 0:
+            parts.append(f"load {e['duration_s']:.1f} s, ended at {at(e)}")
+        elif kind == "compile" and e.get("rank") == 0:
+            counters = e.get("counters") or {}
+            parts.append("compile: " + ", ".join(f"{k} {v}" for k, v in counters.items() if "cache" in k))
+    steps = [e for e in life if e["event"] == "step" and e.get("rank") == 0]
+    if steps:
+        parts.append(f"first step (step {steps[0]['step']}) ended at {at(steps[0])}"
+                     + (f", the second at {at(steps[1])}" if len(steps) > 1 else ""))
+    return "\n    ".join(parts)
+
+
+def main() -> None:
+    if len(sys.argv) != 2 or not Path(sys.argv[1]).is_dir():
+        sys.exit("usage: python3 scripts/life_timeline.py RUN_DIR")
+    for index, life in enumerate(lives(list(read_job_events(sys.argv[1]))), start=1):
+        print(f"life {index} (seconds from runner execute's start):\n    {describe(life)}")
+
+
+if __name__ == "__main__":
+    main()
