@@ -210,8 +210,10 @@ class S3Store:
             for name, size in sizes.items():
                 descriptors[name] = os.open(folder / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
                 os.ftruncate(descriptors[name], size)
-            ranges = [(name, start, min(chunk, size - start)) for name, size in sizes.items()
-                      for start in range(0, size, chunk)]
+            # round-robin over the files: writes to one file take its inode's lock in turn (on a tmpfs one
+            # file took 2.3 GB/s of a store that serves 7.5), so the ranges in flight spread over all of them
+            ranges = [(name, start, min(chunk, size - start)) for start in range(0, max(sizes.values(), default=0), chunk)
+                      for name, size in sizes.items() if start < size]
 
             def one(job: tuple[str, int, int]) -> tuple[str, int, int | None]:
                 name, start, length = job
