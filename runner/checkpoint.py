@@ -132,9 +132,15 @@ class Checkpointer:
             return held
         return layout.step_folder(self.root, step)
 
-    def _drop_memory(self) -> None:
+    def _drop_memory(self, *, background: bool = False) -> None:
+        """The fetched copies in memory go (rank 0); in the background after a load: freeing 30.8 GB of a
+        tmpfs took about 3 s, before the first step."""
         if self.rank == 0 and self._memory is not None and self._memory.exists():
-            shutil.rmtree(self._memory, ignore_errors=True)
+            if background:
+                threading.Thread(target=shutil.rmtree, args=(self._memory,), kwargs={"ignore_errors": True},
+                                 name="checkpoint-drop", daemon=True).start()
+            else:
+                shutil.rmtree(self._memory, ignore_errors=True)
 
     def choose(self) -> int:
         """Newest valid step (0 when none), from the local folder or, newer, from the store (fetched into
@@ -276,7 +282,7 @@ class Checkpointer:
         if self._memory is not None and folder.parent == self._memory:   # every rank has read it: memory back
             if self._group is not None and self.world_size > 1:
                 dist.barrier(group=self._group)
-            self._drop_memory()
+            self._drop_memory(background=True)
 
     def _share(self, state: dict) -> tuple[dict, dict]:
         """Which rank owns each large replicated tensor, and this rank's view of `state`."""

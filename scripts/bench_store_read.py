@@ -121,7 +121,7 @@ def main() -> None:
     parser.add_argument("--store-dir", type=Path, help="SeaweedFS's data folder (default: a temporary one)")
     parser.add_argument("--disk-dir", type=Path, help="where the disk fetches go (default: a temporary folder)")
     parser.add_argument("--memory-dir", type=Path, default=Path("/dev/shm"), help="a tmpfs for the memory fetch")
-    parser.add_argument("--skip", default="", help="comma-separated variants left out: bound,memory,disk,download")
+    parser.add_argument("--skip", default="", help="comma-separated variants left out: bound,memory,memory-1,disk,download")
     args = parser.parse_args()
     owned: list[Path] = []
     proc = None
@@ -152,9 +152,9 @@ def main() -> None:
         total = sum(sizes.values())
         shutil.rmtree(source)
 
-        def fetch(into: Path) -> None:
+        def fetch(into: Path, processes: int = store_module.FETCH_PROCESSES) -> None:
             target = into / "fetched"
-            problem = store.fetch(1, target, threads=args.threads)
+            problem = store.fetch(1, target, threads=args.threads, processes=processes)
             assert problem is None, problem
             shutil.rmtree(target)
 
@@ -164,7 +164,8 @@ def main() -> None:
             shutil.rmtree(target)
 
         variants = {"bound": lambda: read_bound(store, 1, sizes, args.threads, 64 << 20),
-                    "memory": lambda: fetch(memory), "disk": lambda: fetch(disk), "download": download}
+                    "memory": lambda: fetch(memory), "memory-1": lambda: fetch(memory, processes=1),
+                    "disk": lambda: fetch(disk), "download": download}
         times: dict[str, list[float]] = {name: [] for name in variants if name not in skip}
         for round_ in range(args.rounds):
             for name in times:
@@ -176,7 +177,9 @@ def main() -> None:
         print(f"{total / 1e9:.2f} GB in {len(sizes)} files, {args.threads} ranges in flight, {args.rounds} rounds "
               f"(median), store {os.environ['AWS_ENDPOINT_URL']}")
         labels = {"bound": "the store's read bound (ranged GETs, bytes dropped)",
-                  "memory": f"fetch into memory ({filesystem_type(memory)} {args.memory_dir})",
+                  "memory": f"fetch into memory ({filesystem_type(memory)} {args.memory_dir}), "
+                            f"{store_module.FETCH_PROCESSES} processes",
+                  "memory-1": "the same in one process (the threads share its interpreter)",
                   "disk": f"fetch onto the disk ({filesystem_type(disk)} {disk})",
                   "download": "earlier path: transfer manager, file by file, then the check read back"}
         for name, values in times.items():
