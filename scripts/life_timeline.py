@@ -2,7 +2,8 @@
 (imports, build, wrap ...), the checkpoint's fetch from a store (where it went, GB/s) and load, the compile
 cache's fetch, and when the first and second steps after the start ended. No torch here.
 
-    python3 scripts/life_timeline.py RUN_DIR
+    python3 scripts/life_timeline.py RUN_DIR          (the job's lives: this folder's and the store's copies)
+    python3 scripts/life_timeline.py telemetry.jsonl  (a kept copy of one folder's telemetry)
 """
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from costsim.contract.telemetry import read_job_events
+from costsim.contract.jsonfiles import read_jsonl
+from costsim.contract.telemetry import is_event, read_job_events
 
 
 def lives(events: list[dict]) -> list[list[dict]]:
@@ -54,9 +56,11 @@ def describe(life: list[dict]) -> str:
 
 
 def main() -> None:
-    if len(sys.argv) != 2 or not Path(sys.argv[1]).is_dir():
-        sys.exit("usage: python3 scripts/life_timeline.py RUN_DIR")
-    for index, life in enumerate(lives(list(read_job_events(sys.argv[1]))), start=1):
+    if len(sys.argv) != 2 or not Path(sys.argv[1]).exists():
+        sys.exit("usage: python3 scripts/life_timeline.py RUN_DIR|TELEMETRY.jsonl")
+    path = Path(sys.argv[1])
+    events = read_job_events(path) if path.is_dir() else read_jsonl(path, valid=is_event)
+    for index, life in enumerate(lives(list(events)), start=1):
         print(f"life {index} (seconds from runner execute's start):\n    {describe(life)}")
 
 
