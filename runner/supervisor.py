@@ -88,12 +88,14 @@ class Supervisor:
         self.telemetry = Telemetry(execution.run_dir, execution.run_id, rank=None, world_size=None)
         self.telemetry.base["node"] = execution.node.node_rank
         self.notice = False
+        self.notice_t: float | None = None
         self.child: subprocess.Popen | None = None
 
     def _on_sigterm(self, signum, frame) -> None:
         # A notice for this node: pass it on to the workers themselves (faults.notify_workers says
         # why not through torchrun); they checkpoint and exit, and torchrun with them.
         self.notice = True
+        self.notice_t = self.notice_t or time.time()   # the first notice's arrival, recorded at the exit
         if self.child is not None and self.child.poll() is None:
             faults.notify_workers(self.child.pid)
 
@@ -194,7 +196,7 @@ class Supervisor:
         # Every node's supervisor summarises; on shared storage only node 0 owns summary.json.
         name = SUMMARY if self.x.node.node_rank == 0 else f"summary.node-{self.x.node.node_rank}.json"
         write_atomic(self.x.run_dir / name, json.dumps(summary, indent=2) + "\n")
-        self.telemetry.event("exit", status=status, restarts=restarts, ended=ended)
+        self.telemetry.event("exit", status=status, restarts=restarts, ended=ended, notice_t=self.notice_t)
         self.telemetry.close()
         if self.x.node.node_rank == 0:
             share_life(self.x.run_dir, self.x.spec.checkpoint_location)

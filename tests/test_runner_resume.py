@@ -76,9 +76,12 @@ def test_a_notice_to_the_runner_is_passed_to_the_workers_who_checkpoint_and_stop
     deadline = time.monotonic() + 120
     while not any(e["step"] >= 60 for e in events(tmp_path, "step")) and time.monotonic() < deadline:
         time.sleep(0.05)
+    sent = time.time()
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 75, err[-3000:]             # faults.PREEMPTED_EXIT: stopped by the notice
+    (ended,) = events(tmp_path, "exit", rank=None)
+    assert sent <= ended["notice_t"] <= ended["t"]         # when the notice came: notice to exit from telemetry
     assert "death signal" not in err                       # torchrun was not the one that stopped them
     notice = [e for e in events(tmp_path, "preempted") if e.get("kind") == "notice"]
     assert len(notice) == 1

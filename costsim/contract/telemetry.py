@@ -40,7 +40,8 @@ EVENT_FIELDS: dict[str, tuple[str, tuple[str, ...]]] = {
                      "what differs, where the earlier plan.json was kept", ("changes", "superseded")),
     "launch": ("supervisor, per torchrun launch; fault: an injected one", ("attempt", "fault")),
     "restart": ("supervisor", ("attempt", "restarts", "reason", "exit_code")),
-    "exit": ("supervisor, last; ended: how the instance ended (INSTANCE_ENDS)", ("status", "restarts", "ended")),
+    "exit": ("supervisor, last; ended: how the instance ended (INSTANCE_ENDS); notice_t: when a notice (SIGTERM) "
+             "reached it, if one did", ("status", "restarts", "ended", "notice_t")),
     "runtime": ("worker, per start: the settings, compiled modules, compile cache, how the model was built "
                 "(initialised, or empty for a checkpoint to load over), the batch split, nodes and the start's phases",
                 ("settings", "compiled_modules", "compile_cache_bytes", "build", *SPLIT_FIELDS, "nodes",

@@ -1,0 +1,88 @@
+"""Issue #36's figures side by side: every life of the given run folders (or kept telemetry files), as
+ratios to the figures the issue started from (one H200, the plan as written). For each life: how it
+started (fresh, on the same node from its own checkpoint, on a new node from the store), from `runner
+execute`'s start to the end of its first step, the fetch and the load, its steady samples per second, and,
+where a notice ended it, notice to exit with the decision and whether a write was in flight. The lives
+come from one GPU run (`scripts/gpu_sdxl_restart_bench.sh`), so the ratios compare like with like.
+No torch here.
+
+    python3 scripts/bench_restart.py RUN_DIR_OR_TELEMETRY [...]
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+from pathlib import Path
+
+from costsim.contract.jsonfiles import read_jsonl
+from costsim.contract.telemetry import is_event, read_job_events
+
+# where the issue started (its "Where it stands"), seconds unless said
+BASELINE = {"same node: execute to the first step": 47.6, "same node: load": 10.8, "new node: fetch": 49.2,
+            "new node: load": 11.8,
+            "notice to exit, a save, nothing in flight": 35.4, "notice to exit, a write in flight": 60.1,
+            "steady samples/s": 18.0}
+GOAL = {"same node: execute to the first step": 20.0, "new node: execute to the first step": 45.0,
+        "notice to exit, a save, nothing in flight": 20.0, "notice to exit, a write in flight": 20.0,
+        "notice to exit, no save": 20.0, "steady samples/s": 22.0}
+
+
+def lives(events: list[dict]) -> list[list[dict]]:
+    found: list[list[dict]] = []
+    for event in events:
+        if event["event"] == "instance" and event.get("rank") is None and not event.get("node"):
+            found.append([])
+        if found:
+            found[-1].append(event)
+    return found
+
+
+def figures(life: list[dict]) -> dict[str, float]:
+    """What one life measured, named as BASELINE and GOAL name them."""
+    start = life[0]["t"]
+    first = lambda kind: next((e for e in life if e["event"] == kind and e.get("rank") in (0, None)), None)  # noqa: E731
+    fetch, load, ended = first("checkpoint_fetch"), first("checkpoint_load"), first("exit")
+    kind = "new node" if fetch else "same node" if load else "fresh"
+    steps = [e for e in life if e["event"] == "step" and e.get("rank") == 0]
+    out: dict[str, float] = {}
+    if steps:
+        out[f"{kind}: execute to the first step"] = steps[0]["t"] - start
+    if fetch:
+        out["new node: fetch"] = fetch["duration_s"]
+    if load:
+        out[f"{kind}: load"] = load["duration_s"]
+    steady = [e["samples"] / e["step_time_s"] for e in steps[2:] if e.get("step_time_s") and e.get("samples")]
+    if len(steady) >= 3:
+        out["steady samples/s"] = statistics.median(steady)
+    notice = next((e for e in life if e["event"] == "preempted" and e.get("kind") == "notice"), None)
+    if ended and ended.get("notice_t") and notice:
+        if notice.get("decision") != "save":
+            case = "no save"
+        else:
+            case = "a write in flight" if (notice.get("wait_s") or 0) > 0 else "a save, nothing in flight"
+        out[f"notice to exit, {case}"] = ended["t"] - ended["notice_t"]
+    return out
+
+
+def main() -> None:
+    sources = [Path(a) for a in sys.argv[1:]]
+    if not sources or not all(p.exists() for p in sources):
+        sys.exit("usage: python3 scripts/bench_restart.py RUN_DIR_OR_TELEMETRY [...]")
+    rows = []
+    for source in sources:
+        events = read_job_events(source) if source.is_dir() else read_jsonl(source, valid=is_event)
+        for index, life in enumerate(lives(list(events)), start=1):
+            for name, value in figures(life).items():
+                rows.append((f"{source.name} life {index}", name, value))
+    print(f"{'life':<28} {'figure':<44} {'now':>8} {'issue':>8} {'ratio':>7}  goal")
+    for where, name, value in rows:
+        base, goal = BASELINE.get(name), GOAL.get(name)
+        ratio = f"{value / base:.2f}x" if base else ""
+        met = "" if goal is None else ("met" if (value >= goal if "samples" in name else value <= goal) else "not")
+        print(f"{where:<28} {name:<44} {value:8.1f} {base if base else '':>8} {ratio:>7}  "
+              f"{f'{goal:g} {met}' if goal else ''}")
+
+
+if __name__ == "__main__":
+    main()
