@@ -338,7 +338,9 @@ def updated_profile_document(profile_path: str, c: Calibration) -> dict:
                   "startup": f"{a.startup_s:.6g}s", "step_time_spread": round(a.step_time_spread, 4),
                   "runtime": c.runs[0].runtime.as_dict()})
     if c.store is not None:   # the planner takes these over the storage catalog's for that store
-        measured = {k: round(c.store[k], 4) for k in ("write_gb_per_s", "read_gb_per_s") if c.store[k] is not None}
+        # significant digits, not decimals: a slow store (0.0308 GB/s) kept three of its figures' digits
+        measured = {k: float(f"{c.store[k]:.6g}") for k in ("write_gb_per_s", "read_gb_per_s")
+                    if c.store[k] is not None}
         doc.setdefault("storage", {}).setdefault(c.store["name"], {}).update(
             measured, source=f"measured: {c.store['uploads']} upload(s), {c.store['fetches']} fetch(es) "
                              f"({', '.join(str(r.path) for r in c.runs)}), calibrated {datetime.date.today()}")

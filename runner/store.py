@@ -36,6 +36,7 @@ TRANSFER_THREADS = 8       # parts in flight per file (uploads)
 FETCH_THREADS = max(1, int(os.environ.get("COSTSIM_S3_FETCH_THREADS", "16")))
 # processes they are shared among (COSTSIM_S3_FETCH_PROCESSES; 1: the caller's own)
 FETCH_PROCESSES = max(1, int(os.environ.get("COSTSIM_S3_FETCH_PROCESSES", "4")))
+PROCESS_BYTES = 1 << 30    # a fetch process for each GiB at most: a small checkpoint is fetched in the caller's
 READ_BLOCK = 8 << 20       # what one read of a range's body takes at a time
 
 
@@ -221,7 +222,7 @@ class S3Store:
         crcs = self._fetch_in_processes(step, folder, ranges, threads, processes)
         (folder / MANIFEST).write_bytes(manifest)
         for name, size in sizes.items():
-            got = [crcs[(name, start)] for start in range(0, size, chunk)]
+            got = [crcs[(name, start)] for start in range(0, size, chunk)] or [0]   # an empty file: CRC-32 of nothing
             if any(crc is None for crc in got):
                 return f"{name} in the store is shorter than its manifest's {size} bytes"
             expected = files[name].get("crc32_chunks")
@@ -236,7 +237,8 @@ class S3Store:
         import errno
         import subprocess
         import sys
-        processes = max(1, min(processes, len(ranges)))
+        total = sum(length for _, _, length in ranges)   # a process pays its start (about 0.5 s): one per GB or more
+        processes = max(1, min(processes, len(ranges), -(-total // PROCESS_BYTES)))
         if processes == 1:
             return self.fetch_ranges(step, folder, ranges, threads)
         share = max(1, threads // processes)

@@ -57,10 +57,13 @@ def figures(life: list[dict]) -> dict[str, float]:
         out["steady samples/s"] = statistics.median(steady)
     notice = next((e for e in life if e["event"] == "preempted" and e.get("kind") == "notice"), None)
     if ended and ended.get("notice_t") and notice:
-        if notice.get("decision") != "save":
-            case = "no save"
+        saved = next((e for e in life if e["event"] == "checkpoint_save" and e.get("reason") == "notice"), None)
+        if saved is not None and saved.get("upload_s"):
+            case = "a save and its upload"   # with an object store: not the case, no baseline
+        elif (notice.get("wait_s") or 0) > 0:   # the rule waited for the async write under way
+            case = "a write in flight" + (", then a save" if saved is not None else "")
         else:
-            case = "a write in flight" if (notice.get("wait_s") or 0) > 0 else "a save, nothing in flight"
+            case = "a save, nothing in flight" if saved is not None else "no save"
         out[f"notice to exit, {case}"] = ended["t"] - ended["notice_t"]
     return out
 

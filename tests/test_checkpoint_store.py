@@ -415,3 +415,36 @@ def test_sharing_the_compile_cache_needs_a_store(plan, tmp_path):
     lines = [x for x in result.stderr.splitlines() if x.strip()]
     assert result.returncode == 2 and len(lines) == 1, result.stderr[-2000:]
     assert "--share-compile-cache" in lines[0] and "s3://" in lines[0]
+
+
+def test_a_fetch_shared_among_processes_is_the_checkpoint_byte_for_byte_and_finds_a_damaged_range(store, tmp_path,
+                                                                                                   monkeypatch):
+    """S3Store.fetch with its ranges (1 MiB chunks here) shared among 3 processes (`python -m runner.store`):
+    the files arrive as they were; a range whose bytes changed in the store, or an object cut short, is
+    named, never taken."""
+    import json as json_
+
+    from runner import store as store_module
+    from runner.checkpoint_manifest import MANIFEST, file_checksums
+    monkeypatch.setattr(store_module, "PROCESS_BYTES", 1)   # a process even for a few MB
+    source = tmp_path / "source"
+    source.mkdir()
+    for index, size in enumerate((3 << 20, (5 << 20) + 123, 0)):
+        (source / f"__{index}_0.distcp").write_bytes(os.urandom(size))
+    (source / ".metadata").write_bytes(os.urandom(999))
+    paths = sorted(source.iterdir())
+    sums = file_checksums(paths, 1 << 20)
+    (source / MANIFEST).write_text(json_.dumps({"step": 7, "chunk_bytes": 1 << 20, "files": {
+        p.name: {"size": p.stat().st_size, "crc32_chunks": sums[p]} for p in paths}}))
+    s3 = store_module.S3Store.from_url(f"s3://{BUCKET}/runs/ranges")
+    s3.upload(source, 7)
+    assert s3.fetch(7, tmp_path / "a", threads=6, processes=3) is None
+    for path in paths:
+        assert (tmp_path / "a" / path.name).read_bytes() == path.read_bytes(), path.name
+    key = "runs/ranges/step-7/__1_0.distcp"
+    damaged = bytearray((source / "__1_0.distcp").read_bytes())
+    damaged[(4 << 20) + 5] ^= 0xFF                                      # one byte of the fifth range
+    store["client"].put_object(Bucket=BUCKET, Key=key, Body=bytes(damaged))
+    assert s3.fetch(7, tmp_path / "b", threads=6, processes=3) == "__1_0.distcp fails its CRC-32 check"
+    store["client"].put_object(Bucket=BUCKET, Key=key, Body=bytes(damaged[:3 << 20]))   # cut short
+    assert "shorter than its manifest" in s3.fetch(7, tmp_path / "c", threads=6, processes=3)
