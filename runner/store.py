@@ -275,33 +275,24 @@ class S3Store:
     @_guarded("a fetch")
     def fetch_ranges(self, step: int, folder: Path, ranges: list, threads: int) -> dict[tuple[str, int], int | None]:
         """The byte ranges (name, start, length) of checkpoint `step`'s files into the files of `folder`
-        (already their full size); each range's CRC-32, or None where the object ended before it. The bytes
-        go in with pwrite, or, with COSTSIM_S3_FETCH_WRITE=mmap, are copied into a shared mapping of each
-        file (no file lock between the processes' writers; the copy holds this process's interpreter)."""
-        import mmap
+        (already their full size); each range's CRC-32, or None where the object ended before it."""
         from concurrent.futures import ThreadPoolExecutor
-        mapped = os.environ.get("COSTSIM_S3_FETCH_WRITE", "pwrite") == "mmap"
-        descriptors: dict[str, int] = {}
-        maps: dict[str, mmap.mmap] = {}
+        descriptors = {}
         try:
             for name in {name for name, _, _ in ranges}:
-                descriptors[name] = os.open(Path(folder) / name, os.O_RDWR if mapped else os.O_WRONLY)
-                if mapped and os.fstat(descriptors[name]).st_size:
-                    maps[name] = mmap.mmap(descriptors[name], 0)
+                descriptors[name] = os.open(Path(folder) / name, os.O_WRONLY)
 
             def one(job) -> tuple[str, int, int | None]:
                 name, start, length = job
-                return name, start, self._range_into(step, name, start, length, descriptors[name], maps.get(name))
+                return name, start, self._range_into(step, name, start, length, descriptors[name])
 
             with ThreadPoolExecutor(max_workers=max(1, min(threads, len(ranges) or 1))) as pool:
                 return {(name, start): crc for name, start, crc in pool.map(one, ranges)}
         finally:
-            for mapping in maps.values():
-                mapping.close()
             for fd in descriptors.values():
                 os.close(fd)
 
-    def _range_into(self, step: int, name: str, start: int, length: int, fd: int, mapping=None) -> int | None:
+    def _range_into(self, step: int, name: str, start: int, length: int, fd: int) -> int | None:
         """Bytes [start, start + length) of the store's file into `fd` at `start`; their CRC-32, or None
         when the object ends before them."""
         import zlib
@@ -318,9 +309,6 @@ class S3Store:
         with body:
             while done < length and (block := body.read(min(READ_BLOCK, length - done))):
                 view, at = memoryview(block), start + done
-                if mapping is not None:
-                    mapping[at:at + len(block)] = block
-                    view = view[len(view):]
                 while view:   # a regular file takes it whole; a signal may cut it short
                     written = os.pwrite(fd, view, at)
                     view, at = view[written:], at + written

@@ -121,8 +121,7 @@ def main() -> None:
     parser.add_argument("--store-dir", type=Path, help="SeaweedFS's data folder (default: a temporary one)")
     parser.add_argument("--disk-dir", type=Path, help="where the disk fetches go (default: a temporary folder)")
     parser.add_argument("--memory-dir", type=Path, default=Path("/dev/shm"), help="a tmpfs for the memory fetch")
-    parser.add_argument("--skip", default="", help="comma-separated variants left out: bound, memory, memory-1, "
-                        "memory-mmap, disk, download")
+    parser.add_argument("--skip", default="", help="comma-separated variants left out: bound,memory,memory-1,disk,download")
     args = parser.parse_args()
     owned: list[Path] = []
     proc = None
@@ -159,13 +158,6 @@ def main() -> None:
             assert problem is None, problem
             shutil.rmtree(target)
 
-        def mapped(run) -> None:
-            os.environ["COSTSIM_S3_FETCH_WRITE"] = "mmap"
-            try:
-                run()
-            finally:
-                del os.environ["COSTSIM_S3_FETCH_WRITE"]
-
         def download() -> None:
             target = store.download(1, disk)
             assert verify(target) is None
@@ -173,7 +165,6 @@ def main() -> None:
 
         variants = {"bound": lambda: read_bound(store, 1, sizes, args.threads, 64 << 20),
                     "memory": lambda: fetch(memory), "memory-1": lambda: fetch(memory, processes=1),
-                    "memory-mmap": lambda: mapped(lambda: fetch(memory)),
                     "disk": lambda: fetch(disk), "download": download}
         times: dict[str, list[float]] = {name: [] for name in variants if name not in skip}
         for round_ in range(args.rounds):
@@ -189,7 +180,6 @@ def main() -> None:
                   "memory": f"fetch into memory ({filesystem_type(memory)} {args.memory_dir}), "
                             f"{store_module.FETCH_PROCESSES} processes",
                   "memory-1": "the same in one process (the threads share its interpreter)",
-                  "memory-mmap": "into memory, copied into shared mappings (COSTSIM_S3_FETCH_WRITE=mmap)",
                   "disk": f"fetch onto the disk ({filesystem_type(disk)} {disk})",
                   "download": "earlier path: transfer manager, file by file, then the check read back"}
         for name, values in times.items():
