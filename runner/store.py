@@ -243,7 +243,7 @@ class S3Store:
             return self.fetch_ranges(step, folder, ranges, threads)
         share = max(1, threads // processes)
         children = []
-        for index in range(processes):
+        for index in range(processes):   # each starts on its share at once; its stdin is read whole first
             job = json.dumps({"url": self.url, "step": step, "folder": str(folder), "threads": share,
                               "ranges": ranges[index::processes]})
             child = subprocess.Popen([sys.executable, "-m", "runner.store"], stdin=subprocess.PIPE,
@@ -251,13 +251,13 @@ class S3Store:
             assert child.stdin is not None
             child.stdin.write(job)
             child.stdin.close()
+            child.stdin = None   # written and closed: communicate() below only drains the outputs
             children.append(child)
         crcs: dict[tuple[str, int], int | None] = {}
         failures = []
         for child in children:
-            assert child.stdout is not None and child.stderr is not None
-            out, err = child.stdout.read(), child.stderr.read()
-            code = child.wait()
+            out, err = child.communicate()   # both pipes drained together: a long stderr cannot stall it
+            code = child.returncode
             if code == 0:
                 crcs.update(((name, start), crc) for name, start, crc in json.loads(out))
             else:
