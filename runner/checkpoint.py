@@ -228,7 +228,7 @@ class Checkpointer:
         if self._memory is None:
             return self.root
         base = self._memory.parent
-        size = self.checkpoint_bytes() or self.estimate_bytes
+        size = self.checkpoint_bytes()
         reason = None
         if filesystem_type(base) != "tmpfs":
             reason = f"{base} is not a memory filesystem (tmpfs)"

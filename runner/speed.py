@@ -201,7 +201,6 @@ def compile_report() -> dict:
 
 
 def cache_bytes(env=os.environ) -> int:
+    from runner.compile_share import folder_bytes
     root = env.get("TORCHINDUCTOR_CACHE_DIR")
-    if not root or not Path(root).is_dir():
-        return 0
-    return sum(p.stat().st_size for p in Path(root).rglob("*") if p.is_file())
+    return folder_bytes(Path(root)) if root else 0

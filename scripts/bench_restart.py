@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 from costsim.contract.jsonfiles import read_jsonl
+from costsim.contract.lives import split_lives
 from costsim.contract.telemetry import is_event, read_job_events
 
 # where the issue started (its "Where it stands"), seconds unless said
@@ -26,16 +27,6 @@ BASELINE = {"same node: execute to the first step": 47.6, "same node: load": 10.
 GOAL = {"same node: execute to the first step": 20.0, "new node: execute to the first step": 45.0,
         "notice to exit, a save, nothing in flight": 20.0, "notice to exit, a write in flight": 20.0,
         "notice to exit, no save": 20.0, "steady samples/s": 22.0}
-
-
-def lives(events: list[dict]) -> list[list[dict]]:
-    found: list[list[dict]] = []
-    for event in events:
-        if event["event"] == "instance" and event.get("rank") is None and not event.get("node"):
-            found.append([])
-        if found:
-            found[-1].append(event)
-    return found
 
 
 def figures(life: list[dict]) -> dict[str, float]:
@@ -75,7 +66,7 @@ def main() -> None:
     rows = []
     for source in sources:
         events = read_job_events(source) if source.is_dir() else read_jsonl(source, valid=is_event)
-        for index, life in enumerate(lives(list(events)), start=1):
+        for index, life in enumerate(split_lives(list(events)), start=1):
             for name, value in figures(life).items():
                 rows.append((f"{source.name} life {index}", name, value))
     print(f"{'life':<28} {'figure':<44} {'now':>8} {'issue':>8} {'ratio':>7}  goal")

@@ -12,18 +12,8 @@ import sys
 from pathlib import Path
 
 from costsim.contract.jsonfiles import read_jsonl
+from costsim.contract.lives import split_lives
 from costsim.contract.telemetry import is_event, read_job_events
-
-
-def lives(events: list[dict]) -> list[list[dict]]:
-    """The events of each life: from a node-0 supervisor's `instance` event to the next."""
-    found: list[list[dict]] = []
-    for event in events:
-        if event["event"] == "instance" and event.get("rank") is None and not event.get("node"):
-            found.append([])
-        if found:
-            found[-1].append(event)
-    return found
 
 
 def describe(life: list[dict]) -> str:
@@ -60,7 +50,7 @@ def main() -> None:
         sys.exit("usage: python3 scripts/life_timeline.py RUN_DIR|TELEMETRY.jsonl")
     path = Path(sys.argv[1])
     events = read_job_events(path) if path.is_dir() else read_jsonl(path, valid=is_event)
-    for index, life in enumerate(lives(list(events)), start=1):
+    for index, life in enumerate(split_lives(list(events)), start=1):
         print(f"life {index} (seconds from runner execute's start):\n    {describe(life)}")
 
 

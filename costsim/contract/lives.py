@@ -83,6 +83,17 @@ class Job:
                 "ends": self.ends, "wall_s": round(self.wall_s, 3), "gpu_hours": round(self.gpu_hours, 6)}
 
 
+def split_lives(events: list[dict]) -> list[list[dict]]:
+    """The events of each life, in file order: a life begins at node 0's supervisor `instance` event (events
+    before any, from an older runner, are a life of their own)."""
+    found: list[list[dict]] = []
+    for e in events:
+        if not found or (e["event"] == "instance" and e.get("rank") is None and not e.get("node") and found[-1]):
+            found.append([])
+        found[-1].append(e)
+    return found
+
+
 def lives(events: list[dict]) -> Job:
     """The job's lives from a run folder's telemetry, in file order (costsim.contract.telemetry.read_events)."""
     job = Job()
