@@ -20,6 +20,7 @@ COMPILE_MODES = ("default", "max-autotune-no-cudagraphs", "reduce-overhead", "ma
 SDPA = ("auto", "flash", "efficient", "cudnn", "math")
 DDP_COMM = ("fp32", "bf16")
 DDP_GRAPH = ("split", "whole")
+FP8 = ("off", "blocks", "model")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -31,6 +32,10 @@ class Runtime:
     channels_last: bool = False           # NHWC memory format for convolution models
     sdpa: str = "auto"                    # scaled-dot-product attention backend
     activation_checkpointing: bool = False
+    # compiled graphs only: the share of their activations the backward may keep; below 1, Inductor's
+    # partitioner recomputes the cheapest of the rest (selective activation checkpointing, chosen by cost)
+    activation_memory_budget: float = 1.0
+    fp8: str = "off"                      # linear layers in fp8 with dynamic scaling (torchao): off | blocks | model
     ddp_bucket_mb: float = 25.0           # DDP gradient bucket size (PyTorch's default 25)
     ddp_comm: str = "fp32"                # gradients all-reduced as they are, or compressed to bf16
     ddp_graph: str = "split"              # compiled under DDP: split at the gradient buckets, or kept whole
@@ -75,6 +80,10 @@ def parse_runtime(raw, source: str, prefix: str = "runtime", base: Runtime | Non
             values[key] = _choice(value, DDP_COMM, source, where)
         elif key == "ddp_graph":
             values[key] = _choice(value, DDP_GRAPH, source, where)
+        elif key == "fp8":
+            values[key] = _choice(value, FP8, source, where)
+        elif key == "activation_memory_budget":
+            values[key] = _fraction(value, source, where)
         elif key == "gc_every":
             values[key] = _count(value, source, where)
         elif key in ("channels_last", "activation_checkpointing", "cudnn_benchmark", "expandable_segments"):
@@ -84,6 +93,9 @@ def parse_runtime(raw, source: str, prefix: str = "runtime", base: Runtime | Non
     if values["ddp_graph"] == "whole" and values["compile"] == "off":
         raise InputError(source, f"{prefix}.ddp_graph", "whole applies to compiled models: set compile=blocks or "
                          "compile=model, or leave ddp_graph at split")
+    if values["activation_memory_budget"] < 1 and values["compile"] == "off":
+        raise InputError(source, f"{prefix}.activation_memory_budget", "applies to compiled graphs: set "
+                         "compile=blocks or compile=model, or activation_checkpointing=true for the eager model")
     return Runtime(**values)
 
 
@@ -119,6 +131,16 @@ def _positive(value, source: str, where: str) -> float:
         number = float("nan")
     if isinstance(value, bool) or not number > 0 or number == float("inf"):
         raise InputError(source, where, f"got {value!r}; expected a positive number of MB")
+    return number
+
+
+def _fraction(value, source: str, where: str) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = float("nan")
+    if isinstance(value, bool) or not 0 < number <= 1:
+        raise InputError(source, where, f"got {value!r}; expected a fraction in (0, 1] (1: keep every activation)")
     return number
 
 

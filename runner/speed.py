@@ -31,6 +31,10 @@ def check_device(runtime: Runtime, device: torch.device) -> None:
         raise RuntimeConfigError(f"runtime.sdpa={runtime.sdpa} needs a CUDA GPU; on CPU use auto or math")
     if device.type != "cuda" and runtime.ddp_comm == "bf16":
         raise RuntimeConfigError("runtime.ddp_comm=bf16 needs CUDA GPUs (NCCL); on CPU use fp32")
+    if runtime.fp8 != "off" and device.type == "cuda" and torch.cuda.get_device_capability(device) < (8, 9):
+        name = torch.cuda.get_device_name(device)
+        raise RuntimeConfigError(f"runtime.fp8={runtime.fp8} needs fp8 matrix units (compute capability 8.9 or "
+                                 f"later: L4, L40, H100, H200, B200); {name} has none: use fp8=off")
     if device.type != "cuda" and runtime.compile_mode in ("reduce-overhead", "max-autotune"):
         raise RuntimeConfigError(f"runtime.compile_mode={runtime.compile_mode} uses CUDA graphs; on CPU use "
                                  "default or max-autotune-no-cudagraphs")
@@ -44,6 +48,8 @@ def prepare_model(model: torch.nn.Module, runtime: Runtime) -> int:
             raise RuntimeConfigError("runtime.activation_checkpointing: this workload's model has no "
                                      "enable_gradient_checkpointing() (diffusers/transformers models do)")
         enable()
+    if runtime.fp8 != "off":
+        to_fp8(model, runtime.fp8)
     if runtime.channels_last:
         # parameters keep their identity: the optimizer is unaffected (Module.to accepts it; its stubs do not say so)
         model.to(memory_format=torch.channels_last)   # type: ignore[call-overload]
@@ -57,14 +63,58 @@ def prepare_model(model: torch.nn.Module, runtime: Runtime) -> int:
         return 1
     if runtime.compile != "blocks":
         return 0
-    names = set(getattr(model, "_repeated_blocks", None) or ())
-    blocks = [m for m in model.modules() if type(m).__name__ in names]
-    if not blocks:
-        raise RuntimeConfigError("runtime.compile=blocks: this model names no repeated blocks (a "
-                                 "`_repeated_blocks` list of class names, as diffusers models have); use compile=model")
+    blocks = _blocks(model, "compile")
     for block in blocks:
         block.compile(mode=runtime.compile_mode, fullgraph=True)
     return len(blocks)
+
+
+def _blocks(model: torch.nn.Module, setting: str) -> list[torch.nn.Module]:
+    names = set(getattr(model, "_repeated_blocks", None) or ())
+    blocks = [m for m in model.modules() if type(m).__name__ in names]
+    if not blocks:
+        raise RuntimeConfigError(f"runtime.{setting}=blocks: this model names no repeated blocks (a "
+                                 "`_repeated_blocks` list of class names, as diffusers models have); use "
+                                 f"{setting}=model")
+    return blocks
+
+
+FP8_MULTIPLE = 16   # fp8 matrix multiplies need both of a weight's dimensions divisible by 16
+
+
+def to_fp8(model: torch.nn.Module, scope: str) -> int:
+    """fp8=blocks|model: the linear layers of the repeated blocks (or of the whole model) compute their
+    three matrix multiplies in fp8 with tensor-wise dynamic scales (torchao's Float8Linear: e4m3 forward,
+    e5m2 gradients; weights, optimizer state and checkpoints stay in their own precision and keys).
+    Layers with a dimension not divisible by 16 stay as they are. Returns how many were converted."""
+    try:
+        from torchao.float8 import convert_to_float8_training
+    except ImportError as exc:
+        raise RuntimeConfigError(f"runtime.fp8={scope} needs torchao (pip install 'costsim[fp8]'); "
+                                 "or use fp8=off") from exc
+    roots = _blocks(model, "fp8") if scope == "blocks" else [model]
+    converted = 0
+
+    def eligible(module: torch.nn.Module, fqn: str) -> bool:
+        nonlocal converted
+        ok = (isinstance(module, torch.nn.Linear) and module.in_features % FP8_MULTIPLE == 0
+              and module.out_features % FP8_MULTIPLE == 0)
+        converted += ok
+        return ok
+
+    for root in roots:
+        if isinstance(root, torch.nn.Linear):
+            raise RuntimeConfigError(f"runtime.fp8={scope}: the model itself is one linear layer; wrap it")
+        convert_to_float8_training(root, module_filter_fn=eligible)
+    if not converted:
+        raise RuntimeConfigError(f"runtime.fp8={scope}: no linear layer with both dimensions divisible by "
+                                 f"{FP8_MULTIPLE} in the {'repeated blocks' if scope == 'blocks' else 'model'}")
+    return converted
+
+
+def fp8_layers(model: torch.nn.Module) -> int:
+    """How many linear layers multiply in fp8 (torchao's Float8Linear)."""
+    return sum(type(m).__name__ == "Float8Linear" for m in model.modules())
 
 
 def configure_backends(runtime: Runtime) -> None:
@@ -77,8 +127,14 @@ def configure_backends(runtime: Runtime) -> None:
     overlaps the rest of the backward pass. `whole` compiles one graph: the gradients are all-reduced
     after the backward pass, but the compile caches return it whole, so a restart's first step is
     much shorter at the same step time (SDXL on 2 x H200: data/measurements/2026-11-30-h200-sdxl-restart).
-    A whole graph is per world size: a 1-GPU run's cache does not serve a 2-GPU run."""
+    A whole graph is per world size: a 1-GPU run's cache does not serve a 2-GPU run.
+
+    activation_memory_budget: below 1, AOTAutograd's partitioner keeps that share of a compiled graph's
+    activations for the backward and recomputes the rest, choosing what is cheapest to recompute
+    (pointwise before matrix multiplies): selective checkpointing for compiled models, to fit larger batches."""
     torch.backends.cudnn.benchmark = runtime.cudnn_benchmark
+    import torch._functorch.config as functorch_config
+    functorch_config.activation_memory_budget = runtime.activation_memory_budget
     import torch._dynamo as dynamo
     dynamo.config.optimize_ddp = "no_optimization" if runtime.ddp_graph == "whole" else "ddp_optimizer"
 

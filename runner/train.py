@@ -112,6 +112,7 @@ class Trainer:
             speed.configure_ddp(self.model, self.runtime)
         marks["wrap"] = time.time()
         self.telemetry.event("runtime", settings=self.runtime.as_dict(), compiled_modules=compiled,
+                             fp8_layers=speed.fp8_layers(built.model),
                              compile_cache_bytes=speed.cache_bytes(), build=build_kind, **self.split.as_dict(),
                              nodes=max(1, world_size // int(os.environ.get("LOCAL_WORLD_SIZE", world_size))),
                              **start_phases(marks))

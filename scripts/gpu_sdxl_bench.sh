@@ -5,6 +5,7 @@
 # SET=next: what the first sweeps left unmeasured (2026-11-29): whole-model compilation with a whole
 # call's time, cuDNN benchmark mode, batch 12 (fits without activation checkpointing), CUDA graphs
 # (reduce-overhead) and max-autotune for the blocks; all compiled rows with gc_every=50.
+# SET=fp8: one GPU, fp8 blocks and the activation budget (below).
 # Every row is its own process with a timeout; each lane stops starting rows at its deadline.
 # Results: $OUT/bench_sdxl.jsonl, the table in $OUT/bench_sdxl.txt. Wheels for simpy/diffusers/
 # importlib_metadata come in .whl/.
@@ -67,7 +68,22 @@ next1() {   # the whole model, cold: a lane to itself
   TORCHINDUCTOR_CACHE_DIR=/tmp/inductor-model row 1 560 runner --batch 8 --runtime compile=model --runtime gc_every=50
 }
 
+fp8() {   # 2026-12-03, one GPU: fp8 linear layers in the blocks (torchao) and the compiled graphs' activation
+  # budget (selective recomputation) beside the plan as written (compile=blocks at 8) and at 16, one lane;
+  # each row with its own empty compile cache (a restart on a new node pays that)
+  local c=/tmp/inductor g="--runtime compile=blocks --runtime gc_every=50"
+  python3 -c "import torchao; print('torchao', torchao.__version__)" >> "$OUT/gpus.txt" 2>&1
+  TORCHINDUCTOR_CACHE_DIR=$c-b8 row 0 120 runner --batch 8 $g
+  TORCHINDUCTOR_CACHE_DIR=$c-b8-fp8 row 0 150 runner --batch 8 $g --runtime fp8=blocks
+  TORCHINDUCTOR_CACHE_DIR=$c-b16-fp8 row 0 150 runner --batch 16 $g --runtime expandable_segments=true --runtime fp8=blocks
+  TORCHINDUCTOR_CACHE_DIR=$c-b16 row 0 120 runner --batch 16 $g --runtime expandable_segments=true
+  TORCHINDUCTOR_CACHE_DIR=$c-b24-amb row 0 150 runner --batch 24 $g --runtime expandable_segments=true \
+    --runtime fp8=blocks --runtime activation_memory_budget=0.5
+}
+
 export -f row; export START BUDGET STEPS RESULTS OUT CONFIG
-if [[ "$SET" == next ]]; then next0 & next1 & wait; else lane0 & lane1 & wait; fi
+if [[ "$SET" == next ]]; then next0 & next1 & wait
+elif [[ "$SET" == fp8 ]]; then fp8
+else lane0 & lane1 & wait; fi
 cp "$RESULTS" /tmp/bench_sdxl.jsonl   # a follow-up call on the same (warm) machine reads it; $OUT is emptied
 python3 scripts/bench_sdxl.py report "$RESULTS" | tee "$OUT/bench_sdxl.txt"

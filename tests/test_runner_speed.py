@@ -64,6 +64,93 @@ def test_settings_a_model_cannot_honour_are_refused():
         speed.check_device(Runtime(sdpa="flash"), torch.device("cpu"))
 
 
+def _tiny_unet():
+    import json
+
+    diffusers = pytest.importorskip("diffusers")
+    torch.manual_seed(0)
+    return diffusers.UNet2DConditionModel.from_config(json.loads(TINY_UNET.read_text()))
+
+
+def test_fp8_blocks_converts_the_blocks_linear_layers_and_keeps_the_checkpoint_keys():
+    pytest.importorskip("torchao")
+    model, reference = _tiny_unet(), _tiny_unet()
+    keys = list(model.state_dict())
+    names = set(model._repeated_blocks)
+    eligible = [m for block in model.modules() if type(block).__name__ in names for m in block.modules()
+                if isinstance(m, torch.nn.Linear) and m.in_features % 16 == 0 and m.out_features % 16 == 0]
+    outside = sum(isinstance(m, torch.nn.Linear) for m in model.modules()) - len(eligible)
+    assert eligible and outside > 0
+    assert speed.to_fp8(model, "blocks") == len(eligible)
+    assert list(model.state_dict()) == keys                         # checkpoints load either way
+    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    assert sum(type(m).__name__ == "Float8Linear" for m in linears) == len(eligible)
+    assert sum(type(m) is torch.nn.Linear for m in linears) == outside   # the time embedding etc. stay
+    inputs = (torch.randn(2, 4, 16, 16), torch.tensor([10, 500]), torch.randn(2, 8, 64))
+    added = {"added_cond_kwargs": {"text_embeds": torch.randn(2, 32), "time_ids": torch.randn(2, 6)}}
+    out, expected = model(*inputs, **added).sample, reference(*inputs, **added).sample
+    # e4m3 keeps 3 mantissa bits: per product about 6% relative, averaged down over the sums
+    assert 0 < ((out - expected).norm() / expected.norm()).item() < 0.1
+    out.square().mean().backward()
+    assert all(m.weight.grad is not None and m.weight.grad.abs().sum() > 0 for m in linears
+               if type(m).__name__ == "Float8Linear")
+
+
+def test_fp8_is_refused_where_it_cannot_run(monkeypatch):
+    pytest.importorskip("torchao")
+    with pytest.raises(speed.RuntimeConfigError, match="no linear layer with both dimensions divisible by 16"):
+        speed.to_fp8(torch.nn.Sequential(torch.nn.Linear(10, 10)), "model")
+    with pytest.raises(speed.RuntimeConfigError, match="names no repeated blocks"):
+        speed.to_fp8(torch.nn.Sequential(torch.nn.Linear(16, 16)), "blocks")
+    monkeypatch.setitem(__import__("sys").modules, "torchao.float8", None)   # as if torchao were not installed
+    with pytest.raises(speed.RuntimeConfigError, match=r"needs torchao \(pip install 'costsim\[fp8\]'\)"):
+        speed.to_fp8(torch.nn.Sequential(torch.nn.Linear(16, 16)), "model")
+
+
+@pytest.mark.slow
+def test_an_fp8_run_through_the_runner_resumes_exactly(tmp_path):
+    # The tiny workload's layers (64, 256, 16 wide) all convert; the kill's resume reaches the same state.
+    pytest.importorskip("torchao")
+    from tests.runner_helpers import clean_and_killed
+    plan = tiny_plan(tmp_path, interval_steps=10)
+    _, drill = clean_and_killed(plan, tmp_path, "--steps", "30", "--seed", "6", "--runtime", "fp8=model",
+                                kill="kill@17")
+    assert [(e["settings"]["fp8"], e["fp8_layers"]) for e in events(drill, "runtime")] == [("model", 3)] * 2
+    assert events(drill, "checkpoint_load")[0]["step"] == 10
+
+
+def test_activation_memory_budget_keeps_fewer_activations_for_the_backward():
+    import torch._dynamo
+
+    def saved_bytes(budget: float) -> int:
+        speed.configure_backends(Runtime(compile="model", activation_memory_budget=budget))
+        torch._dynamo.reset()
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(*[torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.GELU(),
+                                                          torch.nn.LayerNorm(256)) for _ in range(4)])
+        # AOTAutograd's min-cut partitioner, where the budget applies, without Inductor's code generation
+        compiled = torch.compile(model, backend="aot_eager_decomp_partition")
+        total = 0
+
+        def pack(tensor):
+            nonlocal total
+            total += tensor.numel() * tensor.element_size()
+            return tensor
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+            out = compiled(torch.randn(512, 256, requires_grad=True))
+        out.sum().backward()
+        return total
+
+    try:
+        kept, budgeted = saved_bytes(1.0), saved_bytes(0.1)
+    finally:
+        speed.configure_backends(Runtime())
+        torch._dynamo.reset()
+    assert budgeted < 0.5 * kept
+    import torch._functorch.config as functorch_config
+    assert functorch_config.activation_memory_budget == 1.0   # the default is back
+
+
 class Chain(torch.nn.Module):
     """Four 1 MB layers: four gradient buckets at DDP's 1 MB, one graph each when split."""
 

@@ -33,12 +33,13 @@ def test_defaults_are_the_plain_eager_loop():
 
 def test_pairs_and_mappings_parse_to_the_same_settings():
     pairs = parse_pairs(["compile=blocks", "channels_last=true", "sdpa=cudnn", "ddp_bucket_mb=100",
-                         "ddp_comm=bf16", "cudnn_benchmark=on"])
+                         "ddp_comm=bf16", "cudnn_benchmark=on", "fp8=blocks", "activation_memory_budget=0.5"])
     mapping = parse_runtime({"compile": "blocks", "channels_last": True, "sdpa": "cudnn", "ddp_bucket_mb": 100,
-                             "ddp_comm": "bf16", "cudnn_benchmark": True}, "p")
+                             "ddp_comm": "bf16", "cudnn_benchmark": True, "fp8": "blocks",
+                             "activation_memory_budget": 0.5}, "p")
     assert pairs == mapping
-    assert pairs.describe() == ("compile=blocks channels_last=true sdpa=cudnn ddp_bucket_mb=100.0 ddp_comm=bf16 "
-                                "cudnn_benchmark=true")
+    assert pairs.describe() == ("compile=blocks channels_last=true sdpa=cudnn activation_memory_budget=0.5 fp8=blocks "
+                                "ddp_bucket_mb=100.0 ddp_comm=bf16 cudnn_benchmark=true")
 
 
 def test_pairs_override_a_base():
@@ -55,6 +56,10 @@ def test_pairs_override_a_base():
     ({"compile": "model", "ddp_graph": "joined"}, "runtime.ddp_graph", "split, whole"),
     ({"ddp_graph": "whole"}, "runtime.ddp_graph", "applies to compiled models"),
     ({"cudnn_benchmark": "fast"}, "runtime.cudnn_benchmark", "true or false"),
+    ({"fp8": "e4m3"}, "runtime.fp8", "off, blocks, model"),
+    ({"compile": "model", "activation_memory_budget": 0}, "runtime.activation_memory_budget", "fraction in (0, 1]"),
+    ({"compile": "model", "activation_memory_budget": "half"}, "runtime.activation_memory_budget", "fraction"),
+    ({"activation_memory_budget": 0.5}, "runtime.activation_memory_budget", "applies to compiled graphs"),
     ({"shell": "rm -rf /"}, "runtime.shell", "allowed: compile"),
 ])
 def test_bad_settings_name_the_field_and_what_is_allowed(raw, field, allowed):

@@ -42,9 +42,10 @@ EVENT_FIELDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "restart": ("supervisor", ("attempt", "restarts", "reason", "exit_code")),
     "exit": ("supervisor, last; ended: how the instance ended (INSTANCE_ENDS); notice_t: when a notice (SIGTERM) "
              "reached it, if one did", ("status", "restarts", "ended", "notice_t")),
-    "runtime": ("worker, per start: the settings, compiled modules, compile cache, how the model was built "
+    "runtime": ("worker, per start: the settings, compiled modules, linear layers in fp8, compile cache, how the model "
+                "was built "
                 "(initialised, or empty for a checkpoint to load over), the batch split, nodes and the start's phases",
-                ("settings", "compiled_modules", "compile_cache_bytes", "build", *SPLIT_FIELDS, "nodes",
+                ("settings", "compiled_modules", "fp8_layers", "compile_cache_bytes", "build", *SPLIT_FIELDS, "nodes",
                  "process_start_t", "start_phases_s")),
     "compile": ("worker, rank 0, after a start's first step when the model is compiled: torch.compile's counters "
                 "(frames, graphs, recompiles, AOTAutograd and FX-graph cache hits and misses) and its slowest phases",
@@ -55,10 +56,11 @@ EVENT_FIELDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "validation": ("worker: the unweighted noise-prediction error on held-out data", ("step", "loss", "samples",
                                                                                        "duration_s")),
     "checkpoint_save": ("worker; mode sync|async; reason " + "|".join(SAVE_REASONS) + "; staged: written from the "
-                        "host staging buffers; commit_s: rank 0's manifest and rename; with an object store, "
+                        "host staging buffers; commit_s: rank 0's manifest and rename, commit_read_bytes what it read back "
+                        "(files whose CRCs were not summed as they were written); with an object store, "
                         "the upload's time and the store's URL", ("step", "duration_s", "stall_s", "bytes", "mode",
                                                                     "reason", "upload_s", "location", "staged",
-                                                                    "commit_s", "write_threads")),
+                                                                    "commit_s", "write_threads", "commit_read_bytes")),
     "checkpoint_fetch": ("worker, rank 0: a checkpoint fetched from the object store (ranged reads, `threads` in "
                          "flight), into memory (a tmpfs, dropped once loaded) or onto the disk (the local folder)",
                          ("step", "duration_s", "bytes", "location", "into", "threads")),
