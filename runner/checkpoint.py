@@ -26,6 +26,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -38,10 +39,11 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint import FileSystemWriter
+from torch.distributed.checkpoint.filesystem import FileSystem
 
 from costsim.contract.jsonfiles import write_atomic
 from runner import layout, ownership
-from runner.checkpoint_manifest import CHUNK_BYTES, MANIFEST, file_checksums, fsync_dir, verify
+from runner.checkpoint_manifest import CHUNK_BYTES, MANIFEST, SummingStream, file_checksums, fsync_dir, verify
 from runner.checkpoint_reader import SafeFileSystemReader, SafeLoadPlanner
 from runner.diskspace import DiskFullError, available_memory, filesystem_type, free_bytes, gb, is_disk_full, refuse
 from runner.staging import HostStager
@@ -55,6 +57,53 @@ class SharedStorageError(RuntimeError):
 
 WRITE_THREADS = 4      # files written in parallel per rank
 STORE_BACKOFF_S, STORE_BACKOFF_MAX_S = 15.0, 300.0   # an object store that dropped out: when to try it again
+
+
+class SummingFileSystem(FileSystem):
+    """DCP's local file system, with each file's chunk CRC-32s summed as its writer thread writes it
+    (checkpoint_manifest.SummingStream), so that the commit does not read the checkpoint back: the CRC
+    runs in the writer threads beside the disk's own time. `take(folder)` hands over what was summed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._sums: dict[Path, tuple[list[int] | None, int]] = {}
+        self._lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def create_stream(self, path, mode: str):
+        if "w" not in mode:
+            with super().create_stream(path, mode) as reading:
+                yield reading
+            return
+        path = Path(path)
+
+        def done(sums: list[int] | None, size: int) -> None:
+            with self._lock:
+                self._sums[path] = (sums, size)
+
+        with path.open(mode) as raw:
+            stream = SummingStream(raw, done)
+            try:
+                yield stream
+            except BaseException:
+                stream.distrust()   # a write that failed: nothing of it is trusted
+                raise
+            finally:
+                stream.close()
+
+    def rename(self, path, new_path) -> None:   # DCP writes .metadata under a temporary name, then renames it
+        super().rename(path, new_path)
+        with self._lock:
+            if Path(path) in self._sums:
+                self._sums[Path(new_path)] = self._sums.pop(Path(path))
+
+    def take(self, folder: Path) -> dict[str, tuple[list[int] | None, int]]:
+        """The sums of the files written under `folder` ({name: (sums or None, bytes)}), forgotten here."""
+        with self._lock:
+            mine = {p: v for p, v in self._sums.items() if p.parent == folder}
+            for p in mine:
+                del self._sums[p]
+        return {p.name: v for p, v in mine.items()}
 
 
 class Checkpointer:
@@ -79,6 +128,8 @@ class Checkpointer:
         # One writer for every save (DCP resets it to each checkpoint_id); in async mode the state is
         # first copied into host buffers allocated after the first step and reused after.
         self._writer = FileSystemWriter(str(self.root), thread_count=WRITE_THREADS)
+        self._summing = SummingFileSystem()
+        self._writer.fs = self._summing   # DCP's writer opens every file through its `fs`
         self._stager = HostStager() if async_mode else None
         # DCP's collectives get their own gloo group, so the async writer never shares one with training.
         self._group = dist.new_group(backend="gloo") if dist.is_initialized() else None
@@ -432,10 +483,11 @@ class Checkpointer:
             self._error = self._failed_save(exc, step, tmp)
 
     def _finish(self, step: int, tmp: Path, started: float, stall_s: float, reason: str, *, staged: bool) -> None:
-        upload_s = commit_s = None
+        upload_s = commit_s = read_back = None
+        known = self._gather_sums(tmp)
         if self.rank == 0:
             committing = time.perf_counter()
-            self._commit(step, tmp)
+            read_back = self._commit(step, tmp, known)
             commit_s = time.perf_counter() - committing
             if self.store is not None:   # complete in the store only once its manifest is there (uploaded last)
                 upload_s = self._upload(step, last=reason != "interval")
@@ -446,7 +498,21 @@ class Checkpointer:
                       bytes=_folder_bytes(self.folder(step)) if self.rank == 0 else None,
                       mode="sync" if blocking_of(reason, self.async_mode) else "async", reason=reason,
                       upload_s=upload_s, location=self.store.url if self.store is not None else None,
-                      staged=staged, commit_s=commit_s, write_threads=self._writer.thread_count)
+                      staged=staged, commit_s=commit_s, write_threads=self._writer.thread_count,
+                      commit_read_bytes=read_back)
+
+    def _gather_sums(self, tmp: Path) -> dict[str, tuple[list[int] | None, int]]:
+        """Every rank's summed CRCs of the files it wrote into `tmp`, on rank 0 (others: {}). DCP's save
+        raised on every rank or on none, so each rank that gets here takes part."""
+        mine = self._summing.take(tmp)
+        if self._group is None or self.world_size == 1:
+            return mine
+        gathered: list[dict | None] = [None] * self.world_size if self.rank == 0 else []
+        dist.gather_object(mine, gathered if self.rank == 0 else None, dst=0, group=self._group)
+        known: dict[str, tuple[list[int] | None, int]] = {}
+        for part in gathered:
+            known.update(part or {})
+        return known
 
     def _upload(self, step: int, *, last: bool) -> float | None:
         """Checkpoint `step` into the store, then the store's keep-k; its duration, or None when the store
@@ -487,10 +553,19 @@ class Checkpointer:
                 self.warn(str(exc))
         return upload_s
 
-    def _commit(self, step: int, tmp: Path) -> None:
+    def _commit(self, step: int, tmp: Path, known: dict[str, tuple[list[int] | None, int]]) -> int:
+        """The manifest (each file's size and chunk CRCs: summed as written where known, else read back),
+        then the rename that makes the step exist. Returns the bytes read back."""
         paths = [p for p in sorted(tmp.iterdir()) if p.is_file()]
-        sums = file_checksums(paths)
-        files = {p.name: {"size": p.stat().st_size, "crc32_chunks": sums[p]} for p in paths}
+        sizes = {p: p.stat().st_size for p in paths}
+        sums: dict[Path, list[int]] = {}
+        for p in paths:
+            summed, size = known.get(p.name, (None, -1))
+            if summed is not None and size == sizes[p]:
+                sums[p] = summed
+        unknown = [p for p in paths if p not in sums]
+        sums.update(file_checksums(unknown))
+        files = {p.name: {"size": sizes[p], "crc32_chunks": sums[p]} for p in paths}
         write_atomic(tmp / MANIFEST, json.dumps({"step": step, "chunk_bytes": CHUNK_BYTES, "files": files,
                                                  "created": time.time()}, indent=1))
         fsync_dir(tmp)
@@ -500,6 +575,7 @@ class Checkpointer:
         os.rename(tmp, final)
         fsync_dir(self.root)
         self._sound.add(step)
+        return sum(sizes[p] for p in unknown)
 
     def _prune(self) -> None:
         """keep-k, counted from the newest intact checkpoint (the one just written)."""

@@ -1,6 +1,7 @@
 """A checkpoint's manifest: each file's size and CRC-32 per 64 MiB chunk, written by rank 0 before the
 folder is renamed to step-N/, and checked before a step is loaded (a corrupt checkpoint is skipped,
-never loaded). Checksums run on a pool of threads (zlib releases the GIL). No torch here."""
+never loaded). Checksums run on a pool of threads (zlib releases the GIL), or are summed as the writer
+writes (SummingStream: no read-back at the commit). No torch here."""
 
 from __future__ import annotations
 
@@ -34,6 +35,68 @@ def file_checksums(paths: list[Path], chunk: int = CHUNK_BYTES) -> dict[Path, li
     for (path, _), value in zip(jobs, values):
         result[path].append(value)
     return result
+
+
+class SummingStream:
+    """A file opened for writing that sums CRC-32 per `chunk` bytes of what goes through `write`, so that
+    the manifest needs no read-back of a file just written. Only sequential writes are summed: a seek
+    (or any other call that could move the position) marks the sums unknown, and the commit reads that
+    file back instead. `done` receives (the sums, or None when unknown; the bytes written) at close."""
+
+    def __init__(self, raw, done, chunk: int = CHUNK_BYTES):
+        self._raw, self._done, self._chunk = raw, done, chunk
+        self._sums: list[int] | None = []
+        self._value, self._filled, self._position = 0, 0, 0   # the open chunk's CRC and bytes; the file's bytes
+
+    def write(self, data) -> int:
+        view = memoryview(data)
+        if view.format != "B" or view.ndim != 1:
+            view = view.cast("B")
+        written = self._raw.write(view)
+        written = len(view) if written is None else written
+        self._position += written
+        if self._sums is not None:
+            self._sum(view[:written])
+        return written
+
+    def _sum(self, view: memoryview) -> None:
+        while len(view):
+            take = min(len(view), self._chunk - self._filled)
+            self._value = zlib.crc32(view[:take], self._value)
+            self._filled += take
+            view = view[take:]
+            if self._filled == self._chunk:
+                assert self._sums is not None
+                self._sums.append(self._value)
+                self._value, self._filled = 0, 0
+
+    def tell(self) -> int:
+        return self._raw.tell()
+
+    def flush(self) -> None:
+        self._raw.flush()
+
+    def fileno(self) -> int:
+        return self._raw.fileno()
+
+    def writable(self) -> bool:
+        return True
+
+    def distrust(self) -> None:
+        self._sums = None
+
+    def __getattr__(self, name):   # seek, truncate, writelines, ...: forwarded, and the sums no longer trusted
+        self._sums = None
+        return getattr(self._raw, name)
+
+    def close(self) -> None:
+        if self._raw.closed:
+            return
+        self._raw.close()
+        sums = self._sums
+        if sums is not None and (self._filled or not sums):   # the last, short chunk (an empty file: one CRC)
+            sums = [*sums, self._value]
+        self._done(sums, self._position)
 
 
 def verify(folder: Path) -> str | None:
