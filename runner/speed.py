@@ -86,19 +86,25 @@ def to_fp8(model: torch.nn.Module, scope: str) -> int:
     """fp8=blocks|model: the linear layers of the repeated blocks (or of the whole model) compute their
     three matrix multiplies in fp8 with tensor-wise dynamic scales (torchao's Float8Linear: e4m3 forward,
     e5m2 gradients; weights, optimizer state and checkpoints stay in their own precision and keys).
-    Layers with a dimension not divisible by 16 stay as they are. Returns how many were converted."""
+    Layers with a dimension not divisible by 16, and cross-attention's key and value projections, stay as
+    they are. Returns how many were converted."""
     try:
         from torchao.float8 import convert_to_float8_training
     except ImportError as exc:
         raise RuntimeConfigError(f"runtime.fp8={scope} needs torchao (pip install 'costsim[fp8]'); "
                                  "or use fp8=off") from exc
     roots = _blocks(model, "fp8") if scope == "blocks" else [model]
+    # Cross-attention's key and value projections read the text's tokens (77 a prompt): the weight gradient's
+    # matrix multiply runs over batch x 77 rows, which fp8 needs divisible by 16 (616 at a batch of 8 is not),
+    # and they are a negligible share of the work. diffusers' Attention says which attention is cross.
+    text_side = {id(getattr(m, name)) for m in model.modules() if getattr(m, "is_cross_attention", False)
+                 for name in ("to_k", "to_v") if isinstance(getattr(m, name, None), torch.nn.Linear)}
     converted = 0
 
     def eligible(module: torch.nn.Module, fqn: str) -> bool:
         nonlocal converted
-        ok = (isinstance(module, torch.nn.Linear) and module.in_features % FP8_MULTIPLE == 0
-              and module.out_features % FP8_MULTIPLE == 0)
+        ok = (isinstance(module, torch.nn.Linear) and id(module) not in text_side
+              and module.in_features % FP8_MULTIPLE == 0 and module.out_features % FP8_MULTIPLE == 0)
         converted += ok
         return ok
 

@@ -5,10 +5,10 @@
 # SET=next: what the first sweeps left unmeasured (2026-11-29): whole-model compilation with a whole
 # call's time, cuDNN benchmark mode, batch 12 (fits without activation checkpointing), CUDA graphs
 # (reduce-overhead) and max-autotune for the blocks; all compiled rows with gc_every=50.
-# SET=fp8: one GPU, fp8 blocks and the activation budget (below).
+# SET=fp8: one GPU, fp8 blocks and the activation budget (below; FP8_ROWS=rest: the rows after the first call's).
 # Every row is its own process with a timeout; each lane stops starting rows at its deadline.
 # Results: $OUT/bench_sdxl.jsonl, the table in $OUT/bench_sdxl.txt. Wheels for simpy/diffusers/
-# importlib_metadata come in .whl/.
+# importlib_metadata come in .whl/; torchao for SET=fp8 in .whl-fp8/ (an older one in .whl-fp8/alt for an older torch).
 set -uo pipefail
 SET=${SET:-main}; OUT=${OUT:-/tmp/out}; BUDGET=${BUDGET:-540}; STEPS=${STEPS:-12}; CONFIG=${CONFIG:-}   # CONFIG: a tiny UNet, to try it on CPU
 export PYTHONUNBUFFERED=1
@@ -72,13 +72,23 @@ fp8() {   # 2026-12-03, one GPU: fp8 linear layers in the blocks (torchao) and t
   # budget (selective recomputation) beside the plan as written (compile=blocks at 8) and at 16, one lane;
   # each row with its own empty compile cache (a restart on a new node pays that)
   local c=/tmp/inductor g="--runtime compile=blocks --runtime gc_every=50"
-  python3 -c "import torchao; print('torchao', torchao.__version__)" >> "$OUT/gpus.txt" 2>&1
-  TORCHINDUCTOR_CACHE_DIR=$c-b8 row 0 120 runner --batch 8 $g
+  python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl-fp8/torchao-*.whl
+  local probe="import torch, torchao; from torchao.float8 import convert_to_float8_training; print('torchao', torchao.__version__)"
+  if ! python3 -c "$probe" >> "$OUT/gpus.txt" 2>&1; then   # an older torchao for an older torch (.whl-fp8/alt)
+    python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl-fp8/alt/torchao-*.whl
+    python3 -c "$probe" >> "$OUT/gpus.txt" 2>&1
+  fi
+  python3 -c "import diffusers.models.unets.unet_2d_condition" >> "$OUT/gpus.txt" 2>&1 && echo "diffusers imports" >> "$OUT/gpus.txt"
+  if [[ ${FP8_ROWS:-all} == all ]]; then
+    TORCHINDUCTOR_CACHE_DIR=$c-b8 row 0 120 runner --batch 8 $g
+    TORCHINDUCTOR_CACHE_DIR=$c-b16-fp8 row 0 150 runner --batch 16 $g --runtime expandable_segments=true --runtime fp8=blocks
+    TORCHINDUCTOR_CACHE_DIR=$c-b16 row 0 120 runner --batch 16 $g --runtime expandable_segments=true
+  fi
   TORCHINDUCTOR_CACHE_DIR=$c-b8-fp8 row 0 150 runner --batch 8 $g --runtime fp8=blocks
-  TORCHINDUCTOR_CACHE_DIR=$c-b16-fp8 row 0 150 runner --batch 16 $g --runtime expandable_segments=true --runtime fp8=blocks
-  TORCHINDUCTOR_CACHE_DIR=$c-b16 row 0 120 runner --batch 16 $g --runtime expandable_segments=true
   TORCHINDUCTOR_CACHE_DIR=$c-b24-amb row 0 150 runner --batch 24 $g --runtime expandable_segments=true \
-    --runtime fp8=blocks --runtime activation_memory_budget=0.5
+    --runtime activation_memory_budget=0.5
+  TORCHINDUCTOR_CACHE_DIR=$c-b32-amb row 0 150 runner --batch 32 $g --runtime expandable_segments=true \
+    --runtime activation_memory_budget=0.3
 }
 
 export -f row; export START BUDGET STEPS RESULTS OUT CONFIG

@@ -390,7 +390,7 @@ def test_making_room_never_removes_the_only_intact_checkpoint(tmp_path):
 
 def test_the_worker_builds_the_sdxl_unet_without_the_packages_it_never_uses():
     """diffusers imports peft and transformers when they are installed (4-5 s of a 10 s import on the H200
-    host), and scipy.stats (0.7 s here); the sdxl-unet workload declares them unused and the worker hides
+    host), scipy.stats (0.7 s here) and torchao (0.9 s); the sdxl-unet workload declares them unused and the worker hides
     them while it builds: the UNet still builds and runs, none of them is imported, and each can be imported
     after (a fresh interpreter: the test process may have imported diffusers already)."""
     pytest.importorskip("diffusers")
@@ -404,14 +404,16 @@ with lean_imports(builder):
                                 down_block_types=("DownBlock2D", "CrossAttnDownBlock2D"), cross_attention_dim=8,
                                 up_block_types=("CrossAttnUpBlock2D", "UpBlock2D"), attention_head_dim=2)
     out = unet(torch.zeros(1, 4, 8, 8), torch.tensor([1]), torch.zeros(1, 3, 8)).sample
-print(tuple(out.shape), "peft" in sys.modules, "transformers" in sys.modules, "scipy" in sys.modules)
-import transformers, scipy.stats
-print(transformers.__name__, scipy.stats.__name__)
+print(tuple(out.shape), "peft" in sys.modules, "transformers" in sys.modules, "scipy" in sys.modules,
+      "torchao" in sys.modules)
+import transformers, scipy.stats, torchao.float8
+print(transformers.__name__, scipy.stats.__name__, torchao.float8.__name__)
 """
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                             env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
     assert result.returncode == 0, result.stderr[-2000:]
-    assert result.stdout.split("\n")[:2] == ["(1, 4, 8, 8) False False False", "transformers scipy.stats"], result.stdout
+    assert result.stdout.split("\n")[:2] == ["(1, 4, 8, 8) False False False False",
+                                             "transformers scipy.stats torchao.float8"], result.stdout
 
 
 def test_crcs_summed_as_a_file_is_written_equal_those_read_back(tmp_path):

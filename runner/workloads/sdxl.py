@@ -139,8 +139,9 @@ def check(options: dict) -> None:
             raise WorkloadOptionError(str(exc)) from None
 
 
-# LoRA, the text encoders, and scipy (diffusers' single-file loader imports it for schedulers a UNet never uses)
-@workload(options=OPTIONS, check=check, unused=("peft", "transformers", "scipy"))
+# LoRA, the text encoders, scipy (diffusers' single-file loader imports it for schedulers a UNet never uses) and
+# torchao (diffusers imports it for its quantizers when installed; runtime.fp8 imports it after the build)
+@workload(options=OPTIONS, check=check, unused=("peft", "transformers", "scipy", "torchao"))
 def build(ctx: BuildContext) -> Built:
     """The SDXL UNet full fine-tune (synthetic data and random weights unless data= and weights=)."""
     from diffusers import UNet2DConditionModel
