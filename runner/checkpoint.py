@@ -32,6 +32,7 @@ import os
 import shutil
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
 
@@ -43,7 +44,16 @@ from torch.distributed.checkpoint.filesystem import FileSystem
 
 from costsim.contract.jsonfiles import write_atomic
 from runner import layout, ownership
-from runner.checkpoint_manifest import CHUNK_BYTES, MANIFEST, SummingStream, file_checksums, fsync_dir, verify
+from runner.checkpoint_manifest import (
+    CHECK_THREADS,
+    CHUNK_BYTES,
+    MANIFEST,
+    FollowingStream,
+    file_checksums,
+    fsync_dir,
+    resolved,
+    verify,
+)
 from runner.checkpoint_reader import SafeFileSystemReader, SafeLoadPlanner
 from runner.diskspace import DiskFullError, available_memory, filesystem_type, free_bytes, gb, is_disk_full, refuse
 from runner.staging import HostStager
@@ -59,15 +69,18 @@ WRITE_THREADS = 4      # files written in parallel per rank
 STORE_BACKOFF_S, STORE_BACKOFF_MAX_S = 15.0, 300.0   # an object store that dropped out: when to try it again
 
 
-class SummingFileSystem(FileSystem):
-    """DCP's local file system, with each file's chunk CRC-32s summed as its writer thread writes it
-    (checkpoint_manifest.SummingStream), so that the commit does not read the checkpoint back: the CRC
-    runs in the writer threads beside the disk's own time. `take(folder)` hands over what was summed."""
+class FollowingFileSystem(FileSystem):
+    """DCP's local file system, with each file's chunk CRC-32s computed by a pool of threads while the
+    writer threads are still writing it (checkpoint_manifest.FollowingStream), so that the commit does not
+    read the whole checkpoint back after the write (1.7 s of SDXL's 30.8 GB on the H200 host).
+    `take(folder)` hands over the sums of what was written there."""
 
     def __init__(self) -> None:
         super().__init__()
-        self._sums: dict[Path, tuple[list[int] | None, int]] = {}
+        self._sums: dict[Path, tuple[list | None, int]] = {}
         self._lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(max_workers=min(CHECK_THREADS, os.cpu_count() or 1),
+                                        thread_name_prefix="checkpoint-crc")
 
     @contextlib.contextmanager
     def create_stream(self, path, mode: str):
@@ -77,12 +90,12 @@ class SummingFileSystem(FileSystem):
             return
         path = Path(path)
 
-        def done(sums: list[int] | None, size: int) -> None:
+        def done(sums, size: int) -> None:
             with self._lock:
                 self._sums[path] = (sums, size)
 
         with path.open(mode) as raw:
-            stream = SummingStream(raw, done)
+            stream = FollowingStream(raw, path, self._pool, done)
             try:
                 yield stream
             except BaseException:
@@ -95,15 +108,16 @@ class SummingFileSystem(FileSystem):
         super().rename(path, new_path)
         with self._lock:
             if Path(path) in self._sums:
-                self._sums[Path(new_path)] = self._sums.pop(Path(path))
+                sums, size = self._sums.pop(Path(path))
+                self._sums[Path(new_path)] = (None, size)   # its chunks were read under the old name: read again
 
     def take(self, folder: Path) -> dict[str, tuple[list[int] | None, int]]:
-        """The sums of the files written under `folder` ({name: (sums or None, bytes)}), forgotten here."""
+        """The CRCs of the files written under `folder` ({name: (CRCs or None, bytes)}), forgotten here."""
         with self._lock:
             mine = {p: v for p, v in self._sums.items() if p.parent == folder}
             for p in mine:
                 del self._sums[p]
-        return {p.name: v for p, v in mine.items()}
+        return {p.name: (resolved(sums), size) for p, (sums, size) in mine.items()}
 
 
 class Checkpointer:
@@ -128,8 +142,8 @@ class Checkpointer:
         # One writer for every save (DCP resets it to each checkpoint_id); in async mode the state is
         # first copied into host buffers allocated after the first step and reused after.
         self._writer = FileSystemWriter(str(self.root), thread_count=WRITE_THREADS)
-        self._summing = SummingFileSystem()
-        self._writer.fs = self._summing   # DCP's writer opens every file through its `fs`
+        self._crcs = FollowingFileSystem()
+        self._writer.fs = self._crcs   # DCP's writer opens every file through its `fs`
         self._stager = HostStager() if async_mode else None
         # DCP's collectives get their own gloo group, so the async writer never shares one with training.
         self._group = dist.new_group(backend="gloo") if dist.is_initialized() else None
@@ -502,9 +516,9 @@ class Checkpointer:
                       commit_read_bytes=read_back)
 
     def _gather_sums(self, tmp: Path) -> dict[str, tuple[list[int] | None, int]]:
-        """Every rank's summed CRCs of the files it wrote into `tmp`, on rank 0 (others: {}). DCP's save
+        """Every rank's CRCs of the files it wrote into `tmp`, on rank 0 (others: {}). DCP's save
         raised on every rank or on none, so each rank that gets here takes part."""
-        mine = self._summing.take(tmp)
+        mine = self._crcs.take(tmp)
         if self._group is None or self.world_size == 1:
             return mine
         gathered: list[dict | None] = [None] * self.world_size if self.rank == 0 else []

@@ -1,14 +1,14 @@
 """A checkpoint's manifest: each file's size and CRC-32 per 64 MiB chunk, written by rank 0 before the
 folder is renamed to step-N/, and checked before a step is loaded (a corrupt checkpoint is skipped,
-never loaded). Checksums run on a pool of threads (zlib releases the GIL), or are summed as the writer
-writes (SummingStream: no read-back at the commit). No torch here."""
+never loaded). Checksums run on a pool of threads (zlib releases the GIL), each chunk as soon as the writer
+has written it (FollowingStream: the commit waits only for the last ones). No torch here."""
 
 from __future__ import annotations
 
 import json
 import os
 import zlib
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 MANIFEST = "manifest.json"
@@ -37,38 +37,32 @@ def file_checksums(paths: list[Path], chunk: int = CHUNK_BYTES) -> dict[Path, li
     return result
 
 
-class SummingStream:
-    """A file opened for writing that sums CRC-32 per `chunk` bytes of what goes through `write`, so that
-    the manifest needs no read-back of a file just written. Only sequential writes are summed: a seek
-    (or any other call that could move the position) marks the sums unknown, and the commit reads that
-    file back instead. `done` receives (the sums, or None when unknown; the bytes written) at close."""
+class FollowingStream:
+    """A file opened for writing whose chunk CRC-32s are computed while it is still being written: each time
+    the writer completes a `chunk`, a pool thread reads that chunk back (from the page cache, just written)
+    and sums it, beside the rest of the write, instead of all of them after it at the commit. Only
+    sequential writes are followed: a seek (or any other call that could move the position) marks the sums
+    unknown, and the commit reads that file back instead. `done` receives (the chunks' futures in order, or
+    None when unknown; the bytes written) at close."""
 
-    def __init__(self, raw, done, chunk: int = CHUNK_BYTES):
-        self._raw, self._done, self._chunk = raw, done, chunk
-        self._sums: list[int] | None = []
-        self._value, self._filled, self._position = 0, 0, 0   # the open chunk's CRC and bytes; the file's bytes
+    def __init__(self, raw, path: Path, pool: ThreadPoolExecutor, done, chunk: int = CHUNK_BYTES):
+        self._raw, self._path, self._pool, self._done, self._chunk = raw, Path(path), pool, done, chunk
+        self._sums: list[Future] | None = []
+        self._position = 0
 
     def write(self, data) -> int:
-        view = memoryview(data)
-        if view.format != "B" or view.ndim != 1:
-            view = view.cast("B")
-        written = self._raw.write(view)
-        written = len(view) if written is None else written
-        self._position += written
-        if self._sums is not None:
-            self._sum(view[:written])
+        written = self._raw.write(data)
+        written = memoryview(data).nbytes if written is None else written
+        before, self._position = self._position, self._position + written
+        if self._sums is not None and self._position // self._chunk > before // self._chunk:
+            self._raw.flush()   # the completed chunks are in the file before a pool thread reads them
+            for index in range(before // self._chunk, self._position // self._chunk):
+                self._follow(index * self._chunk, self._chunk)
         return written
 
-    def _sum(self, view: memoryview) -> None:
-        while len(view):
-            take = min(len(view), self._chunk - self._filled)
-            self._value = zlib.crc32(view[:take], self._value)
-            self._filled += take
-            view = view[take:]
-            if self._filled == self._chunk:
-                assert self._sums is not None
-                self._sums.append(self._value)
-                self._value, self._filled = 0, 0
+    def _follow(self, start: int, length: int) -> None:
+        assert self._sums is not None
+        self._sums.append(self._pool.submit(_crc32_range, self._path, start, length))
 
     def tell(self) -> int:
         return self._raw.tell()
@@ -93,10 +87,19 @@ class SummingStream:
         if self._raw.closed:
             return
         self._raw.close()
-        sums = self._sums
-        if sums is not None and (self._filled or not sums):   # the last, short chunk (an empty file: one CRC)
-            sums = [*sums, self._value]
-        self._done(sums, self._position)
+        if self._sums is not None:
+            tail = self._position % self._chunk
+            if tail or not self._sums:   # the last, short chunk (an empty file: one CRC)
+                self._follow(self._position - tail, tail)
+        self._done(self._sums, self._position)
+
+
+def resolved(sums: list[Future] | None) -> list[int] | None:
+    """A FollowingStream's sums once computed; None if unknown or if reading a chunk back failed."""
+    try:
+        return None if sums is None else [future.result() for future in sums]
+    except OSError:
+        return None
 
 
 def verify(folder: Path) -> str | None:

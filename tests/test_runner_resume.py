@@ -158,12 +158,15 @@ def test_async_checkpoints_resume_exactly_too(tmp_path):
     assert summary(tmp_path / "a")["final_state_sha256"] == summary(tmp_path / "b")["final_state_sha256"]
     saves = events(tmp_path / "a", "checkpoint_save")
     assert {e["mode"] for e in saves if e["reason"] == "interval"} == {"async"}
-    # Each rank summed the CRCs of its files as it wrote them; rank 0's manifest read nothing back, and
-    # every kept checkpoint passes the check a resume makes.
+    # Each rank's files were summed while they were written; rank 0's commit read back only DCP's small
+    # metadata file (written under another name, then renamed), and every kept checkpoint passes the
+    # check a resume makes.
     from runner.checkpoint_manifest import verify
-    assert saves and all(e["commit_read_bytes"] == 0 for e in saves)
-    kept = sorted((tmp_path / "a").rglob("step-*/manifest.json"))
-    assert kept and all(verify(m.parent) is None for m in kept)
+    kept = {int(m.parent.name.split("-")[1]): m.parent for m in (tmp_path / "a").rglob("step-*/manifest.json")}
+    assert kept and all(verify(folder) is None for folder in kept.values())
+    assert all(e["commit_read_bytes"] == (kept[e["step"]] / ".metadata").stat().st_size
+               for e in saves if e["step"] in kept)
+    assert saves and all(0 < e["commit_read_bytes"] < 0.02 * e["bytes"] for e in saves)
     # Each rank read its own share of the large tensors (weights and both AdamW moments of the two
     # larger layers), and the other's came by broadcast: together all of them, once.
     from runner.workloads.tiny import HIDDEN, INPUT

@@ -416,30 +416,37 @@ print(transformers.__name__, scipy.stats.__name__, torchao.float8.__name__)
                                              "transformers scipy.stats torchao.float8"], result.stdout
 
 
-def test_crcs_summed_as_a_file_is_written_equal_those_read_back(tmp_path):
+def test_crcs_computed_while_a_file_is_written_equal_those_read_back_after(tmp_path):
     import array
     import random
+    from concurrent.futures import ThreadPoolExecutor
 
-    from runner.checkpoint_manifest import SummingStream, file_checksums
+    from runner.checkpoint_manifest import FollowingStream, file_checksums, resolved
     rng = random.Random(3)
     chunk, got = 1000, {}
-    path = tmp_path / "f"
-    with open(path, "wb") as raw:
-        stream = SummingStream(raw, lambda sums, size: got.update(sums=sums, size=size), chunk=chunk)
-        for size in (0, 1, 999, 1000, 2500, 7, 4000):   # writes across, onto and inside chunk boundaries
-            stream.write(rng.randbytes(size))
-        stream.write(memoryview(array.array("d", [rng.random() for _ in range(300)])))   # 2,400 bytes of doubles
-        assert stream.tell() == 10_907
-        stream.close()
-    assert got["size"] == path.stat().st_size == 10_907
-    assert got["sums"] == file_checksums([path], chunk)[path] and len(got["sums"]) == 11
-    with open(tmp_path / "empty", "wb") as raw:
-        SummingStream(raw, lambda sums, size: got.update(sums=sums), chunk=chunk).close()
-    assert got["sums"] == file_checksums([tmp_path / "empty"], chunk)[tmp_path / "empty"] == [0]
-    with open(tmp_path / "seeked", "wb") as raw:   # a seek: the sums are no longer known (the commit reads it back)
-        stream = SummingStream(raw, lambda sums, size: got.update(sums=sums), chunk=chunk)
-        stream.write(b"abc")
-        stream.seek(0)
-        stream.write(b"x")
-        stream.close()
-    assert got["sums"] is None
+
+    def done(sums, size):
+        got.update(sums=resolved(sums), size=size)
+    with ThreadPoolExecutor(2) as pool:
+        path = tmp_path / "f"
+        with open(path, "wb") as raw:
+            stream = FollowingStream(raw, path, pool, done, chunk=chunk)
+            for size in (0, 1, 999, 1000, 2500, 7, 4000):   # writes across, onto and inside chunk boundaries
+                stream.write(rng.randbytes(size))
+            stream.write(memoryview(array.array("d", [rng.random() for _ in range(300)])))   # 2,400 bytes of doubles
+            assert stream.tell() == 10_907
+            stream.close()
+        assert got["size"] == path.stat().st_size == 10_907
+        assert got["sums"] == file_checksums([path], chunk)[path] and len(got["sums"]) == 11
+        empty = tmp_path / "empty"
+        with open(empty, "wb") as raw:
+            FollowingStream(raw, empty, pool, done, chunk=chunk).close()
+        assert got["sums"] == file_checksums([empty], chunk)[empty] == [0]
+        seeked = tmp_path / "seeked"
+        with open(seeked, "wb") as raw:   # a seek: the sums are no longer known (the commit reads it back)
+            stream = FollowingStream(raw, seeked, pool, done, chunk=chunk)
+            stream.write(b"abc")
+            stream.seek(0)
+            stream.write(b"x")
+            stream.close()
+        assert got["sums"] is None
