@@ -66,13 +66,19 @@ class SharedStorageError(RuntimeError):
 
 
 WRITE_THREADS = 4      # files written in parallel per rank
+# COSTSIM_CRC_WHILE_WRITING=1: the manifest's CRCs computed while the checkpoint is written (FollowingFileSystem)
+# instead of read back after it. Off by default: on the H200 the read-back after SDXL's 30.8 GB write took
+# 1.7 s with a 15.8 s write; with the CRCs summed inline the write took 20.7 s, read back while writing 27.3 s
+# (three different machines: scripts/bench_checkpoint.py --notice compares them in one run; not yet run).
+CRC_WHILE_WRITING = os.environ.get("COSTSIM_CRC_WHILE_WRITING", "0") == "1"
 STORE_BACKOFF_S, STORE_BACKOFF_MAX_S = 15.0, 300.0   # an object store that dropped out: when to try it again
 
 
 class FollowingFileSystem(FileSystem):
     """DCP's local file system, with each file's chunk CRC-32s computed by a pool of threads while the
-    writer threads are still writing it (checkpoint_manifest.FollowingStream), so that the commit does not
-    read the whole checkpoint back after the write (1.7 s of SDXL's 30.8 GB on the H200 host).
+    writer threads are still writing it (checkpoint_manifest.FollowingStream), so that the commit need not
+    read the whole checkpoint back after the write (1.7 s of SDXL's 30.8 GB on the H200 host) (opt-in:
+    CRC_WHILE_WRITING).
     `take(folder)` hands over the sums of what was written there."""
 
     def __init__(self) -> None:
@@ -142,8 +148,8 @@ class Checkpointer:
         # One writer for every save (DCP resets it to each checkpoint_id); in async mode the state is
         # first copied into host buffers allocated after the first step and reused after.
         self._writer = FileSystemWriter(str(self.root), thread_count=WRITE_THREADS)
-        self._crcs = FollowingFileSystem()
-        self._writer.fs = self._crcs   # DCP's writer opens every file through its `fs`
+        self._crcs: FollowingFileSystem | None = None
+        self.follow_crcs(CRC_WHILE_WRITING)
         self._stager = HostStager() if async_mode else None
         # DCP's collectives get their own gloo group, so the async writer never shares one with training.
         self._group = dist.new_group(backend="gloo") if dist.is_initialized() else None
@@ -515,10 +521,16 @@ class Checkpointer:
                       staged=staged, commit_s=commit_s, write_threads=self._writer.thread_count,
                       commit_read_bytes=read_back)
 
+    def follow_crcs(self, on: bool) -> None:
+        """The manifest's CRCs read back chunk by chunk while the writers write (on), or all after the
+        write, at the commit (off, the default: the faster one measured so far)."""
+        self._crcs = FollowingFileSystem() if on else None
+        self._writer.fs = self._crcs or FileSystem()   # DCP's writer opens every file through its `fs`
+
     def _gather_sums(self, tmp: Path) -> dict[str, tuple[list[int] | None, int]]:
         """Every rank's CRCs of the files it wrote into `tmp`, on rank 0 (others: {}). DCP's save
         raised on every rank or on none, so each rank that gets here takes part."""
-        mine = self._crcs.take(tmp)
+        mine = self._crcs.take(tmp) if self._crcs is not None else {}
         if self._group is None or self.world_size == 1:
             return mine
         gathered: list[dict | None] = [None] * self.world_size if self.rank == 0 else []

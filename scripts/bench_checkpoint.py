@@ -8,8 +8,8 @@ optimizer state then exists and the host staging buffers start allocating in the
   4. (--load) loading the newest checkpoint back,
   5. (--notice THREADS,...) the spot notice's blocking save, side by side: from the device tensors (DCP's
      own copy, the runner before 2026-12-01) and from the staging buffers (--staging), the latter twice: the
-     manifest's CRCs computed while the writer threads write (the runner's way since 2026-12-03) and read
-     back at the commit (before), at each writer thread count, each checkpoint removed after it is timed
+     manifest's CRCs read back while the writer threads write (COSTSIM_CRC_WHILE_WRITING=1) and read back
+     after the write, at the commit (the default), at each writer thread count, each checkpoint removed after it is timed
      (one at a time fits a 64 GiB disk), printed as ratios to the first; then the disk's own bound: the
      staged bytes written raw by as many threads (os.write + fsync, no serialisation).
 Each figure is printed as soon as it is measured (a JSON line), so a run cut short still reports.
@@ -112,25 +112,22 @@ def notice_saves(trainer, run: Path, thread_counts: list[int]) -> None:
     writer thread count, then the raw write bound; every figure also as a ratio to the first save."""
     import shutil
 
-    from torch.distributed.checkpoint.filesystem import FileSystem
-
     from costsim.contract.telemetry import read_events
     checkpointer, step, first = trainer.checkpointer, trainer.step + 10, None
-    following = checkpointer._writer.fs
     for threads in thread_counts:
         checkpointer.set_write_threads(threads)
-        for stage, summed in ((False, True), (True, True), (True, False)):
+        for stage, following in ((True, True), (True, False), (False, False)):   # the staged pair side by side
             for old in checkpointer.steps():          # room for one more on a small disk
                 shutil.rmtree(checkpointer.folder(old), ignore_errors=True)
             step += 1
-            checkpointer._writer.fs = following if summed else FileSystem()   # FileSystem: the commit reads back
+            checkpointer.follow_crcs(following)
             checkpointer.save(step, trainer.state(), blocking=True, reason="notice", stage=stage)
             save = [e for e in read_events(run) if e["event"] == "checkpoint_save"][-1]
             first = first or save["duration_s"]
-            say(figure="notice_save", staged=save["staged"], write_threads=threads, save_s=save["duration_s"],
-                commit_s=save["commit_s"], commit_read_bytes=save["commit_read_bytes"], bytes=save["bytes"],
-                ratio_to_first=save["duration_s"] / first)
-    checkpointer._writer.fs = following
+            say(figure="notice_save", staged=save["staged"], write_threads=threads, crc_while_writing=following,
+                save_s=save["duration_s"], commit_s=save["commit_s"], commit_read_bytes=save["commit_read_bytes"],
+                bytes=save["bytes"], ratio_to_first=save["duration_s"] / first)
+    checkpointer.follow_crcs(False)
     for old in checkpointer.steps():
         shutil.rmtree(checkpointer.folder(old), ignore_errors=True)
     tensors = [t for t in _tensors(checkpointer._stager.stage(checkpointer._share(trainer.state())[1]))]

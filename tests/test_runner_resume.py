@@ -150,23 +150,27 @@ def test_when_every_checkpoint_is_damaged_the_run_starts_over_from_the_same_init
     assert summary(run)["final_state_sha256"] == summary(fresh)["final_state_sha256"]
 
 
-def test_async_checkpoints_resume_exactly_too(tmp_path):
+def test_async_checkpoints_resume_exactly_too(tmp_path, monkeypatch):
     plan = tiny_plan(tmp_path / "p", interval_steps=INTERVAL, async_mode=True)
     clean = execute(plan, tmp_path / "a", "--steps", "200", "--seed", "4")
+    monkeypatch.setenv("COSTSIM_CRC_WHILE_WRITING", "1")   # the drill's manifests: CRCs computed while writing
     drill = execute(plan, tmp_path / "b", "--steps", "200", "--seed", "4", "--inject-preemptions", "kill@120")
+    monkeypatch.delenv("COSTSIM_CRC_WHILE_WRITING")
     assert clean.returncode == 0 and drill.returncode == 0, drill.stderr[-3000:]
     assert summary(tmp_path / "a")["final_state_sha256"] == summary(tmp_path / "b")["final_state_sha256"]
     saves = events(tmp_path / "a", "checkpoint_save")
     assert {e["mode"] for e in saves if e["reason"] == "interval"} == {"async"}
-    # Each rank's files were summed while they were written; rank 0's commit read back only DCP's small
-    # metadata file (written under another name, then renamed), and every kept checkpoint passes the
-    # check a resume makes.
+    # The clean run's commits read each checkpoint back; the drill's ranks computed their files' CRCs while
+    # writing them and rank 0 read back only DCP's small metadata file (written under another name, then
+    # renamed). Either way every kept checkpoint passes the check a resume makes.
     from runner.checkpoint_manifest import verify
-    kept = {int(m.parent.name.split("-")[1]): m.parent for m in (tmp_path / "a").rglob("step-*/manifest.json")}
+    assert saves and all(e["commit_read_bytes"] > 0.9 * e["bytes"] for e in saves)
+    kept = {int(m.parent.name.split("-")[1]): m.parent for m in (tmp_path / "b").rglob("step-*/manifest.json")}
     assert kept and all(verify(folder) is None for folder in kept.values())
+    followed = events(tmp_path / "b", "checkpoint_save")
     assert all(e["commit_read_bytes"] == (kept[e["step"]] / ".metadata").stat().st_size
-               for e in saves if e["step"] in kept)
-    assert saves and all(0 < e["commit_read_bytes"] < 0.02 * e["bytes"] for e in saves)
+               for e in followed if e["step"] in kept)
+    assert followed and all(0 < e["commit_read_bytes"] < 0.02 * e["bytes"] for e in followed)
     # Each rank read its own share of the large tensors (weights and both AdamW moments of the two
     # larger layers), and the other's came by broadcast: together all of them, once.
     from runner.workloads.tiny import HIDDEN, INPUT
