@@ -15,7 +15,7 @@ def billed_seconds(duration_s: float, increment_s: float = 1.0, minimum_s: float
     """Seconds charged for one instance run: rounded up to the increment, at least the minimum."""
     if duration_s <= 0:
         return 0.0
-    charged = math.ceil(duration_s / increment_s - 1e-9) * increment_s
+    charged = math.ceil(duration_s / increment_s - 1e-6) * increment_s   # the simulator's times carry rounding
     return max(charged, minimum_s)
 
 

@@ -77,15 +77,17 @@ def trial_params(params: JobParams, seed: int, trial: int) -> JobParams:
     return replace(params, work_s=params.work_s * factor, speed_spread=0.0)
 
 
-def run_trials(config: SimConfig, trials: int, seed: int, record_log: bool = False) -> Samples:
-    """Run `trials` trials of one configuration."""
+def run_trials(config: SimConfig, trials: int, seed: int, record_log: bool = False,
+               fast_forward: bool = True) -> Samples:
+    """Run `trials` trials of one configuration (fast_forward=False: every checkpoint cycle an event of its
+    own, the same outcomes; costsim.sim.job.Job)."""
     policy = policies.get(config.policy)
     outcomes: list[TrialOutcome] = []
     groups = np.full(trials, -1)
     for i in range(trials):
         timeline, groups[i] = timeline_for(config, seed, i)
         outcomes.append(run_trial(trial_params(config.params, seed, i), policy, timeline, config.prices,
-                                  record_log=record_log))
+                                  record_log=record_log, fast_forward=fast_forward))
     makespan = np.array([o.makespan_s for o in outcomes])
     storage = config.storage_per_h * np.where(np.isfinite(makespan), makespan, config.params.horizon_s) / 3600.0
     return Samples(

@@ -1,8 +1,9 @@
 """Benchmark the planner: model events/s against a bare SimPy loop, and how plan time scales.
 
 Prints, from one run on this machine:
-  1. events per second of the job model (SDXL spot trials) and of a bare SimPy loop of timeouts,
-     and their ratio (the figure to watch: the model's own overhead per event);
+  1. the job model's simulated events per second (SDXL spot trials; the events its stepwise form
+     schedules, each checkpoint cycle two) against a bare SimPy loop of timeouts: stepwise, and
+     fast-forwarded (runs of whole cycles in one event, the same outcomes), side by side;
   2. wall time of `plan` on the SDXL workload as trials and the shortlist grow;
   3. the stability of the chosen plan's P90 makespan and P90 cost: the distribution-free 95%
      confidence interval of each quantile (binomial order statistics) at the default trials, and
@@ -39,10 +40,11 @@ def bare_simpy_events_per_s(events: int) -> float:
     return events / (time.perf_counter() - started)
 
 
-def model_events_per_s(config, trials: int) -> tuple[float, int]:
+def model_rate(config, trials: int, fast_forward: bool) -> tuple[float, int]:
+    """Trials per second of the job model, and the SimPy events it scheduled."""
     started = time.perf_counter()
-    samples = run_trials(config, trials, seed=1)
-    return samples.events / (time.perf_counter() - started), samples.events
+    samples = run_trials(config, trials, seed=1, fast_forward=fast_forward)
+    return trials / (time.perf_counter() - started), samples.events
 
 
 def main() -> None:
@@ -55,16 +57,22 @@ def main() -> None:
     configured, _ = configure(workload, profile, offerings, workload.deadline_s)
     spot = next(c for c in configured if c.candidate.policy == "greedy" and c.candidate.offering.gpu == "H200")
 
-    print("== events per second (same process, same run)")
+    print("== the job model against bare SimPy (same process, same run, 500 trials each)")
+    print("   stepwise: every checkpoint cycle (work, stall) two SimPy events; fast-forward: runs of whole cycles")
+    print("   in one (costsim.sim.job.Job._cycles), the same outcomes. Simulated events: the stepwise model's count")
     rates = []
     for _ in range(3 if args.quick else 5):
-        model_rate, events = model_events_per_s(spot.config, 500)
-        bare_rate = bare_simpy_events_per_s(events)
-        rates.append((model_rate, bare_rate))
-        print(f"model {model_rate:>10,.0f} ev/s   bare SimPy {bare_rate:>10,.0f} ev/s   ratio {model_rate / bare_rate:.2f}"
-              f"   ({events:,} events)")
-    print(f"median ratio {statistics.median(m / b for m, b in rates):.2f}")
-
+        step_rate, step_events = model_rate(spot.config, 500, fast_forward=False)
+        fast_rate, fast_events = model_rate(spot.config, 500, fast_forward=True)
+        bare_rate = bare_simpy_events_per_s(step_events)
+        simulated = step_events * fast_rate / 500   # simulated events per second of the fast-forward model
+        rates.append((step_events * step_rate / 500 / bare_rate, simulated / bare_rate, fast_rate / step_rate))
+        print(f"stepwise {step_rate:>6,.0f} trials/s ({step_events:,} events)   fast-forward {fast_rate:>6,.0f} trials/s "
+              f"({fast_events:,} events)   bare SimPy {bare_rate:>10,.0f} ev/s   simulated events/s against it: "
+              f"stepwise {rates[-1][0]:.2f}, fast-forward {rates[-1][1]:.2f}")
+    print(f"median: simulated events/s against bare SimPy's: stepwise {statistics.median(r[0] for r in rates):.2f}, "
+          f"fast-forward {statistics.median(r[1] for r in rates):.2f}; trials/s fast-forward over stepwise "
+          f"{statistics.median(r[2] for r in rates):.2f}x")
     print("\n== plan wall time (SDXL; jobs = CPU count)")
     print(f"{'trials':>7} {'shortlist':>9} {'simulated':>9} {'events':>11} {'wall_s':>7}")
     grid = [(100, 8), (400, 8), (400, 16), (1000, 16)] if not args.quick else [(100, 8), (400, 16)]

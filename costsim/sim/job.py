@@ -91,11 +91,14 @@ class Job:
     """The job process and its state; `record` holds the outcome."""
 
     def __init__(self, env: simpy.Environment, params: JobParams, policy: Policy,
-                 spot: Timeline, record_log: bool = False):
+                 spot: Timeline, record_log: bool = False, fast_forward: bool = True):
         self.env, self.p, self.policy, self.spot = env, params, policy, spot
         self.figures = params.figures
         self.record = JobRecord()
         self.record_log = record_log
+        # Runs of whole async checkpoint cycles (work an interval, stall) in one timeout each (_cycles); not
+        # with a log, which records every checkpoint at its time
+        self.fast_forward = fast_forward and not record_log
         self.durable_s = 0.0      # work saved in a complete checkpoint
         self.live_s = 0.0         # work done in the running process
         self.last_checkpoint_s = 0.0
@@ -189,6 +192,9 @@ class Job:
         decision = self._decide(market)
         work_s, interval_s, stall_s = p.work_s, p.checkpoint_interval_s, p.checkpoint_stall_s
         timeout = env.timeout
+        # a cycle of async checkpointing, fast-forwarded when each write is done before the next stall
+        cycle_s = (interval_s * slowness + stall_s if self.fast_forward and stall_s is not None
+                   and p.checkpoint_s <= interval_s * slowness and interval_s > _EPS else 0.0)
         while self.durable_s < work_s - _EPS:
             now = env.now
             if now >= decision.reconsider_at - _EPS:
@@ -200,6 +206,16 @@ class Job:
             live = self.live_s
             to_checkpoint = self.last_checkpoint_s + interval_s - live
             to_end = work_s - live
+            if cycle_s and to_checkpoint >= interval_s - _EPS:
+                pending = self._pending
+                # whole cycles that end before the policy's next look and leave work after them
+                k = math.ceil((to_end - _EPS) / interval_s) - 1
+                ahead = decision.reconsider_at - now - interval_s * slowness
+                if ahead < math.inf:
+                    k = min(k, int(ahead // cycle_s) + 1)
+                if k >= 2 and (pending is None or pending[0] <= now + interval_s * slowness + _EPS):
+                    yield from self._cycles(now, live, k, interval_s, slowness, cycle_s)
+                    continue
             run_s = min(to_checkpoint, to_end, max(decision.reconsider_at - now, 0.0) / slowness)
             if run_s <= _EPS and to_checkpoint > _EPS and to_end > _EPS:
                 run_s = min(to_checkpoint, to_end, 1.0)  # a wake-up time already due: make progress
@@ -221,6 +237,43 @@ class Job:
             yield timeout(stall_s)
             self._pending = (env.now + p.checkpoint_s, live)
         yield from self._release()   # the work is done; the instance goes when the job has exited
+
+    def _cycles(self, start: float, live: float, k: int, interval_s: float, slowness: float, cycle_s: float):
+        """k cycles of (work an interval, async checkpoint stall) in one timeout: what the loop in _work_on
+        would do one event at a time when nothing can happen in between (the policy is not due, each write
+        ends before the next stall, a notice interrupts and `_unfold` says where in the cycles it fell)."""
+        self._phase = ("cycles", (start, live, k, interval_s, slowness, cycle_s, self._pending))
+        yield self.env.timeout(k * cycle_s)
+        self._unfold(self.env.now)
+
+    def _unfold(self, t: float) -> None:
+        """The state the one-event-at-a-time loop would have at t within the cycles begun in `_cycles`.
+        Cycle i works from start + (i-1)C to b_i = that + the interval's wall time and stalls until
+        start + iC. At a stall's start the loop banks the write before it (the one pending before the
+        cycles at the first stall; cycle i's write, done by then, at stall i + 1); at its end the new write
+        is pending. A notice at a boundary sees the state before it (SimPy serves the interrupt first)."""
+        start, live, k, interval_s, slowness, cycle_s, before = self._phase[1]
+        if t >= start + k * cycle_s - _EPS:   # all k cycles done: after stall k
+            j, stalling, finished = k, True, True
+        else:
+            j = max(0, math.ceil((t - start) / cycle_s - 1e-9) - 1)   # whole cycles before t
+            stalling = t - start - j * cycle_s > interval_s * slowness + 1e-9
+            finished = False
+        done = j + 1 if stalling and not finished else j        # intervals of work completed
+        if done >= 1 and before is not None:
+            self._bank(before[1])
+        if done >= 2:
+            self._bank(live + (done - 1) * interval_s)
+        self.live_s = self.last_checkpoint_s = live + done * interval_s
+        if finished:
+            self._pending = (start + k * cycle_s + self.p.checkpoint_s, self.live_s)
+            self._phase = ("stall", None)
+        elif stalling:   # cycle j + 1's stall: its write not yet under way, the one before it banked
+            self._pending = None
+            self._phase = ("stall", None)
+        else:            # cycle j + 1's work: cycle j's write pending (or, in the first, the one from before)
+            self._pending = (start + j * cycle_s + self.p.checkpoint_s, self.live_s) if j >= 1 else before
+            self._phase = ("work", start + j * cycle_s)
 
     def _release(self):
         """The job's exit after its last save: the instance is released when it ends."""
@@ -267,6 +320,8 @@ class Job:
         reclaim and keeps more training than it takes), then lose the rest."""
         now, p = self.env.now, self.p
         self._log("notice")
+        if self._phase[0] == "cycles":
+            self._unfold(now)
         phase, detail = self._phase
         if phase == "release":   # the job has saved and is exiting: the reclaim only ends the exit early
             yield self.env.timeout(max(0.0, min(detail, reclaim_at) - now))

@@ -52,10 +52,10 @@ def stints_cost(record: JobRecord, prices: dict[str, MarketPrice], until_s: floa
 
 
 def run_trial(params: JobParams, policy: Policy, spot: Timeline, prices: dict[str, MarketPrice],
-              *, record_log: bool = False) -> TrialOutcome:
-    """Simulate the job once, up to its horizon, and cost what it held."""
+              *, record_log: bool = False, fast_forward: bool = True) -> TrialOutcome:
+    """Simulate the job once, up to its horizon, and cost what it held (fast_forward: see Job)."""
     env = simpy.Environment()
-    job = Job(env, params, policy, spot, record_log=record_log)
+    job = Job(env, params, policy, spot, record_log=record_log, fast_forward=fast_forward)
     if math.isfinite(params.horizon_s):
         env.run(until=env.any_of([job.process, env.timeout(params.horizon_s)]))
     else:

@@ -1,0 +1,60 @@
+"""The job model's fast-forward (runs of whole async checkpoint cycles in one SimPy event, Job._cycles) gives
+the outcomes of the stepwise model, trial by trial: on the planner's own configurations and on notices that
+fall exactly on a cycle's boundaries."""
+
+import math
+from dataclasses import replace
+
+import pytest
+
+from costsim import io, policies
+from costsim.catalog import offerings_for
+from costsim.montecarlo import timeline_for, trial_params
+from costsim.planner import configure
+from costsim.sim.job import JobParams
+from costsim.sim.market import ArrayTimeline
+from costsim.sim.trial import MarketPrice, run_trial
+
+
+def same(a, b) -> bool:
+    close = lambda x, y: math.isclose(x, y, rel_tol=1e-9, abs_tol=1e-6)  # noqa: E731  (times are summed differently)
+    return (a.finished == b.finished and (not a.finished or close(a.makespan_s, b.makespan_s))
+            and close(a.cost, b.cost) and a.preemptions == b.preemptions and close(a.lost_work_s, b.lost_work_s))
+
+
+@pytest.mark.parametrize("workload, engages", [("sdxl", True), ("tiny", False)])   # tiny's saves are synchronous
+def test_fast_forward_gives_the_stepwise_outcomes_on_the_planners_configurations(workload, engages):
+    w = io.load_workload(workload)
+    configured, _ = configure(w, io.load_profile(w.profile), offerings_for(w), w.deadline_s)
+    compared = fewer = 0
+    for c in configured[::max(1, len(configured) // 12)]:
+        for interval in (None, 155.0, 600.0):   # the plan's own, and short intervals: many cycles a stint
+            params = c.config.params if interval is None else replace(c.config.params, checkpoint_interval_s=interval)
+            for i in range(8):
+                draws = [timeline_for(c.config, 11, i)[0] for _ in range(2)]
+                tp = trial_params(params, 11, i)
+                stepwise, fast = (run_trial(tp, policies.get(c.config.policy), timeline, c.config.prices,
+                                            fast_forward=ff) for timeline, ff in zip(draws, (False, True)))
+                assert same(stepwise, fast), (c.candidate.label, interval, i, stepwise, fast)
+                compared += 1
+                fewer += fast.events < stepwise.events
+    assert (fewer > compared / 2) == engages   # the fast-forward engages where saves are async
+
+
+# Work 100 s an interval at 1x, a 5 s stall, writes of 50 s: cycles of 105 s from the start-up's end at 60.
+CYCLE_PARAMS = JobParams(work_s=3000, deadline_s=20_000, checkpoint_interval_s=100, checkpoint_s=50,
+                         checkpoint_stall_s=5, changeover_s=60, restart_s=30, notice_s=20)
+PRICES = {"spot": MarketPrice(per_hour=1.0), "on-demand": MarketPrice(per_hour=3.0)}
+
+
+@pytest.mark.parametrize("notice_at", [60 + 7 * 105, 60 + 7 * 105 + 100, 60 + 7 * 105 + 50, 60 + 7 * 105 + 102.5,
+                                       60 + 105, 60 + 100, 60 + 27 * 105 + 30])
+@pytest.mark.parametrize("policy", ["spot-only", "greedy"])
+def test_a_notice_on_a_cycle_boundary_sees_what_the_stepwise_model_sees(notice_at, policy):
+    # a stall's end, a work segment's end, inside work, inside a stall, the first cycle's boundaries, late
+    reclaim_at = notice_at + CYCLE_PARAMS.notice_s
+    outcomes = [run_trial(CYCLE_PARAMS, policies.get(policy), ArrayTimeline([0, reclaim_at + 200], [reclaim_at, 1e9]),
+                          PRICES, fast_forward=ff) for ff in (False, True)]
+    assert outcomes[0].preemptions == 1
+    assert same(*outcomes), outcomes
+    assert outcomes[1].events < outcomes[0].events
