@@ -32,7 +32,7 @@ class Runtime:
     channels_last: bool = False           # NHWC memory format for convolution models
     sdpa: str = "auto"                    # scaled-dot-product attention backend
     activation_checkpointing: bool = False
-    # compiled graphs only: the share of their activations the backward may keep; below 1, Inductor's
+    # compiled graphs only: the share of their activations the backward may keep; below 1, AOTAutograd's
     # partitioner recomputes the cheapest of the rest (selective activation checkpointing, chosen by cost)
     activation_memory_budget: float = 1.0
     fp8: str = "off"                      # linear layers in fp8 with dynamic scaling (torchao): off | blocks | model

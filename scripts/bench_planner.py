@@ -3,7 +3,8 @@
 Prints, from one run on this machine:
   1. the job model's simulated events per second (SDXL spot trials; the events its stepwise form
      schedules, each checkpoint cycle two) against a bare SimPy loop of timeouts: stepwise, and
-     fast-forwarded (runs of whole cycles in one event, the same outcomes), side by side;
+     fast-forwarded (runs of whole cycles in one event, the same outcomes), side by side, and the
+     two on other configurations (policies, GPUs, intervals);
   2. wall time of `plan` on the SDXL workload as trials and the shortlist grow;
   3. the stability of the chosen plan's P90 makespan and P90 cost: the distribution-free 95%
      confidence interval of each quantile (binomial order statistics) at the default trials, and
@@ -73,6 +74,23 @@ def main() -> None:
     print(f"median: simulated events/s against bare SimPy's: stepwise {statistics.median(r[0] for r in rates):.2f}, "
           f"fast-forward {statistics.median(r[1] for r in rates):.2f}; trials/s fast-forward over stepwise "
           f"{statistics.median(r[2] for r in rates):.2f}x")
+    print("\n== fast-forward against stepwise on other configurations (1,000 trials each; same mean cost)")
+    others = {}
+    for c in configured:
+        key = (c.candidate.policy, c.candidate.offering.gpu)
+        if key in {("spot-only", "H200"), ("greedy", "H100"), ("uniform-progress", "H200"), ("on-demand", "B200")}:
+            others.setdefault(key, c)
+    for c in others.values():
+        rate, events, cost = {}, {}, {}
+        for fast_forward in (False, True):
+            started = time.perf_counter()
+            samples = run_trials(c.config, 1000, seed=5, fast_forward=fast_forward)
+            rate[fast_forward] = 1000 / (time.perf_counter() - started)
+            events[fast_forward], cost[fast_forward] = samples.events, samples.cost.mean()
+        print(f"{c.candidate.label[:64]:64} events {events[False]:>7,} -> {events[True]:>7,}   trials/s "
+              f"{rate[False]:6.0f} -> {rate[True]:6.0f} ({rate[True] / rate[False]:.2f}x)   mean cost "
+              f"{cost[False]:.4f} / {cost[True]:.4f}")
+
     print("\n== plan wall time (SDXL; jobs = CPU count)")
     print(f"{'trials':>7} {'shortlist':>9} {'simulated':>9} {'events':>11} {'wall_s':>7}")
     grid = [(100, 8), (400, 8), (400, 16), (1000, 16)] if not args.quick else [(100, 8), (400, 16)]

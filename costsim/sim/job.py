@@ -253,13 +253,10 @@ class Job:
         cycles at the first stall; cycle i's write, done by then, at stall i + 1); at its end the new write
         is pending. A notice at a boundary sees the state before it (SimPy serves the interrupt first)."""
         start, live, k, interval_s, slowness, cycle_s, before = self._phase[1]
-        if t >= start + k * cycle_s - _EPS:   # all k cycles done: after stall k
-            j, stalling, finished = k, True, True
-        else:
-            j = max(0, math.ceil((t - start) / cycle_s - 1e-9) - 1)   # whole cycles before t
-            stalling = t - start - j * cycle_s > interval_s * slowness + 1e-9
-            finished = False
-        done = j + 1 if stalling and not finished else j        # intervals of work completed
+        finished = t >= start + k * cycle_s - _EPS   # all k cycles done: after stall k
+        j = k if finished else max(0, math.ceil((t - start) / cycle_s - 1e-9) - 1)   # whole cycles before t
+        stalling = not finished and t - start - j * cycle_s > interval_s * slowness + 1e-9
+        done = j + 1 if stalling else j        # intervals of work completed
         if done >= 1 and before is not None:
             self._bank(before[1])
         if done >= 2:
