@@ -21,6 +21,7 @@ SDPA = ("auto", "flash", "efficient", "cudnn", "math")
 DDP_COMM = ("fp32", "bf16")
 DDP_GRAPH = ("split", "whole")
 FP8 = ("off", "blocks", "model")
+FP8_SELECT = ("all", "large")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -36,6 +37,9 @@ class Runtime:
     # partitioner recomputes the cheapest of the rest (selective activation checkpointing, chosen by cost)
     activation_memory_budget: float = 1.0
     fp8: str = "off"                      # linear layers in fp8 with dynamic scaling (torchao): off | blocks | model
+    # which of them: every one whose dimensions fp8 can take, or only the large ones (torchao's tensor-wise
+    # threshold: not out_features <= 4096 with in_features <= 1024), where the casts cost less than fp8 saves
+    fp8_select: str = "all"
     ddp_bucket_mb: float = 25.0           # DDP gradient bucket size (PyTorch's default 25)
     ddp_comm: str = "fp32"                # gradients all-reduced as they are, or compressed to bf16
     ddp_graph: str = "split"              # compiled under DDP: split at the gradient buckets, or kept whole
@@ -82,6 +86,8 @@ def parse_runtime(raw, source: str, prefix: str = "runtime", base: Runtime | Non
             values[key] = _choice(value, DDP_GRAPH, source, where)
         elif key == "fp8":
             values[key] = _choice(value, FP8, source, where)
+        elif key == "fp8_select":
+            values[key] = _choice(value, FP8_SELECT, source, where)
         elif key == "activation_memory_budget":
             values[key] = _fraction(value, source, where)
         elif key == "gc_every":
@@ -96,6 +102,9 @@ def parse_runtime(raw, source: str, prefix: str = "runtime", base: Runtime | Non
     if values["activation_memory_budget"] < 1 and values["compile"] == "off":
         raise InputError(source, f"{prefix}.activation_memory_budget", "applies to compiled graphs: set "
                          "compile=blocks or compile=model, or activation_checkpointing=true for the eager model")
+    if values["fp8_select"] != "all" and values["fp8"] == "off":
+        raise InputError(source, f"{prefix}.fp8_select", "chooses among fp8's layers: set fp8=blocks or fp8=model, "
+                         "or leave fp8_select at all")
     return Runtime(**values)
 
 

@@ -23,10 +23,11 @@ from runner.plan import effective_plan, load_run_spec
 from runner.supervisor import Execution, Supervisor, prepare_run_dir
 
 
-def synthetic_plan(workload, profile, gpu: str, gpus: int, per_gpu_batch: int) -> Plan:
-    """The plan for one profiling configuration (single node, no periodic checkpoints)."""
+def synthetic_plan(workload, profile, gpu: str, gpus: int, per_gpu_batch: int, accumulation: int = 1) -> Plan:
+    """The plan for one profiling configuration (single node, no periodic checkpoints); with `accumulation`
+    micro-batches a step (gradient accumulation: the global batch the plan trains at on fewer GPUs)."""
     prior = profile.gpus.get(gpu)
-    global_batch = gpus * per_gpu_batch
+    global_batch = gpus * per_gpu_batch * accumulation
     step_s = 1.0
     if prior is not None:
         try:

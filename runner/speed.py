@@ -49,7 +49,7 @@ def prepare_model(model: torch.nn.Module, runtime: Runtime) -> int:
                                      "enable_gradient_checkpointing() (diffusers/transformers models do)")
         enable()
     if runtime.fp8 != "off":
-        to_fp8(model, runtime.fp8)
+        to_fp8(model, runtime.fp8, runtime.fp8_select)
     if runtime.channels_last:
         # parameters keep their identity: the optimizer is unaffected (Module.to accepts it; its stubs do not say so)
         model.to(memory_format=torch.channels_last)   # type: ignore[call-overload]
@@ -80,14 +80,19 @@ def _blocks(model: torch.nn.Module, setting: str) -> list[torch.nn.Module]:
 
 
 FP8_MULTIPLE = 16   # fp8 matrix multiplies need both of a weight's dimensions divisible by 16
+# fp8_select=large: torchao's threshold for tensor-wise scaling (its float8 README's benchmarks, H100): a layer
+# with out_features <= 4096 and in_features <= 1024 runs slower in fp8, the amax and cast kernels costing more
+# than the faster multiply saves
+FP8_SMALL_OUT, FP8_SMALL_IN = 4096, 1024
 
 
-def to_fp8(model: torch.nn.Module, scope: str) -> int:
+def to_fp8(model: torch.nn.Module, scope: str, select: str = "all") -> int:
     """fp8=blocks|model: the linear layers of the repeated blocks (or of the whole model) compute their
     three matrix multiplies in fp8 with tensor-wise dynamic scales (torchao's Float8Linear: e4m3 forward,
     e5m2 gradients; weights, optimizer state and checkpoints stay in their own precision and keys).
     Layers with a dimension not divisible by 16, and cross-attention's key and value projections, stay as
-    they are. Returns how many were converted."""
+    they are; with select=large also the small ones (FP8_SMALL_OUT, FP8_SMALL_IN). Returns how many were
+    converted."""
     try:
         from torchao.float8 import convert_to_float8_training
     except ImportError as exc:
@@ -104,7 +109,8 @@ def to_fp8(model: torch.nn.Module, scope: str) -> int:
     def eligible(module: torch.nn.Module, fqn: str) -> bool:
         nonlocal converted
         ok = (isinstance(module, torch.nn.Linear) and id(module) not in text_side
-              and module.in_features % FP8_MULTIPLE == 0 and module.out_features % FP8_MULTIPLE == 0)
+              and module.in_features % FP8_MULTIPLE == 0 and module.out_features % FP8_MULTIPLE == 0
+              and (select == "all" or not (module.out_features <= FP8_SMALL_OUT and module.in_features <= FP8_SMALL_IN)))
         converted += ok
         return ok
 
@@ -113,8 +119,9 @@ def to_fp8(model: torch.nn.Module, scope: str) -> int:
             raise RuntimeConfigError(f"runtime.fp8={scope}: the model itself is one linear layer; wrap it")
         convert_to_float8_training(root, module_filter_fn=eligible)
     if not converted:
+        which = "" if select == "all" else f", outside fp8_select={select}'s small ones,"
         raise RuntimeConfigError(f"runtime.fp8={scope}: no linear layer with both dimensions divisible by "
-                                 f"{FP8_MULTIPLE} in the {'repeated blocks' if scope == 'blocks' else 'model'}")
+                                 f"{FP8_MULTIPLE}{which} in the {'repeated blocks' if scope == 'blocks' else 'model'}")
     return converted
 
 

@@ -7,9 +7,11 @@ or a compiler failure costs only that row) and appends one JSON line to RESULTS:
   bare   --batch B          a hand-written step: UNet from config, bf16 autocast, fused AdamW,
                             latents drawn on the GPU; also counts the step's FLOPs with
                             torch.utils.flop_counter (matmul, convolution and attention)
-  runner --batch B [--runtime K=V ...] [--option K=V ...]
+  runner --batch B [--accumulation N] [--runtime K=V ...] [--option K=V ...]
                             the runner's own Trainer (telemetry, sync points; no DDP wrapper at
-                            world size 1) in this process; first-step time = build + compile (cold or warm cache)
+                            world size 1) in this process; first-step time = build + compile (cold or warm cache);
+                            with N micro-batches of B a step (a plan's global batch on fewer GPUs: the
+                            optimizer's step then comes once every N micro-batches)
   report RESULTS            the table: samples/s per GPU, ratio to the bare loop at the same batch,
                             MFU (model FLOPs / peak), peak memory, first-step time
 
@@ -147,8 +149,8 @@ def runner(args) -> dict:
     work = Path(tempfile.mkdtemp(prefix="bench-sdxl-"))
     speed.worker_env(parse_pairs(args.runtime), work / "run", os.environ)   # as the runner's workers get it
     options = ([f"config={args.config}"] if args.config else []) + list(args.option)
-    plan = _plan(work, args.batch, "H200" if device.type == "cuda" else "cpu", runtime=parse_pairs(args.runtime),
-                 steps=args.warmup, options=dict(o.split("=", 1) for o in options))
+    plan = _plan(work, args.batch, "H200" if device.type == "cuda" else "cpu", args.accumulation,
+                 runtime=parse_pairs(args.runtime), steps=args.warmup, options=dict(o.split("=", 1) for o in options))
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
     spec = load_run_spec(plan)
     if device.type == "cuda":
@@ -157,6 +159,7 @@ def runner(args) -> dict:
     worker_args = train.parse(["--plan", str(plan), "--run-dir", str(work / "run"), "--run-id", "bench"])
     started = time.perf_counter()
     trainer = train.Trainer(worker_args, spec, 0, 1, 0)
+    assert trainer.accumulation == args.accumulation, (trainer.accumulation, args.accumulation)
     built_s = time.perf_counter() - started
     trainer.total_steps = 1
     trainer.train()           # the first step: compilation (if any), autotuning, allocation
@@ -174,9 +177,11 @@ def runner(args) -> dict:
     memory = speed.memory_report(device)
     trainer.close()
     dist.destroy_process_group()
-    return {"part": "runner", "batch": args.batch, "runtime": trainer.runtime.as_dict(),
-            "label": args.label or trainer.runtime.describe() + "".join(f" {o}" for o in args.option),
-            "samples_per_s": args.steps * args.batch / seconds, "step_s": seconds / args.steps,
+    accumulated = f" accumulation={args.accumulation}" if args.accumulation > 1 else ""
+    return {"part": "runner", "batch": args.batch, "accumulation": args.accumulation,
+            "runtime": trainer.runtime.as_dict(),
+            "label": args.label or trainer.runtime.describe() + accumulated + "".join(f" {o}" for o in args.option),
+            "samples_per_s": args.steps * args.batch * args.accumulation / seconds, "step_s": seconds / args.steps,
             "peak_memory_gb": _peak_memory_gb(device), "build_s": built_s, "first_step_s": first_s,
             "compile_cache": _cache_state(trainer.runtime, work), "gc_collections": collections, "gc_s": gc_s,
             "alloc_retries": memory.get("alloc_retries")}
@@ -191,13 +196,13 @@ def _cache_state(runtime, work: Path) -> str | None:
     return "warm" if event.get("compile_cache_bytes") else "cold"
 
 
-def _plan(folder: Path, batch: int, gpu: str, **run) -> Path:
-    """A one-GPU plan at this batch, as `runner execute` would write it (runner.plan.effective_plan)."""
+def _plan(folder: Path, batch: int, gpu: str, accumulation: int = 1, **run) -> Path:
+    """A one-GPU plan at this micro-batch, as `runner execute` would write it (runner.plan.effective_plan)."""
     from costsim import io as cio
     from runner.plan import effective_plan
     from runner.profile import synthetic_plan
     workload = cio.load_workload("sdxl")
-    synthetic = synthetic_plan(workload, cio.load_profile(workload.profile), gpu, 1, batch)
+    synthetic = synthetic_plan(workload, cio.load_profile(workload.profile), gpu, 1, batch, accumulation)
     return effective_plan(synthetic, final_save=False, **run).write(folder / "plan.json")
 
 
@@ -266,6 +271,7 @@ def main() -> None:
     parser.add_argument("path", nargs="?", help="report: the results file")
     parser.add_argument("--results", default="bench_sdxl.jsonl", help="JSON lines, appended")
     parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--accumulation", type=int, default=1, help="runner: micro-batches of --batch a step")
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--warmup", type=int, default=4)
     parser.add_argument("--size", type=int, default=8192)

@@ -6,6 +6,10 @@
 # call's time, cuDNN benchmark mode, batch 12 (fits without activation checkpointing), CUDA graphs
 # (reduce-overhead) and max-autotune for the blocks; all compiled rows with gc_every=50.
 # SET=fp8: one GPU, fp8 blocks and the activation budget (below; FP8_ROWS=rest: the rows after the first call's).
+# SET=accum: one GPU, the fastest configuration (compile=model at 16) at the flagship's global batch 64 (16 x 4
+#   micro-batches: the optimizer steps once a step), then without accumulation from the warm cache.
+# SET=fp8large: one GPU, fp8 on the large linear layers only (fp8_select=large) against bf16 at 16 x 4, then the
+#   manifest CRC comparison (scripts/bench_checkpoint.py --notice 4: read back after the write, or while writing).
 # Every row is its own process with a timeout; each lane stops starting rows at its deadline.
 # Results: $OUT/bench_sdxl.jsonl, the table in $OUT/bench_sdxl.txt. Wheels for simpy/diffusers/
 # importlib_metadata come in .whl/; torchao for SET=fp8 in .whl-fp8/ (an older one in .whl-fp8/alt for an older torch).
@@ -71,10 +75,7 @@ next1() {   # the whole model, cold: a lane to itself
   TORCHINDUCTOR_CACHE_DIR=/tmp/inductor-model row 1 560 runner --batch 8 --runtime compile=model --runtime gc_every=50
 }
 
-fp8() {   # 2026-12-03, one GPU: fp8 linear layers in the blocks (torchao) and the compiled graphs' activation
-  # budget (selective recomputation) beside the plan as written (compile=blocks at 8) and at 16, one lane;
-  # each row with its own empty compile cache (a restart on a new node pays that)
-  local c=/tmp/inductor g="--runtime compile=blocks --runtime gc_every=50"
+install_torchao() {
   python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl-fp8/torchao-*.whl
   local probe="import torch, torchao; from torchao.float8 import convert_to_float8_training; print('torchao', torchao.__version__)"
   if ! python3 -c "$probe" >> "$OUT/gpus.txt" 2>&1; then   # an older torchao for an older torch (.whl-fp8/alt)
@@ -82,6 +83,13 @@ fp8() {   # 2026-12-03, one GPU: fp8 linear layers in the blocks (torchao) and t
     python3 -c "$probe" >> "$OUT/gpus.txt" 2>&1
   fi
   python3 -c "import diffusers.models.unets.unet_2d_condition" >> "$OUT/gpus.txt" 2>&1 && echo "diffusers imports" >> "$OUT/gpus.txt"
+}
+
+fp8() {   # 2026-12-03, one GPU: fp8 linear layers in the blocks (torchao) and the compiled graphs' activation
+  # budget (selective recomputation) beside the plan as written (compile=blocks at 8) and at 16, one lane;
+  # each row with its own empty compile cache (a restart on a new node pays that)
+  local c=/tmp/inductor g="--runtime compile=blocks --runtime gc_every=50"
+  install_torchao
   if [[ ${FP8_ROWS:-all} == all ]]; then
     TORCHINDUCTOR_CACHE_DIR=$c-b8 row 0 120 runner --batch 8 $g
     TORCHINDUCTOR_CACHE_DIR=$c-b16-fp8 row 0 150 runner --batch 16 $g --runtime expandable_segments=true --runtime fp8=blocks
@@ -94,9 +102,30 @@ fp8() {   # 2026-12-03, one GPU: fp8 linear layers in the blocks (torchao) and t
     --runtime activation_memory_budget=0.3
 }
 
+accum() {   # a cold whole-model compile (333 s, 2026-11-29) first, then the same graphs from its cache
+  local c=/tmp/inductor-model16 g="--runtime compile=model --runtime gc_every=50 --runtime expandable_segments=true"
+  TORCHINDUCTOR_CACHE_DIR=$c row 0 480 runner --batch 16 --accumulation 4 $g
+  TORCHINDUCTOR_CACHE_DIR=$c row 0 150 runner --batch 16 $g
+}
+
+fp8large() {
+  local c=/tmp/inductor g="--runtime compile=blocks --runtime gc_every=50 --runtime expandable_segments=true"
+  install_torchao
+  TORCHINDUCTOR_CACHE_DIR=$c-bf16 row 0 150 runner --batch 16 --accumulation 4 $g
+  TORCHINDUCTOR_CACHE_DIR=$c-fp8l row 0 180 runner --batch 16 --accumulation 4 $g --runtime fp8=blocks --runtime fp8_select=large
+  local left=$(( START + BUDGET - $(date +%s) ))
+  if (( left > 60 )); then   # both ways of taking the manifest's CRCs, in one process
+    timeout -k 10 "$left" python3 scripts/bench_checkpoint.py --workload sdxl --batch 8 --notice 4 --skip-sync \
+      --staging pinned --dir /tmp/bc > "$OUT/checkpoint.txt" 2>&1 || echo "bench_checkpoint: exit $?" >> "$OUT/checkpoint.txt"
+    rm -rf /tmp/bc
+  fi
+}
+
 export -f row; export START BUDGET STEPS RESULTS OUT CONFIG
 if [[ "$SET" == next ]]; then next0 & next1 & wait
 elif [[ "$SET" == fp8 ]]; then fp8
+elif [[ "$SET" == accum ]]; then accum
+elif [[ "$SET" == fp8large ]]; then fp8large
 else lane0 & lane1 & wait; fi
 cp "$RESULTS" /tmp/bench_sdxl.jsonl   # a follow-up call on the same (warm) machine reads it; $OUT is emptied
 python3 scripts/bench_sdxl.py report "$RESULTS" | tee "$OUT/bench_sdxl.txt"

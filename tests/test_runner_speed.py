@@ -7,7 +7,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from costsim.runtime import Runtime  # noqa: E402
+from costsim.errors import InputError  # noqa: E402
+from costsim.runtime import Runtime, parse_pairs  # noqa: E402
 from runner import speed  # noqa: E402
 from runner.staging import HostStager  # noqa: E402
 from tests.runner_helpers import events, execute, summary, tiny_plan  # noqa: E402
@@ -98,6 +99,20 @@ def test_fp8_blocks_converts_the_blocks_linear_layers_and_keeps_the_checkpoint_k
     out.square().mean().backward()
     assert all(m.weight.grad is not None and m.weight.grad.abs().sum() > 0 for m in linears
                if type(m).__name__ == "Float8Linear")
+
+
+def test_fp8_select_large_leaves_the_small_layers_in_their_precision():
+    pytest.importorskip("torchao")
+    # torchao's tensor-wise threshold: converted when out_features > 4096 or in_features > 1024
+    model = torch.nn.Sequential(torch.nn.Linear(1040, 16), torch.nn.Linear(16, 1024), torch.nn.Linear(1024, 4096),
+                                torch.nn.Linear(4096, 4112))
+    assert speed.to_fp8(model, "model", "large") == 2
+    assert [type(m).__name__ for m in model] == ["Float8Linear", "Linear", "Linear", "Float8Linear"]
+    with pytest.raises(speed.RuntimeConfigError, match="outside fp8_select=large's small ones"):
+        speed.to_fp8(torch.nn.Sequential(torch.nn.Linear(1024, 4096)), "model", "large")
+    with pytest.raises(InputError, match="fp8_select.*set fp8=blocks or fp8=model"):
+        parse_pairs(["fp8_select=large"])
+    assert parse_pairs(["fp8=blocks", "fp8_select=large"]).describe() == "fp8=blocks fp8_select=large"
 
 
 def test_fp8_is_refused_where_it_cannot_run(monkeypatch):
