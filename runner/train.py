@@ -31,7 +31,7 @@ from runner.checkpoint import Checkpointer, SharedStorageError
 from runner.compile_share import CompileCacheShare
 from runner.diskspace import DiskFullError, free_bytes, is_disk_full, quiet_disk_full_in_threads, refuse
 from runner.plan import load_run_spec
-from runner.state import PRIVATE_PREFIX, apply_state, seed_rng, state_sha256, training_state
+from runner.state import PRIVATE_PREFIX, apply_state, rng_state, seed_rng, set_rng_state, state_sha256, training_state
 from runner.store import StoreError, checkpoint_place
 from runner.telemetry import Telemetry
 from runner.workloads import BuildContext, WorkloadOptionError, build_workload, check_options, lean_imports, resolve
@@ -76,6 +76,7 @@ class Trainer:
         # every (re)start, so an elastic shrink or a smaller node keeps the global batch and the memory.
         self.split = spec.split(world_size)
         self.accumulation = self.split.accumulation
+        self.agree_within, self.abandoned_micro_batches = False, 0   # train_step: a notice between micro-batches
         ctx = BuildContext(rank=rank, world_size=world_size, device=self.device, micro_batch=self.split.micro_batch,
                            accumulation=self.accumulation, seed=spec.seed, precision=spec.precision,
                            options=dict(spec.options), total_steps=spec.total_steps)
@@ -164,13 +165,24 @@ class Trainer:
             if own_rng not in state:
                 seed_rng(self.spec.seed, self.rank, self.step)
 
-    def train_step(self) -> None:
+    def train_step(self) -> bool:
+        """One optimizer step over `accumulation` micro-batches. With `agree_within` (steps longer than the
+        agreement period), the ranks agree before each micro-batch after the first whether a notice came:
+        if one did, the step is abandoned as if it had not begun (its gradients dropped, the random state
+        put back, nothing applied) and False returned, so the notice's save starts within a micro-batch
+        instead of a whole step."""
         built, model = self.built, self.model
         built.optimizer.zero_grad(set_to_none=True)
         autocast = (torch.autocast(self.device.type, dtype=built.autocast_dtype) if built.autocast_dtype
                     else contextlib.nullcontext())
+        rng = rng_state() if self.agree_within else None
         total = None
         for micro in range(self.accumulation):
+            if rng is not None and micro > 0 and self.notice_agreed():
+                built.optimizer.zero_grad(set_to_none=True)
+                set_rng_state(rng)
+                self.abandoned_micro_batches = micro
+                return False
             sync = micro == self.accumulation - 1
             no_sync = (model.no_sync() if isinstance(model, DistributedDataParallel) and not sync and self.world_size > 1
                        else contextlib.nullcontext())
@@ -184,17 +196,29 @@ class Trainer:
             built.scheduler.step()
         if built.after_step is not None:
             built.after_step(self.step + 1)
+        return True
 
-    def agree(self, checkpoint_due: bool, next_sync: int) -> tuple[bool, bool, int]:
-        """One all-reduce (MAX): checkpoint due (rank 0's clock), notice seen anywhere, next sync step.
+    def agree(self, checkpoint_due: bool, next_sync: int, within: bool) -> tuple[bool, bool, int]:
+        """One all-reduce (MAX): checkpoint due (rank 0's clock), notice seen anywhere, next sync step, and
+        whether to agree on a notice between micro-batches too (rank 0's: its steps outlast SYNC_TARGET_S).
 
         It runs on the default group (its gloo side for this CPU tensor), never on the checkpointer's
         group: an async save's background thread may be in a collective there, and two threads'
         collectives on one group deadlock.
         """
-        flags = torch.tensor([int(checkpoint_due), int(self.notice.requested), next_sync], dtype=torch.int64)
+        flags = torch.tensor([int(checkpoint_due), int(self.notice.requested), next_sync, int(within)],
+                             dtype=torch.int64)
         dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+        self.agree_within = bool(flags[3]) and self.accumulation > 1
         return bool(flags[0]), bool(flags[1]), int(flags[2])
+
+    def notice_agreed(self) -> bool:
+        """A notice seen on any rank (one small all-reduce on the default group, as agree())."""
+        if self.world_size == 1:
+            return self.notice.requested
+        flag = torch.tensor([int(self.notice.requested)], dtype=torch.int64)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag[0])
 
     def train(self) -> int:
         self.restore()
@@ -214,7 +238,8 @@ class Trainer:
                 faults.fire(self.fault, local_rank=int(os.environ.get("LOCAL_RANK", 0)),
                             local_world_size=int(os.environ.get("LOCAL_WORLD_SIZE", 1)))
                 self.fault = None
-            self.train_step()
+            if not self.train_step():   # a notice between micro-batches: the step is abandoned
+                return self.stop_for_notice(self.steady_step_s(started, first_step, first_end))
             self.step += 1
             self.garbage.step(self.step)
             now = time.monotonic()
@@ -238,9 +263,9 @@ class Trainer:
                 due = by_steps or (spec.interval_s is not None and now - last_checkpoint >= spec.interval_s)
                 rate = (now - started) / max(self.step - first_step, 1)
                 proposal = self.step + max(1, int(SYNC_TARGET_S / max(rate, 1e-6))) if self.rank == 0 else 0
-                due, notice, next_sync = self.agree(due, proposal)
-                if notice:   # the step time after the first (a start's compile and warm-up is not redone)
-                    steady = (now - first_end) / (self.step - first_step - 1) if self.step - first_step > 1 else rate
+                steady = self.steady_step_s(started, first_step, first_end)
+                due, notice, next_sync = self.agree(due, proposal, within=self.rank == 0 and steady > SYNC_TARGET_S)
+                if notice:
                     return self.stop_for_notice(steady)
                 if due and self.step < self.total_steps:
                     self.checkpointer.save(self.step, self.state())
@@ -270,6 +295,13 @@ class Trainer:
             print(f"runner: step {self.step} validation loss {loss:.5g} ({int(total[1])} held-out samples)",
                   file=sys.stderr, flush=True)
 
+    def steady_step_s(self, started: float, first_step: int, first_end: float) -> float:
+        """The step time after this start's first step (its compile and warm-up are not redone)."""
+        now, done = time.monotonic(), self.step - first_step
+        if done > 1:
+            return (now - first_end) / (done - 1)
+        return (now - started) / max(done, 1)
+
     def stop_for_notice(self, step_s: float) -> int:
         """The notice: save now or let the newest checkpoint (or the one being written) stand, by the rule
         the planner prices (costsim.contract.notice); rank 0 decides for all. Exits PREEMPTED_EXIT."""
@@ -286,7 +318,8 @@ class Trainer:
             print(f"runner: notice at step {self.step}: {choice.action}: {choice.reason}", file=sys.stderr, flush=True)
             decided = {"decision": choice.action, "reason": choice.reason, **figures}
         self.telemetry.event("preempted", step=self.step, kind="notice",
-                             emergency_checkpoint=self.step if bool(flag.item()) else None, **decided)
+                             emergency_checkpoint=self.step if bool(flag.item()) else None,
+                             abandoned_micro_batches=self.abandoned_micro_batches, **decided)
         return faults.PREEMPTED_EXIT
 
     def notice_choice(self, step_s: float) -> tuple[notice_rule.NoticeChoice, dict]:

@@ -281,3 +281,63 @@ def _workers_of(run_dir) -> list[int]:
         if b"runner.train" in words and str(run_dir).encode() in words and state not in ("Z", "X"):
             found.append(int(cmdline.parent.name))
     return found
+
+
+def test_a_notice_between_micro_batches_abandons_the_step_and_resumes_exactly(tmp_path):
+    """Steps longer than the ranks' agreement period (a 1.2 s pace over 4 micro-batches): the notice is agreed
+    between micro-batches, the step in progress is dropped as if it had not begun, and its save starts
+    within a micro-batch; the resumed run ends in the state of a run never interrupted."""
+    from dataclasses import replace
+
+    from costsim.contract.plan import Plan
+    path = tiny_plan(tmp_path, interval_steps=None)
+    plan = Plan.read(path)
+    replace(plan, prediction=replace(plan.prediction, per_gpu_batch=8),   # 64 = 2 ranks x 8 x 4
+            checkpoint=replace(plan.checkpoint, interval_s=3600.0)).write(path)
+    args = ("--steps", "7", "--seed", "4", "--option", "pace=1.2s")
+    clean, noticed = tmp_path / "clean", tmp_path / "noticed"
+    result = execute(path, clean, *args)
+    assert result.returncode == 0, result.stderr[-3000:]
+    result = execute(path, noticed, *args, "--inject-preemptions", "term@4")
+    assert result.returncode == 0, result.stderr[-3000:]
+    (notice,) = [e for e in events(noticed, "preempted") if e["kind"] == "notice"]
+    # fired as the fifth step began: the notice reached both ranks within a micro-batch (0.3 s), long before
+    # the last, and the save holds the four steps done
+    assert notice["step"] == notice["emergency_checkpoint"] == 4
+    assert 1 <= notice["abandoned_micro_batches"] <= 3
+    assert events(noticed, "checkpoint_load")[0]["step"] == 4
+    s = summary(noticed)
+    assert s["restarts"] == 1 and s["lost_steps"] == 0
+    assert s["final_state_sha256"] == summary(clean)["final_state_sha256"]
+
+
+def test_an_abandoned_step_leaves_the_random_state_gradients_and_weights_as_they_were(tmp_path):
+    """The tiny SDXL UNet draws its noise and timesteps from the random state: a step abandoned after its first
+    micro-batch must put that back, or the step taken after it would differ from an uninterrupted run's."""
+    import json
+    import subprocess
+    import sys
+    from dataclasses import replace
+
+    from costsim.contract.plan import Plan
+    from runner.plan import effective_plan
+    from tests.sdxl_tiny import TINY_UNET, sdxl_plan
+    plan = Plan.read(sdxl_plan(tmp_path))
+    plan = replace(plan, prediction=replace(plan.prediction, per_gpu_batch=2))   # 4 = 2 x 2 micro-batches
+    reports = {}
+    for mode in ("abandon", "straight"):
+        run = tmp_path / mode
+        run.mkdir()
+        path = effective_plan(plan, runtime=plan.runtime, final_save=False, seed=5,
+                              options={"config": str(TINY_UNET)}).write(run / "plan.json")
+        out = subprocess.run([sys.executable, "-m", "tests.abandon_probe", str(run), str(path), mode],
+                             capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr[-3000:]
+        reports[mode] = json.loads(out.stdout.strip().splitlines()[-1])
+    abandoned, straight = reports["abandon"], reports["straight"]
+    assert abandoned["accumulation"] == 2
+    assert abandoned["taken"] is False and abandoned["abandoned_micro_batches"] == 1
+    assert abandoned["rng_kept"] and abandoned["weights_kept"] and abandoned["gradients"] == 0
+    assert abandoned["optimizer_state"] == 0   # no optimizer step began
+    assert abandoned["next_step_taken"] and straight["next_step_taken"]
+    assert abandoned["state"] == straight["state"]   # the step after an abandoned one is the step never interrupted

@@ -77,8 +77,10 @@ EVENT_FIELDS: dict[str, tuple[str, tuple[str, ...]]] = {
                           "node's own checkpoint)", ("op", "step", "reason", "retry_in_s", "failures")),
     "preempted": ("worker; kind: notice, or injected-KIND; at a notice, the decision (costsim.contract.notice: "
                   "save, keep, nothing), why, and the figures it weighed (save_s: with room_s, the removals a "
-                  "save would first make room with)", ("step", "kind", "emergency_checkpoint", "decision", "reason",
-                                                       "redo_s", "save_s", "room_s", "wait_s", "left_s")),
+                  "save would first make room with); abandoned_micro_batches: the micro-batches of the step in "
+                  "progress dropped when the notice was agreed inside it (0: it came between steps)",
+                  ("step", "kind", "emergency_checkpoint", "abandoned_micro_batches", "decision", "reason",
+                   "redo_s", "save_s", "room_s", "wait_s", "left_s")),
     "end": ("worker", ("step", "final_state_sha256", "final_loss", "samples", "wall_s", "gc_collections", "gc_s",
                        *MEMORY_FIELDS)),
     "export": ("worker, rank 0: RUN/final", ("step", "path", "bytes", "duration_s")),

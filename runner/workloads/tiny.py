@@ -25,8 +25,9 @@ def _teacher(seed: int) -> torch.Tensor:
 
 OPTIONS = {"hidden": f"width of the hidden layers ({HIDDEN}); 2048 makes a 53 MB checkpoint (object store tests "
                      "need multipart uploads)",
-           "pace": "the least time an optimizer step takes, e.g. 5ms: a drill's stand-in for a job of that speed, the "
-                   "same on a fast machine and a slow one (default: as fast as it runs)"}
+           "pace": "the least time an optimizer step takes, e.g. 5ms, spread over its micro-batches: a drill's "
+                   "stand-in for a job of that speed, the same on a fast machine and a slow one (default: as fast as "
+                   "it runs)"}
 
 
 def _settings(options: dict) -> tuple[int, float]:
@@ -65,12 +66,15 @@ def build(ctx: BuildContext) -> Built:
         rows = torch.arange(indices.start, indices.stop, device=ctx.device) % DATASET
         return inputs[rows], targets[rows]
 
+    pacer = _pacer(pace_s / ctx.accumulation) if pace_s else None
+
     def loss(model: nn.Module, data) -> torch.Tensor:
         x, y = data
+        if pacer is not None:   # a real job's time is in its micro-batches (a notice may come between them)
+            pacer()
         return nn.functional.mse_loss(model(x), y)
 
-    return Built(model=model, optimizer=optimizer, scheduler=scheduler, batch=batch, loss=loss,
-                 after_step=_pacer(pace_s) if pace_s else None, empty=empty)
+    return Built(model=model, optimizer=optimizer, scheduler=scheduler, batch=batch, loss=loss, empty=empty)
 
 
 def _pace_s(text: str | None) -> float:
@@ -85,13 +89,13 @@ def _pace_s(text: str | None) -> float:
 
 
 def _pacer(pace_s: float):
-    """after_step: wait out what is left of `pace_s` since the last step ended (a step that took longer,
-    or paid a checkpoint, waits nothing)."""
+    """Before each micro-batch: wait out what is left of `pace_s` since the one before began (one that took
+    longer, or a step that paid a checkpoint, waits nothing)."""
     last = [time.monotonic()]
 
-    def after_step(step: int) -> None:
+    def wait() -> None:
         left = last[0] + pace_s - time.monotonic()
         if left > 0:
             time.sleep(left)
         last[0] = time.monotonic()
-    return after_step
+    return wait
