@@ -116,7 +116,9 @@ def notice_saves(trainer, run: Path, thread_counts: list[int]) -> None:
     checkpointer, step, first = trainer.checkpointer, trainer.step + 10, None
     for threads in thread_counts:
         checkpointer.set_write_threads(threads)
-        for stage, following in ((True, True), (True, False), (False, False)):   # the staged pair side by side
+        # the staged pair side by side in the order A B B A (a save's place in the sequence, the disk's state
+        # after the one before, weighs on both alike), then once from the device tensors
+        for stage, following in ((True, True), (True, False), (True, False), (True, True), (False, False)):
             for old in checkpointer.steps():          # room for one more on a small disk
                 shutil.rmtree(checkpointer.folder(old), ignore_errors=True)
             step += 1

@@ -239,15 +239,17 @@ def report(path: Path) -> str:
         label = "bare hand-written loop" if r["part"] == "bare" else f"runner: {r.get('label', '')}"
         if r.get("compile_cache"):
             label += f" [{r['compile_cache']} cache]"
+        accumulation = r.get("accumulation", 1)
+        batch = f"{r.get('batch', '')}x{accumulation}" if accumulation > 1 else str(r.get("batch", ""))
         if "error" in r:
-            lines.append(f"{label[:57]:<58}{r.get('batch', ''):>6}  {r['error'][:60]}")
+            lines.append(f"{label[:57]:<58}{batch:>6}  {r['error'][:60]}")
             continue
-        base = bares.get(r["batch"])
+        base = bares.get(r["batch"]) if accumulation == 1 else None
         ratio = f"{r['samples_per_s'] / base['samples_per_s']:.3f}" if base else ""
         versus_best = f"{r['samples_per_s'] / fastest:.3f}" if fastest else ""
         mfu = f"{r['samples_per_s'] * per_sample / 1e12 / top['tflops']:.3f}" if per_sample and top else ""
         mem = f"{r['peak_memory_gb']:.1f}" if r.get("peak_memory_gb") else ""
-        lines.append(f"{label[:57]:<58}{r['batch']:>6}{r['samples_per_s']:>11.2f}{ratio:>9}{versus_best:>9}{mfu:>7}{mem:>8}"
+        lines.append(f"{label[:57]:<58}{batch:>6}{r['samples_per_s']:>11.2f}{ratio:>9}{versus_best:>9}{mfu:>7}{mem:>8}"
                      f"{r.get('first_step_s', 0):>14.1f}")
     return "\n".join(lines)
 
@@ -290,7 +292,8 @@ def main() -> None:
     try:
         result = {"peak": peak, "bare": bare, "runner": runner}[args.part](args)
     except Exception as exc:   # one failed row (out of memory, a compiler error) must not lose the others
-        result = {"part": args.part, "batch": args.batch, "label": args.label or " ".join(args.runtime + args.option),
+        result = {"part": args.part, "batch": args.batch, "accumulation": args.accumulation,
+                  "label": args.label or " ".join(args.runtime + args.option),
                   "error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
     result["t"] = time.time()
     with open(args.results, "a") as handle:

@@ -8,7 +8,8 @@
 # SET=fp8: one GPU, fp8 blocks and the activation budget (below; FP8_ROWS=rest: the rows after the first call's).
 # SET=accum: one GPU, the fastest configuration (compile=model at 16) at the flagship's global batch 64 (16 x 4
 #   micro-batches: the optimizer steps once a step), then without accumulation from the warm cache.
-# SET=fp8large: one GPU, fp8 on the large linear layers only (fp8_select=large) against bf16 at 16 x 4, then the
+# SET=fp8large: one GPU, fp8 on the large linear layers only (fp8_select=large) at 16 x 4 (compile=model, or
+#   FP8_COMPILE; FP8_BASELINE=1: bf16 first, else the baseline is SET=accum's on the same warm machine), then the
 #   manifest CRC comparison (scripts/bench_checkpoint.py --notice 4: read back after the write, or while writing).
 # Every row is its own process with a timeout; each lane stops starting rows at its deadline.
 # Results: $OUT/bench_sdxl.jsonl, the table in $OUT/bench_sdxl.txt. Wheels for simpy/diffusers/
@@ -109,10 +110,10 @@ accum() {   # a cold whole-model compile (333 s, 2026-11-29) first, then the sam
 }
 
 fp8large() {
-  local c=/tmp/inductor g="--runtime compile=blocks --runtime gc_every=50 --runtime expandable_segments=true"
+  local c=/tmp/inductor g="--runtime compile=${FP8_COMPILE:-model} --runtime gc_every=50 --runtime expandable_segments=true"
   install_torchao
-  TORCHINDUCTOR_CACHE_DIR=$c-bf16 row 0 150 runner --batch 16 --accumulation 4 $g
-  TORCHINDUCTOR_CACHE_DIR=$c-fp8l row 0 180 runner --batch 16 --accumulation 4 $g --runtime fp8=blocks --runtime fp8_select=large
+  [[ -n ${FP8_BASELINE:-} ]] && TORCHINDUCTOR_CACHE_DIR=$c-bf16 row 0 400 runner --batch 16 --accumulation 4 $g
+  TORCHINDUCTOR_CACHE_DIR=$c-fp8l row 0 450 runner --batch 16 --accumulation 4 $g --runtime fp8=blocks --runtime fp8_select=large
   local left=$(( START + BUDGET - $(date +%s) ))
   if (( left > 60 )); then   # both ways of taking the manifest's CRCs, in one process
     timeout -k 10 "$left" python3 scripts/bench_checkpoint.py --workload sdxl --batch 8 --notice 4 --skip-sync \
