@@ -690,16 +690,18 @@ def validate_command(workload, gpus, policies_, nodes, deadline, risk, trials, s
     table = reliability(results)
     overall = pooled(results)
     honest = [r for r in results if r.honest]
+    noise = [r for r in results if r.within_noise]
     judged = [r for r in results if r.honest is not None]
     if fmt == "json":
         click.echo(report.to_json({"groups": [r.as_dict() for r in results], "pooled": overall, "reliability": table,
                                    "goal": {"p_tolerance": P_TOLERANCE, "coverage": list(COVERAGE_BAND)},
-                                   "honest_groups": len(honest), "judged_groups": len(judged)}))
+                                   "honest_groups": len(honest), "within_noise_groups": len(noise),
+                                   "judged_groups": len(judged)}))
     else:
         rows = [[r.group, ("" if r.meets_target else "x ") + _short_label(r.chosen), r.windows,
                  _share(r.stated_p), _share(r.realised_p), f"{r.p_error:+.3f}" if r.p_error is not None else "",
                  _share(r.cost_coverage), _share(r.finish_coverage), _num(r.crps),
-                 {True: "yes", False: "no", None: ""}[r.honest]] for r in results]
+                 {True: "yes", False: "noise" if r.within_noise else "no", None: ""}[r.honest]] for r in results]
         stated, real = overall["stated_p_deadline"], overall["realised_p_deadline"]
         rows.append(["every group, pooled", "", sum(r.windows for r in results), _share(stated), _share(real),
                      f"{stated - real:+.3f}" if stated is not None and real is not None else "",
@@ -715,7 +717,10 @@ def validate_command(workload, gpus, policies_, nodes, deadline, risk, trials, s
                 f"share of realised costs and finishes inside the plan's P10-P90 (honest: 80%; one on an atom of the "
                 f"plan's distribution counts in part, by its randomised PIT); CRPS of the cost, "
                 f"lower is better. Goal: |error| <= {P_TOLERANCE} and both shares within "
-                f"{COVERAGE_BAND[0]:.0%}-{COVERAGE_BAND[1]:.0%}; met on {len(honest)} of {len(judged)} groups. "
+                f"{COVERAGE_BAND[0]:.0%}-{COVERAGE_BAND[1]:.0%}; met on {len(honest)} of {len(judged)} groups; "
+                f"noise: missed by less than two standard errors ({len(noise)} groups): windows that overlap are not "
+                "independent, so each share's standard error counts blocks of overlapping windows (JSON: realised_se, "
+                "cost_coverage_se, finish_coverage_se, blocks). "
                 "Pooled: each group weighing the same, as in the ensemble."))
             click.echo()
             click.echo(report.table(["stated P(finish by t)", "pairs", "mean stated", "realised"],

@@ -49,11 +49,14 @@ class GroupResult:
     windows: int
     stated_p: float | None = None
     realised_p: float | None = None
-    realised_se: float | None = None
+    realised_se: float | None = None   # standard errors over blocks of overlapping windows (window_blocks)
+    blocks: int = 0
     cost_band: tuple[float, float] | None = None
     finish_band: tuple[float, float] | None = None
     cost_coverage: float | None = None
     finish_coverage: float | None = None
+    cost_coverage_se: float | None = None
+    finish_coverage_se: float | None = None
     crps: float | None = None
     stated_cost_mean: float | None = None
     realised_cost_mean: float | None = None
@@ -72,16 +75,31 @@ class GroupResult:
         return (abs(self.p_error) <= P_TOLERANCE and all(low <= c <= high for c in (self.cost_coverage, self.finish_coverage)
                                                          if c is not None))
 
+    @property
+    def within_noise(self) -> bool | None:
+        """Missed the goal, but by no more than two standard errors on every figure that missed: the group's
+        windows cannot tell this miss from an honest plan's bad luck."""
+        if self.honest is not False:
+            return None
+        low, high = COVERAGE_BAND
+        misses = [(abs(self.p_error or 0.0) - P_TOLERANCE, self.realised_se)]
+        misses += [(max(low - c, c - high), se) for c, se in ((self.cost_coverage, self.cost_coverage_se),
+                                                              (self.finish_coverage, self.finish_coverage_se))
+                   if c is not None]
+        return all(gap <= 0 or (se is not None and gap <= 2 * se) for gap, se in misses)
+
     def as_dict(self) -> dict:
         return {"group": self.group, "period": self.period, "chosen": self.chosen, "policy": self.policy,
                 "meets_target": self.meets_target,
                 "windows": self.windows, "stated_p_deadline": self.stated_p, "realised_p_deadline": self.realised_p,
-                "realised_se": self.realised_se, "p_error": self.p_error,
+                "realised_se": self.realised_se, "blocks": self.blocks, "p_error": self.p_error,
                 "cost_p10_p90": list(self.cost_band) if self.cost_band else None,
                 "finish_p10_p90_s": [_finite(v) for v in self.finish_band] if self.finish_band else None,
-                "cost_coverage": self.cost_coverage, "finish_coverage": self.finish_coverage, "cost_crps": self.crps,
+                "cost_coverage": self.cost_coverage, "finish_coverage": self.finish_coverage,
+                "cost_coverage_se": self.cost_coverage_se, "finish_coverage_se": self.finish_coverage_se,
+                "cost_crps": self.crps,
                 "stated_cost_mean": self.stated_cost_mean, "realised_cost_mean": self.realised_cost_mean,
-                "honest": self.honest}
+                "honest": self.honest, "within_noise": self.within_noise}
 
 
 def _finite(value: float) -> float | None:
@@ -134,6 +152,37 @@ def replay_timelines(group: Group, horizon_s: float, stride_s: float, nodes: int
     return out
 
 
+def window_blocks(group: Group, horizon_s: float, stride_s: float) -> np.ndarray:
+    """For each window of `replay_timelines` (same order), the block of overlapping windows it belongs to.
+    Windows that start `stride` apart on one trace share most of their span (72 h windows 6 h apart: 11/12
+    of it): they are not independent draws. Consecutive windows are grouped in blocks of horizon/stride,
+    so that one block's windows barely overlap the next block's; a bundle's windows are a block each.
+    The standard errors below count blocks, not windows (`cluster_se`)."""
+    per_block = max(1, math.ceil(horizon_s / stride_s - 1e-9))
+    blocks, next_block = [], 0
+    for window in group.windows:
+        if window.slide:
+            count = int(np.arange(0.0, max(window.length_s - horizon_s, 0.0) + 1e-9, stride_s).size)
+            blocks += [next_block + i // per_block for i in range(count)]
+            next_block += -(-count // per_block)
+        else:
+            blocks.append(next_block)
+            next_block += 1
+    return np.array(blocks, dtype=np.int64)
+
+
+def cluster_se(values: np.ndarray, blocks: np.ndarray) -> float:
+    """Standard error of the mean of `values` when observations in one block are correlated and blocks are
+    independent (the cluster-robust variance, with its G/(G-1) small-sample factor; G blocks)."""
+    values = np.asarray(values, dtype=float)
+    n, labels = len(values), np.unique(blocks)
+    if n == 0 or len(labels) < 2:
+        return float("nan")
+    deviations = values - values.mean()
+    sums = np.bincount(np.searchsorted(labels, blocks), weights=deviations)
+    return float(math.sqrt(len(labels) / (len(labels) - 1) * float(np.sum(sums ** 2))) / n)
+
+
 REPLAY_SEED = 1_000_003   # the replays' speeds: a stream apart from the plan's own trials'
 
 
@@ -161,7 +210,12 @@ def crps(samples: np.ndarray, observed: np.ndarray) -> float:
 
 
 def coverage(samples: np.ndarray, observed: np.ndarray, low: float = 0.1, high: float = 0.9) -> float:
-    """The share of observations inside the forecast's central band [P10, P90], for forecasts with
+    """The share of observations inside the forecast's central band (`coverage_each`, averaged)."""
+    return float(np.mean(coverage_each(samples, observed, low, high)))
+
+
+def coverage_each(samples: np.ndarray, observed: np.ndarray, low: float = 0.1, high: float = 0.9) -> np.ndarray:
+    """Each observation's part inside the forecast's central band [P10, P90], for forecasts with
     atoms too: an observation's place in the forecast is the interval [F(y-), F(y)] of its randomised PIT
     (Czado, Gneiting & Held 2009), and it counts by the part of that interval inside [low, high]. A
     calibrated forecast scores high - low on average whatever its atoms: greedy's finish is one time
@@ -174,7 +228,7 @@ def coverage(samples: np.ndarray, observed: np.ndarray, low: float = 0.1, high: 
     width = upto - below
     overlap = np.clip(np.minimum(upto, high) - np.maximum(below, low), 0.0, None)
     point = ((upto >= low) & (upto <= high)).astype(float)   # y between two samples: F(y-) = F(y)
-    return float(np.mean(np.where(width > 0, overlap / np.where(width > 0, width, 1.0), point)))
+    return np.where(width > 0, overlap / np.where(width > 0, width, 1.0), point)
 
 
 def validate_group(workload: Workload, profile: Profile, offerings: list[Offering], spec: MarketSpec, name: str,
@@ -188,9 +242,12 @@ def validate_group(workload: Workload, profile: Profile, offerings: list[Offerin
     c = chosen.configured.candidate
     stated = run_trials(config, options.trials, options.seed)   # the plan's own trials, drawn again
     timelines = replay_timelines(held_out, config.params.horizon_s, stride_s, c.nodes) if SPOT in config.prices else []
+    blocks = window_blocks(held_out, config.params.horizon_s, stride_s) if timelines else np.zeros(1, dtype=np.int64)
     if not timelines:   # no spot market: what the plan says is what happens, on any capacity
         timelines = [ArrayTimeline([], [])]
     finish, cost, met = realised(config, timelines, options.seed)
+    assert len(blocks) == len(finish), (len(blocks), len(finish))
+    cost_in, finish_in = coverage_each(stated.cost, cost), coverage_each(stated.makespan_s, finish)
     stats = chosen.stats
     cost_band = (quantile(stated.cost, 0.1), quantile(stated.cost, 0.9))
     finish_band = (quantile(stated.makespan_s, 0.1), quantile(stated.makespan_s, 0.9))
@@ -202,10 +259,17 @@ def validate_group(workload: Workload, profile: Profile, offerings: list[Offerin
     return GroupResult(
         group=name, period=held_out.period, chosen=c.label, policy=c.policy, meets_target=chosen.meets_target,
         windows=n, stated_p=stats.p_deadline,
-        realised_p=p, realised_se=math.sqrt(max(p * (1 - p), 1e-12) / n), cost_band=cost_band, finish_band=finish_band,
-        cost_coverage=coverage(stated.cost, cost), finish_coverage=coverage(stated.makespan_s, finish),
+        realised_p=p, realised_se=_se(met, blocks), blocks=int(np.unique(blocks).size),
+        cost_band=cost_band, finish_band=finish_band,
+        cost_coverage=float(cost_in.mean()), finish_coverage=float(finish_in.mean()),
+        cost_coverage_se=_se(cost_in, blocks), finish_coverage_se=_se(finish_in, blocks),
         crps=crps(stated.cost, cost), stated_cost_mean=stats.cost_mean, realised_cost_mean=float(cost.mean()),
         pairs=pairs)
+
+
+def _se(values: np.ndarray, blocks: np.ndarray) -> float | None:
+    se = cluster_se(values, blocks)
+    return None if math.isnan(se) else se
 
 
 def validate(workload: Workload, profile: Profile, offerings: list[Offering], options: PlanOptions, *,
