@@ -56,6 +56,7 @@ from runner.checkpoint_manifest import (
 )
 from runner.checkpoint_reader import SafeFileSystemReader, SafeLoadPlanner
 from runner.diskspace import DiskFullError, available_memory, filesystem_type, free_bytes, gb, is_disk_full, refuse
+from runner.speed import RuntimeConfigError
 from runner.staging import HostStager
 from runner.state import PRIVATE_PREFIX
 from runner.store import FETCH_THREADS, S3Store, StoreUnavailable
@@ -67,10 +68,13 @@ class SharedStorageError(RuntimeError):
 
 WRITE_THREADS = 4      # files written in parallel per rank
 # COSTSIM_CRC_WHILE_WRITING=1: the manifest's CRCs computed while the checkpoint is written (FollowingFileSystem)
-# instead of read back after it. Off by default: on the H200 the read-back after SDXL's 30.8 GB write took
-# 1.7 s with a 15.8 s write; with the CRCs summed inline the write took 20.7 s, read back while writing 27.3 s
-# (three different machines: scripts/bench_checkpoint.py --notice compares them in one run; not yet run).
-CRC_WHILE_WRITING = os.environ.get("COSTSIM_CRC_WHILE_WRITING", "0") == "1"
+# instead of read back after it; =blocking: only for the saves training waits for (a notice's, the final one),
+# the async writes beside training reading back after. Off by default. On the H200: an async write of SDXL's
+# 30.8 GB beside training took 15.8 s with the read-back after (1.7 s), 27.3 s read back while writing (other
+# machines, 2026-12-03 morning); a blocking save with nothing else running 20.19 s read back after, 17.56 s
+# while writing (one process, one save each, the variant first: data/measurements/2026-12-03-h200-accumulation).
+CRC_MODES = ("0", "1", "blocking")
+CRC_WHILE_WRITING = os.environ.get("COSTSIM_CRC_WHILE_WRITING", "0")
 STORE_BACKOFF_S, STORE_BACKOFF_MAX_S = 15.0, 300.0   # an object store that dropped out: when to try it again
 
 
@@ -151,7 +155,11 @@ class Checkpointer:
         # first copied into host buffers allocated after the first step and reused after.
         self._writer = FileSystemWriter(str(self.root), thread_count=WRITE_THREADS)
         self._crcs: FollowingFileSystem | None = None
-        self.follow_crcs(CRC_WHILE_WRITING)
+        if CRC_WHILE_WRITING not in CRC_MODES:
+            raise RuntimeConfigError(f"COSTSIM_CRC_WHILE_WRITING={CRC_WHILE_WRITING!r}: allowed "
+                                     f"{', '.join(CRC_MODES)}")
+        self._crc_mode = CRC_WHILE_WRITING
+        self.follow_crcs(self._crc_mode == "1")
         self._stager = HostStager() if async_mode else None
         # DCP's collectives get their own gloo group, so the async writer never shares one with training.
         self._group = dist.new_group(backend="gloo") if dist.is_initialized() else None
@@ -375,6 +383,8 @@ class Checkpointer:
         started = time.perf_counter()
         state = self._share(state)[1]
         staged = self._stager is not None and (not blocking or (stage and self._stager.ready()))
+        if self._crc_mode == "blocking" and (self._crcs is None) != (staged and not blocking):
+            self.follow_crcs(not (staged and not blocking))   # the same on every rank: each saves alike
         if staged:
             assert self._stager is not None
             state = self._stager.stage(state)   # one copy into the host buffers

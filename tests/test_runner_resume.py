@@ -171,6 +171,15 @@ def test_async_checkpoints_resume_exactly_too(tmp_path, monkeypatch):
     assert all(e["commit_read_bytes"] == (kept[e["step"]] / ".metadata").stat().st_size
                for e in followed if e["step"] in kept)
     assert followed and all(0 < e["commit_read_bytes"] < 0.02 * e["bytes"] for e in followed)
+    # =blocking: only the saves training waits for (here the final one) follow the writers; the async ones
+    # beside training read back after
+    monkeypatch.setenv("COSTSIM_CRC_WHILE_WRITING", "blocking")
+    mixed = execute(plan, tmp_path / "c", "--steps", "120", "--seed", "4")
+    monkeypatch.delenv("COSTSIM_CRC_WHILE_WRITING")
+    assert mixed.returncode == 0, mixed.stderr[-3000:]
+    reads = {(e["mode"], e["commit_read_bytes"] < 0.02 * e["bytes"]) for e in events(tmp_path / "c", "checkpoint_save")}
+    assert reads == {("async", False), ("sync", True)}
+    assert all(verify(m.parent) is None for m in (tmp_path / "c").rglob("step-*/manifest.json"))
     # Each rank read its own share of the large tensors (weights and both AdamW moments of the two
     # larger layers), and the other's came by broadcast: together all of them, once.
     from runner.workloads.tiny import HIDDEN, INPUT
