@@ -305,6 +305,7 @@ class Trainer:
     def stop_for_notice(self, step_s: float) -> int:
         """The notice: save now or let the newest checkpoint (or the one being written) stand, by the rule
         the planner prices (costsim.contract.notice); rank 0 decides for all. Exits PREEMPTED_EXIT."""
+        stopped_t = time.time()   # training has stopped: what follows is the notice's own cost
         choice, figures = self.notice_choice(step_s)
         flag = torch.tensor([int(choice.save) if self.rank == 0 else 0], dtype=torch.int64)
         if self.world_size > 1:
@@ -319,7 +320,7 @@ class Trainer:
             decided = {"decision": choice.action, "reason": choice.reason, **figures}
         self.telemetry.event("preempted", step=self.step, kind="notice",
                              emergency_checkpoint=self.step if bool(flag.item()) else None,
-                             abandoned_micro_batches=self.abandoned_micro_batches, **decided)
+                             abandoned_micro_batches=self.abandoned_micro_batches, stopped_t=stopped_t, **decided)
         return faults.PREEMPTED_EXIT
 
     def notice_choice(self, step_s: float) -> tuple[notice_rule.NoticeChoice, dict]:

@@ -56,6 +56,11 @@ def figures(life: list[dict]) -> dict[str, float]:
         else:
             case = "a save, nothing in flight" if saved is not None else "no save"
         out[f"notice to exit, {case}"] = ended["t"] - ended["notice_t"]
+        # how long training ran on after the notice (the step finished, or abandoned between micro-batches:
+        # `abandoned_micro_batches`); lives before `stopped_t` was recorded: to the notice's save's start
+        stopped = notice.get("stopped_t") or (saved["t"] - saved["duration_s"] if saved is not None else None)
+        if stopped is not None:
+            out["notice: training stopped after"] = stopped - ended["notice_t"]
     return out
 
 

@@ -314,6 +314,9 @@ def test_a_notice_between_micro_batches_abandons_the_step_and_resumes_exactly(tm
     # the last, and the save holds the four steps done
     assert notice["step"] == notice["emergency_checkpoint"] == 4
     assert 1 <= notice["abandoned_micro_batches"] <= 3
+    # training stopped before step 5 could end: its 4 micro-batches take at least 1.2 s (0.3 s each)
+    step4 = next(e for e in events(noticed, "step") if e["step"] == 4)
+    assert 0 < notice["stopped_t"] - step4["t"] < 1.15
     assert events(noticed, "checkpoint_load")[0]["step"] == 4
     s = summary(noticed)
     assert s["restarts"] == 1 and s["lost_steps"] == 0

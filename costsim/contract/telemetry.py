@@ -78,8 +78,9 @@ EVENT_FIELDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "preempted": ("worker; kind: notice, or injected-KIND; at a notice, the decision (costsim.contract.notice: "
                   "save, keep, nothing), why, and the figures it weighed (save_s: with room_s, the removals a "
                   "save would first make room with); abandoned_micro_batches: the micro-batches of the step in "
-                  "progress dropped when the notice was agreed inside it (0: it came between steps)",
-                  ("step", "kind", "emergency_checkpoint", "abandoned_micro_batches", "decision", "reason",
+                  "progress dropped when the notice was agreed inside it (0: it came between steps); stopped_t: "
+                  "when training stopped for it (the save or the wait for the write in flight came after)",
+                  ("step", "kind", "emergency_checkpoint", "abandoned_micro_batches", "stopped_t", "decision", "reason",
                    "redo_s", "save_s", "room_s", "wait_s", "left_s")),
     "end": ("worker", ("step", "final_state_sha256", "final_loss", "samples", "wall_s", "gc_collections", "gc_s",
                        *MEMORY_FIELDS)),
