@@ -8,9 +8,10 @@
 # SET=fp8: one GPU, fp8 blocks and the activation budget (below; FP8_ROWS=rest: the rows after the first call's).
 # SET=accum: one GPU, the fastest configuration (compile=model at 16) at the flagship's global batch 64 (16 x 4
 #   micro-batches: the optimizer steps once a step), then without accumulation from the warm cache.
-# SET=fp8large: one GPU, fp8 on the large linear layers only (fp8_select=large) at 16 x 4 (compile=model, or
-#   FP8_COMPILE; FP8_BASELINE=1: bf16 first, else the baseline is SET=accum's on the same warm machine), then the
-#   manifest CRC comparison (scripts/bench_checkpoint.py --notice 4: read back after the write, or while writing).
+# SET=fp8large: one GPU, fp8 on the large linear layers only (fp8_select=large) at 16 x 4 (compile=blocks, or
+#   FP8_COMPILE=model: not compiled within 450 s on 2026-12-03; FP8_BASELINE=1: bf16 first, which runs out of memory
+#   under compile=blocks at 16 x 4), then the manifest CRC comparison (scripts/bench_checkpoint.py --notice 4: read
+#   back after the write, or while writing, in the order A B B A).
 # Every row is its own process with a timeout; each lane stops starting rows at its deadline.
 # Results: $OUT/bench_sdxl.jsonl, the table in $OUT/bench_sdxl.txt. Wheels for simpy/diffusers/
 # importlib_metadata come in .whl/; torchao for SET=fp8 in .whl-fp8/ (an older one in .whl-fp8/alt for an older torch).
@@ -110,7 +111,7 @@ accum() {   # a cold whole-model compile (333 s, 2026-11-29) first, then the sam
 }
 
 fp8large() {
-  local c=/tmp/inductor g="--runtime compile=${FP8_COMPILE:-model} --runtime gc_every=50 --runtime expandable_segments=true"
+  local c=/tmp/inductor g="--runtime compile=${FP8_COMPILE:-blocks} --runtime gc_every=50 --runtime expandable_segments=true"
   install_torchao
   [[ -n ${FP8_BASELINE:-} ]] && TORCHINDUCTOR_CACHE_DIR=$c-bf16 row 0 400 runner --batch 16 --accumulation 4 $g
   TORCHINDUCTOR_CACHE_DIR=$c-fp8l row 0 450 runner --batch 16 --accumulation 4 $g --runtime fp8=blocks --runtime fp8_select=large
