@@ -57,6 +57,8 @@ def test_pairs_override_a_base():
     ({"ddp_graph": "whole"}, "runtime.ddp_graph", "applies to compiled models"),
     ({"cudnn_benchmark": "fast"}, "runtime.cudnn_benchmark", "true or false"),
     ({"fp8": "e4m3"}, "runtime.fp8", "off, blocks, model"),
+    ({"fp8": "blocks", "fp8_select": "big"}, "runtime.fp8_select", "all, large"),
+    ({"fp8_select": "large"}, "runtime.fp8_select", "set fp8=blocks or fp8=model"),
     ({"compile": "model", "activation_memory_budget": 0}, "runtime.activation_memory_budget", "fraction in (0, 1]"),
     ({"compile": "model", "activation_memory_budget": "half"}, "runtime.activation_memory_budget", "fraction"),
     ({"activation_memory_budget": 0.5}, "runtime.activation_memory_budget", "applies to compiled graphs"),
