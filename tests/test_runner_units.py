@@ -450,3 +450,13 @@ def test_crcs_computed_while_a_file_is_written_equal_those_read_back_after(tmp_p
             stream.write(b"x")
             stream.close()
         assert got["sums"] is None
+
+
+def test_an_unknown_crc_mode_is_refused_with_what_is_allowed(tmp_path, monkeypatch):
+    """COSTSIM_CRC_WHILE_WRITING takes 0, 1 or blocking; anything else stops the worker with that line
+    (runner.speed.RuntimeConfigError: the supervisor prints it once, no restart), not a silent default."""
+    from runner import checkpoint
+    from runner.speed import RuntimeConfigError
+    monkeypatch.setattr(checkpoint, "CRC_WHILE_WRITING", "yes")   # read from the environment at import
+    with pytest.raises(RuntimeConfigError, match=r"COSTSIM_CRC_WHILE_WRITING='yes': allowed 0, 1, blocking"):
+        checkpoint.Checkpointer(tmp_path, keep=1, async_mode=False, rank=0, warn=print, on_event=lambda *a, **f: None)
