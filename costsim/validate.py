@@ -154,10 +154,11 @@ def replay_timelines(group: Group, horizon_s: float, stride_s: float, nodes: int
 
 def window_blocks(group: Group, horizon_s: float, stride_s: float) -> np.ndarray:
     """For each window of `replay_timelines` (same order), the block of overlapping windows it belongs to.
-    Windows that start `stride` apart on one trace share most of their span (72 h windows 6 h apart: 11/12
-    of it): they are not independent draws. Consecutive windows are grouped in blocks of horizon/stride,
-    so that one block's windows barely overlap the next block's; a bundle's windows are a block each.
-    The standard errors below count blocks, not windows (`cluster_se`)."""
+    Windows that start `stride` apart on one trace share most of their span (the SDXL plan's 144 h horizon,
+    6 h apart: 23/24 of it): they are not independent draws. Consecutive windows are grouped in blocks of
+    horizon/stride, so that one block's windows barely overlap the next block's; a bundle's windows are a
+    block each; a gang's window counts in its first node's block. The standard errors below count blocks,
+    not windows (`cluster_se`)."""
     per_block = max(1, math.ceil(horizon_s / stride_s - 1e-9))
     blocks, next_block = [], 0
     for window in group.windows:
