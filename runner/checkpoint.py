@@ -67,22 +67,23 @@ class SharedStorageError(RuntimeError):
 
 
 WRITE_THREADS = 4      # files written in parallel per rank
-# COSTSIM_CRC_WHILE_WRITING=1: the manifest's CRCs computed while the checkpoint is written (FollowingFileSystem)
-# instead of read back after it; =blocking: only for the saves training waits for (a notice's, the final one),
-# the async writes beside training reading back after. Off by default. On the H200: an async write of SDXL's
-# 30.8 GB beside training took 15.8 s with the read-back after (1.7 s), 27.3 s read back while writing (other
-# machines, 2026-12-03 morning); a blocking save with nothing else running 20.19 s read back after, 17.56 s
-# while writing (one process, one save each, the variant first: data/measurements/2026-12-03-h200-accumulation).
+# The manifest's CRCs: computed while the checkpoint is written (FollowingFileSystem) or read back after it.
+# COSTSIM_CRC_WHILE_WRITING=blocking (the default): while writing for the saves training waits for (a notice's,
+# the final one), read back after for the async writes beside training; =1 while writing for every save; =0
+# read back after for every save. On the H200 a blocking save of SDXL's 30.8 GB took 18.82 and 18.98 s
+# while writing against 20.56 and 19.78 s read back after (one process, in the order A B B A), and a notice's
+# save in a real life 19.10 s against 21.10 s (data/measurements/2026-12-03-h200-notice-abandon); beside
+# training the async write was slower while writing (27.3 s against 15.8 s, other machines, 2026-12-03-h200-commit).
 CRC_MODES = ("0", "1", "blocking")
-CRC_WHILE_WRITING = os.environ.get("COSTSIM_CRC_WHILE_WRITING", "0")
+CRC_WHILE_WRITING = os.environ.get("COSTSIM_CRC_WHILE_WRITING", "blocking")
 STORE_BACKOFF_S, STORE_BACKOFF_MAX_S = 15.0, 300.0   # an object store that dropped out: when to try it again
 
 
 class FollowingFileSystem(FileSystem):
     """DCP's local file system, with each file's chunk CRC-32s computed by a pool of threads while the
     writer threads are still writing it (checkpoint_manifest.FollowingStream), so that the commit need not
-    read the whole checkpoint back after the write (1.7 s of SDXL's 30.8 GB on the H200 host); opt-in,
-    CRC_WHILE_WRITING. `take(folder)` hands over the sums of what was written there."""
+    read the whole checkpoint back after the write (1.7-2.3 s of SDXL's 30.8 GB on the H200 host); when,
+    CRC_WHILE_WRITING says. `take(folder)` hands over the sums of what was written there."""
 
     def __init__(self) -> None:
         super().__init__()

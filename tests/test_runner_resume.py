@@ -152,6 +152,7 @@ def test_when_every_checkpoint_is_damaged_the_run_starts_over_from_the_same_init
 
 def test_async_checkpoints_resume_exactly_too(tmp_path, monkeypatch):
     plan = tiny_plan(tmp_path / "p", interval_steps=INTERVAL, async_mode=True)
+    monkeypatch.setenv("COSTSIM_CRC_WHILE_WRITING", "0")   # every manifest's CRCs read back after the write
     clean = execute(plan, tmp_path / "a", "--steps", "200", "--seed", "4")
     monkeypatch.setenv("COSTSIM_CRC_WHILE_WRITING", "1")   # the drill's manifests: CRCs computed while writing
     drill = execute(plan, tmp_path / "b", "--steps", "200", "--seed", "4", "--inject-preemptions", "kill@120")
@@ -171,11 +172,9 @@ def test_async_checkpoints_resume_exactly_too(tmp_path, monkeypatch):
     assert all(e["commit_read_bytes"] == (kept[e["step"]] / ".metadata").stat().st_size
                for e in followed if e["step"] in kept)
     assert followed and all(0 < e["commit_read_bytes"] < 0.02 * e["bytes"] for e in followed)
-    # =blocking: only the saves training waits for (here the final one) follow the writers; the async ones
-    # beside training read back after
-    monkeypatch.setenv("COSTSIM_CRC_WHILE_WRITING", "blocking")
+    # the default (=blocking): only the saves training waits for (here the final one) follow the writers; the
+    # async ones beside training read back after
     mixed = execute(plan, tmp_path / "c", "--steps", "120", "--seed", "4")
-    monkeypatch.delenv("COSTSIM_CRC_WHILE_WRITING")
     assert mixed.returncode == 0, mixed.stderr[-3000:]
     reads = {(e["mode"], e["commit_read_bytes"] < 0.02 * e["bytes"]) for e in events(tmp_path / "c", "checkpoint_save")}
     assert reads == {("async", False), ("sync", True)}
