@@ -156,11 +156,7 @@ class Checkpointer:
         # first copied into host buffers allocated after the first step and reused after.
         self._writer = FileSystemWriter(str(self.root), thread_count=WRITE_THREADS)
         self._crcs: FollowingFileSystem | None = None
-        if CRC_WHILE_WRITING not in CRC_MODES:
-            raise RuntimeConfigError(f"COSTSIM_CRC_WHILE_WRITING={CRC_WHILE_WRITING!r}: allowed "
-                                     f"{', '.join(CRC_MODES)}")
-        self._crc_mode = CRC_WHILE_WRITING
-        self.follow_crcs(self._crc_mode == "1")
+        self.set_crc_mode(CRC_WHILE_WRITING)
         self._stager = HostStager() if async_mode else None
         # DCP's collectives get their own gloo group, so the async writer never shares one with training.
         self._group = dist.new_group(backend="gloo") if dist.is_initialized() else None
@@ -534,9 +530,17 @@ class Checkpointer:
                       staged=staged, commit_s=commit_s, write_threads=self._writer.thread_count,
                       commit_read_bytes=read_back)
 
+    def set_crc_mode(self, mode: str) -> None:
+        """When the manifest's CRCs are computed while writing (CRC_MODES, as COSTSIM_CRC_WHILE_WRITING):
+        "1" every save, "0" none (read back at the commit), "blocking" the saves training waits for."""
+        if mode not in CRC_MODES:
+            raise RuntimeConfigError(f"COSTSIM_CRC_WHILE_WRITING={mode!r}: allowed {', '.join(CRC_MODES)}")
+        self._crc_mode = mode
+        self.follow_crcs(mode == "1")
+
     def follow_crcs(self, on: bool) -> None:
-        """The manifest's CRCs read back chunk by chunk while the writers write (on), or all after the
-        write, at the commit (off, the default: the faster one measured so far)."""
+        """The next saves' CRCs read back chunk by chunk while the writers write (on), or all after the
+        write, at the commit (off); save() switches it per save under "blocking"."""
         if self._crcs is not None:
             self._crcs.close()
         self._crcs = FollowingFileSystem() if on else None

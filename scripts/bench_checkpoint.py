@@ -122,14 +122,14 @@ def notice_saves(trainer, run: Path, thread_counts: list[int]) -> None:
             for old in checkpointer.steps():          # room for one more on a small disk
                 shutil.rmtree(checkpointer.folder(old), ignore_errors=True)
             step += 1
-            checkpointer.follow_crcs(following)
+            checkpointer.set_crc_mode("1" if following else "0")
             checkpointer.save(step, trainer.state(), blocking=True, reason="notice", stage=stage)
             save = [e for e in read_events(run) if e["event"] == "checkpoint_save"][-1]
             first = first or save["duration_s"]
             say(figure="notice_save", staged=save["staged"], write_threads=threads, crc_while_writing=following,
                 save_s=save["duration_s"], commit_s=save["commit_s"], commit_read_bytes=save["commit_read_bytes"],
                 bytes=save["bytes"], ratio_to_first=save["duration_s"] / first)
-    checkpointer.follow_crcs(False)
+    checkpointer.set_crc_mode("0")
     for old in checkpointer.steps():
         shutil.rmtree(checkpointer.folder(old), ignore_errors=True)
     tensors = [t for t in _tensors(checkpointer._stager.stage(checkpointer._share(trainer.state())[1]))]

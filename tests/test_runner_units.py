@@ -388,6 +388,25 @@ def test_making_room_never_removes_the_only_intact_checkpoint(tmp_path):
     later.close()
 
 
+def test_the_crc_mode_decides_which_blocking_saves_read_back(tmp_path):
+    """A blocking save computes its manifest's CRCs while writing unless the mode is "0" (set_crc_mode:
+    what scripts/bench_checkpoint.py compares; under the default, "blocking", its read-back rows had
+    silently followed the writers too), and every manifest checks out either way."""
+    from runner.checkpoint import Checkpointer
+    saves: list[dict] = []
+    c = Checkpointer(tmp_path, keep=3, async_mode=False, rank=0, warn=print,
+                     on_event=lambda event, **f: saves.append(f) if event == "checkpoint_save" else None)
+    c.agree_on_step()
+    state = {"model": {"w": torch.arange(1 << 16, dtype=torch.float32)}, "progress": {"step": 1}}
+    for step, mode in ((1, "blocking"), (2, "0"), (3, "1")):
+        c.set_crc_mode(mode)
+        c.save(step, state)
+    c.close()
+    read_all = [f["commit_read_bytes"] >= f["bytes"] * 0.9 for f in saves]
+    assert read_all == [False, True, False]
+    assert all(verify(tmp_path / f"step-{step}") is None for step in (1, 2, 3))
+
+
 def test_the_worker_builds_the_sdxl_unet_without_the_packages_it_never_uses():
     """diffusers imports peft and transformers when they are installed (4-5 s of a 10 s import on the H200
     host), scipy.stats (0.7 s here) and torchao (0.9 s); the sdxl-unet workload declares them unused and the worker hides
