@@ -692,23 +692,25 @@ def validate_command(workload, gpus, policies_, nodes, deadline, risk, trials, s
     honest = [r for r in results if r.honest]
     noise = [r for r in results if r.within_noise]
     judged = [r for r in results if r.honest is not None]
+    ideal = [r for r in results if r.ideal_honest]
     if fmt == "json":
         click.echo(report.to_json({"groups": [r.as_dict() for r in results], "pooled": overall, "reliability": table,
                                    "goal": {"p_tolerance": P_TOLERANCE, "coverage": list(COVERAGE_BAND)},
                                    "honest_groups": len(honest), "within_noise_groups": len(noise),
-                                   "judged_groups": len(judged)}))
+                                   "honest_if_right_groups": len(ideal), "judged_groups": len(judged)}))
     else:
         rows = [[r.group, ("" if r.meets_target else "x ") + _short_label(r.chosen), r.windows,
                  _share(r.stated_p), _share(r.realised_p), f"{r.p_error:+.3f}" if r.p_error is not None else "",
                  _share(r.cost_coverage), _share(r.finish_coverage), _num(r.crps),
-                 {True: "yes", False: "noise" if r.within_noise else "no", None: ""}[r.honest]] for r in results]
+                 {True: "yes", False: "noise" if r.within_noise else "no", None: ""}[r.honest],
+                 _if_right(r)] for r in results]
         stated, real = overall["stated_p_deadline"], overall["realised_p_deadline"]
-        rows.append(["every group, pooled", "", sum(r.windows for r in results), _share(stated), _share(real),
+        rows.append(["pooled", "", sum(r.windows for r in results), _share(stated), _share(real),
                      f"{stated - real:+.3f}" if stated is not None and real is not None else "",
                      _share(overall["cost_coverage"]), _share(overall["finish_coverage"]), _num(overall["cost_crps"]),
-                     ""])
+                     "", ""])
         click.echo(report.table(["left out", "chosen without it", "windows", "stated", "realised", "error",
-                                 "cost in", "finish in", "CRPS", "goal"], rows, fmt))
+                                 "cost in", "finish in", "CRPS", "goal", "if right"], rows, fmt))
         if fmt == "table":
             click.echo(report.wrap(
                 "chosen: the plan's choice without the group (x: nothing met the target, so its cheapest candidate); "
@@ -721,7 +723,11 @@ def validate_command(workload, gpus, policies_, nodes, deadline, risk, trials, s
                 f"noise: missed by less than two standard errors ({len(noise)} groups): windows that overlap are not "
                 "independent, so each share's standard error counts blocks of overlapping windows (JSON: realised_se, "
                 "cost_coverage_se, finish_coverage_se, blocks). "
-                "Pooled: each group weighing the same, as in the ensemble."))
+                "Pooled: every group, each weighing the same, as in the ensemble. If right: the goal judged on the group's "
+                "own part of the ensemble (its replays and fit, JSON: if_right) in place of its real windows, and the "
+                "figure farthest from it: what a plan that does not know the group reaches if the market is true; "
+                f"met on {len(ideal)} of {len(judged)}: where it misses too, the groups differ by more than one band "
+                "can cover."))
             click.echo()
             click.echo(report.table(["stated P(finish by t)", "pairs", "mean stated", "realised"],
                                     [[f"{row['bin'][0]:.1f}-{row['bin'][1]:.1f}", row["count"], _share(row["stated"]),
@@ -732,6 +738,20 @@ def validate_command(workload, gpus, policies_, nodes, deadline, risk, trials, s
         plot_validation(results, table, plot, f"{spec.name}: leave one capacity group out ({trials} trials a plan)")
         if fmt == "table":
             click.echo(f"wrote {plot}")
+
+
+def _if_right(r) -> str:
+    """validate's `if right` cell: the goal on the group's own part of the ensemble, and its figure farthest
+    from the goal (the P(deadline) error where that misses, else the share farthest from 80%)."""
+    from costsim.validate import P_TOLERANCE
+    if r.ideal_honest is None:
+        return ""
+    verdict = "yes " if r.ideal_honest else "no "
+    error = r.stated_p - r.ideal_p
+    if abs(error) > P_TOLERANCE:
+        return verdict + f"{error:+.2f}"
+    shares = [c for c in (r.ideal_cost_coverage, r.ideal_finish_coverage) if c is not None]
+    return verdict + (f"{max(shares, key=lambda c: abs(c - 0.8)):.0%}" if shares else "")
 
 
 @cli.command("export")
