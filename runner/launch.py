@@ -135,8 +135,9 @@ def wait_for_rendezvous(endpoint: str, timeout_s: float) -> None:
 
 def torchrun_argv(node: Node, *, nproc_per_node: int, run_id: str, worker_args: list[str],
                   join_timeout_s: int = 600, min_nodes: int | None = None) -> list[str]:
-    """The torchrun invocation: one process per GPU (or per CPU worker), restarts left to the supervisor."""
-    argv = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc_per_node),
+    """The torchrun invocation: one process per GPU (or per CPU worker), restarts left to the supervisor
+    (runner.torchrun: torchrun, without the interpreter's teardown after it)."""
+    argv = [sys.executable, "-m", "runner.torchrun", "--nproc-per-node", str(nproc_per_node),
             "--max-restarts", "0", "--monitor-interval", "0.2"]
     if node.nnodes == 1:
         argv += ["--standalone"]

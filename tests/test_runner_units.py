@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+ROOT = Path(__file__).resolve().parent.parent
+
 pytest.importorskip("torch")
 
 import torch  # noqa: E402
@@ -109,10 +111,24 @@ def test_slurm_nodelist_expansion():
         expand_slurm_nodelist("node[a-b]")
 
 
+def test_the_launcher_exits_with_torchruns_status_and_without_its_report(tmp_path):
+    """runner.torchrun: a worker that fails ends it with status 1 (torchrun's), the worker's own error kept
+    and torchrun's ChildFailedError report left out; a clean worker with 0."""
+    (tmp_path / "fails.py").write_text("raise SystemExit('worker: bad input')\n")
+    (tmp_path / "works.py").write_text("print('worker: done')\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+    args = [sys.executable, "-m", "runner.torchrun", "--standalone", "--nproc-per-node", "1", "--monitor-interval", "0.1"]
+    failed = subprocess.run([*args, "fails.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert failed.returncode == 1 and "worker: bad input" in failed.stderr
+    assert "ChildFailedError" not in failed.stderr
+    done = subprocess.run([*args, "works.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "worker: done" in done.stdout
+
+
 def test_torchrun_argv_is_a_list_without_a_shell():
     argv = torchrun_argv(Node(nnodes=2, node_rank=1, endpoint="h0:29500", run_id=None, source="flags"),
                          nproc_per_node=8, run_id="r1", worker_args=["--plan", "p.json; rm -rf /"])
-    assert argv[:3] == [sys.executable, "-m", "torch.distributed.run"]
+    assert argv[:3] == [sys.executable, "-m", "runner.torchrun"]
     assert argv[argv.index("--rdzv-endpoint") + 1] == "h0:29500" and "--standalone" not in argv
     assert argv[-1] == "p.json; rm -rf /"   # passed as one argument, never interpreted
     single = torchrun_argv(Node(nnodes=1, node_rank=0, endpoint=None, run_id=None, source="x"),
