@@ -262,7 +262,8 @@ def coverage_each(samples: np.ndarray, observed: np.ndarray, low: float = 0.1, h
 def validate_group(workload: Workload, profile: Profile, offerings: list[Offering], spec: MarketSpec, name: str,
                    options: PlanOptions, stride_s: float) -> GroupResult:
     """Plan without group `name`, replay the choice on its windows."""
-    held_out = ensemble.build_group(next(g for g in spec.groups if g.name == name))
+    group_spec = next(g for g in spec.groups if g.name == name)
+    held_out = ensemble.build_group(group_spec)
     result = plan(workload, profile, with_spec(offerings, spec.without(name)), options)
     # what the plan chose; when nothing meets the target, its cheapest candidate: its figures are a promise too
     chosen: Ranked = result.chosen or result.ranked[0]
@@ -286,7 +287,6 @@ def validate_group(workload: Workload, profile: Profile, offerings: list[Offerin
     p = float(met.mean())
     ideal: dict = {}
     if config.market is not None and SPOT in config.prices:   # the group's own part of the ensemble
-        group_spec = next(g for g in spec.groups if g.name == name)
         alone = ensemble.build(replace(spec, groups=(group_spec,), name=f"{name} alone"))
         trials = max(options.trials, IDEAL_TRIALS)
         own = run_trials(replace(config, market=alone), trials, options.seed + IDEAL_SEED)

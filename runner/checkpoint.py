@@ -380,8 +380,9 @@ class Checkpointer:
         started = time.perf_counter()
         state = self._share(state)[1]
         staged = self._stager is not None and (not blocking or (stage and self._stager.ready()))
-        if self._crc_mode == "blocking" and (self._crcs is None) != (staged and not blocking):
-            self.follow_crcs(not (staged and not blocking))   # the same on every rank: each saves alike
+        follow = not (staged and not blocking)   # under "blocking": every save but an async write beside training
+        if self._crc_mode == "blocking" and (self._crcs is not None) != follow:
+            self.follow_crcs(follow)   # the same on every rank: each saves alike
         if staged:
             assert self._stager is not None
             state = self._stager.stage(state)   # one copy into the host buffers

@@ -179,9 +179,7 @@ def execute_command(plan, run_dir, run_id, nnodes, node_rank, rdzv_endpoint, npr
         # The node is going and everything is written (the checkpoint, the summary, the telemetry closed):
         # the interpreter's teardown of what the workload check imported (torch) took 0.6 s of the notice
         # here, for nothing the operating system does not do at once.
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+        faults.leave(code)
     sys.exit(code)
 
 

@@ -11,9 +11,9 @@ supervisor says in one line why the job stopped; any other error of torchrun's p
 
 from __future__ import annotations
 
-import os
-import sys
 import traceback
+
+from runner.faults import leave
 
 
 def main() -> None:
@@ -29,9 +29,7 @@ def main() -> None:
     except BaseException:   # torchrun's own failure (a rendezvous that timed out, a signal to the agent)
         traceback.print_exc()
         code = 1
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    leave(code)
 
 
 if __name__ == "__main__":

@@ -500,9 +500,7 @@ def main(argv: list[str] | None = None) -> None:
         # telemetry is flushed): every second to the exit counts against the notice. The process group's and
         # the interpreter's teardown (freeing the device's and the pinned host memory one object at a time)
         # only cost time here; the operating system frees it all at once.
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+        faults.leave(code)
     dist.destroy_process_group()
     sys.exit(code)
 

@@ -33,16 +33,14 @@ LAUNCHERS = ("torch.distributed.run", "runner.torchrun")
 # `runner execute` with the launcher's module swapped in torchrun_argv (nothing else changes)
 EXECUTE = r"""
 import sys
-import runner.launch as launch
+import runner.supervisor as supervisor
 module = sys.argv.pop(1)
-original = launch.torchrun_argv
+original = supervisor.torchrun_argv
 def argv(*args, **kwargs):
-    out = original(*args, **kwargs)
+    out = original(*args, **kwargs)   # [python, "-m", MODULE, ...]
     out[2] = module
     return out
-launch.torchrun_argv = argv
-import runner.supervisor
-runner.supervisor.torchrun_argv = argv
+supervisor.torchrun_argv = argv
 from runner.cli import main
 main(["execute", *sys.argv[1:]])
 """
