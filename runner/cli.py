@@ -177,8 +177,8 @@ def execute_command(plan, run_dir, run_id, nnodes, node_rank, rdzv_endpoint, npr
             lease.release()
     if code == faults.PREEMPTED_EXIT:
         # The node is going and everything is written (the checkpoint, the summary, the telemetry closed):
-        # the interpreter's teardown of what the workload check imported (torch) took 0.6 s of the notice
-        # here, for nothing the operating system does not do at once.
+        # the interpreter's teardown (0.6 s of the notice when the option check still imported torch) does
+        # nothing the operating system does not do at once.
         faults.leave(code)
     sys.exit(code)
 

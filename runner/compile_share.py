@@ -1,7 +1,7 @@
 """torch.compile's caches through the object store, for the job's next node (`runner execute
 --share-compile-cache`, or COSTSIM_SHARE_COMPILE_CACHE=1 in the workers' environment).
 
-A restart on the same node finds TorchInductor's caches in RUN/compile-cache (runner.speed.worker_env) and
+A restart on the same node finds TorchInductor's caches in RUN/compile-cache (runner.workerenv.worker_env) and
 its first step compiles nothing; a new node has an empty folder and compiles for 20-40 s. With sharing on
 and an s3:// checkpoint store, rank 0 packs the cache folder into one tar after a life's first step, once
 the step compiled something new, and uploads it in the background as COMPILE_PREFIX/<torch>-<device>.tar

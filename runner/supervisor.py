@@ -250,7 +250,7 @@ def _child_env(x: Execution) -> dict:
     env.setdefault("NCCL_NVLS_ENABLE", "0")
     env.setdefault("OMP_NUM_THREADS", "1")
     env["PYTHONUNBUFFERED"] = "1"
-    from runner.speed import bytecode_env, worker_env  # torch: only once a job is launched
+    from runner.workerenv import bytecode_env, worker_env
     return bytecode_env(x.run_dir, worker_env(x.spec.runtime, x.run_dir, env))
 
 

@@ -144,10 +144,11 @@ def runner(args) -> dict:
 
     from runner import speed, train
     from runner.plan import load_run_spec
+    from runner.workerenv import worker_env
 
     device = _device()
     work = Path(tempfile.mkdtemp(prefix="bench-sdxl-"))
-    speed.worker_env(parse_pairs(args.runtime), work / "run", os.environ)   # as the runner's workers get it
+    worker_env(parse_pairs(args.runtime), work / "run", os.environ)   # as the runner's workers get it
     options = ([f"config={args.config}"] if args.config else []) + list(args.option)
     plan = _plan(work, args.batch, "H200" if device.type == "cuda" else "cpu", args.accumulation,
                  runtime=parse_pairs(args.runtime), steps=args.warmup, options=dict(o.split("=", 1) for o in options))

@@ -279,13 +279,15 @@ def test_controlled_garbage_collection_runs_only_every_n_steps_and_restores_the_
 
 
 def test_worker_env_sets_the_allocator_and_compile_cache_but_a_users_own_values_win(tmp_path):
-    env = speed.worker_env(Runtime(expandable_segments=True, compile="blocks"), tmp_path, {})
+    from runner.workerenv import worker_env
+
+    env = worker_env(Runtime(expandable_segments=True, compile="blocks"), tmp_path, {})
     assert env["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
     assert env["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path.resolve() / "compile-cache")
     mine = {"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:512", "TORCHINDUCTOR_CACHE_DIR": "/shared/cache"}
-    assert speed.worker_env(Runtime(expandable_segments=True, compile="blocks"), tmp_path, dict(mine)) == {
+    assert worker_env(Runtime(expandable_segments=True, compile="blocks"), tmp_path, dict(mine)) == {
         **mine, "TORCHINDUCTOR_FX_GRAPH_CACHE": "1", "TORCHINDUCTOR_AUTOGRAD_CACHE": "1"}
-    assert speed.worker_env(Runtime(), tmp_path, {}) == {}
+    assert worker_env(Runtime(), tmp_path, {}) == {}
 
 
 def test_a_blocking_save_writes_the_staged_copy_once_the_buffers_exist(tmp_path):
@@ -335,7 +337,7 @@ def test_workers_keep_their_bytecode_in_the_run_folder_where_python_writes_none(
     import subprocess
     import sys
 
-    from runner.speed import bytecode_env
+    from runner.workerenv import bytecode_env
     package = tmp_path / "lib" / "slowpkg"
     package.mkdir(parents=True)
     (package / "__init__.py").write_text("VALUE = 42\n")

@@ -166,3 +166,28 @@ def test_prepare_sdxl_refuses_bad_input_in_one_line(tmp_path):
         assert result.returncode == 2, (args, result.stderr)
         error = [line for line in result.stderr.splitlines() if line.startswith("error:")]
         assert len(error) == 1 and message in error[0] and "Traceback" not in result.stderr, (args, result.stderr)
+
+
+def test_runner_execute_checks_options_without_importing_torch(tmp_path):
+    """The supervisor checks the workload's options (the weights folder, every shard's header) before torchrun
+    starts, on every life's path: torch's import (1-2 s) would be paid there once more before the workers'."""
+    weights, data = save_weights(tmp_path / "weights"), write_shards(tmp_path / "data")
+    plan = sdxl_plan(tmp_path)
+    code = ("import sys\n"
+            "from runner.cli import cli\n"
+            "try:\n"
+            f"    cli.main(['execute', {str(plan)!r}, '--run-dir', {str(tmp_path / 'run')!r}, '--check', '--option',"
+            f" 'weights={weights}', '--option', 'data={data}', '--option', 'val_samples=4'], standalone_mode=False)\n"
+            "except SystemExit as done:\n"
+            "    assert done.code in (0, None), done.code\n"
+            "from runner.workloads import check_options, resolve\n"
+            "check_options(resolve('tiny'), 'tiny', {'pace': '5ms'})\n"
+            "from runner import supervisor, workerenv\n"
+            "print('torch imported' if 'torch' in sys.modules else 'no torch')\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip().splitlines()[-1] == "no torch", result.stdout + result.stderr
+    # and the same check still refuses what the workers could not load
+    bad_data = write_shards(tmp_path / "few", sizes=(3,))
+    refused = bad(tmp_path, f"weights={weights}", f"data={bad_data}", "val_samples=3")
+    assert refused.returncode == 2 and "the dataset has 3 samples; hold out fewer" in refused.stderr

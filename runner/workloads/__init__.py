@@ -12,11 +12,12 @@ import importlib
 import inspect
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Callable
-
-import torch
+from typing import TYPE_CHECKING, Any, Callable
 
 from runner.batching import BatchSplit
+
+if TYPE_CHECKING:   # torch only where a worker builds: `runner execute` checks a workload's options without it
+    import torch
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -129,6 +130,8 @@ def empty_build(make: Callable[[], torch.nn.Module], device: torch.device) -> to
     device (no initialisation runs, no weights are read), then `to_empty`. For a build that a checkpoint
     loads over (`ctx.restoring`). None when the module holds tensors a checkpoint does not keep
     (non-persistent buffers, which would stay uninitialised): build it initialised instead."""
+    import torch
+
     with torch.device("meta"):
         module = make()
     if any(getattr(m, "_non_persistent_buffers_set", ()) for m in module.modules()):

@@ -20,16 +20,20 @@ workload copies to the GPU with non_blocking copies.
 from __future__ import annotations
 
 import bisect
+import json
+import struct
 import threading
 from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 FIELDS = ("latents", "text", "pooled", "time_ids")
-DTYPES = {"BF16": torch.bfloat16, "F32": torch.float32}
+DTYPES = ("BF16", "F32")   # as safetensors' headers name bf16 and fp32
+HEADER_MAX_BYTES = 100 << 20   # safetensors' own limit on a header
 HELD_OUT_SEED = 20_261_130   # the validation slice depends on the dataset only, never on a run's seed
 
 
@@ -54,23 +58,16 @@ class LatentShards:
         from safetensors import safe_open
 
         self.folder = Path(folder)
-        if not self.folder.is_dir():
-            raise DatasetError(f"data={folder}: no such folder (a dataset is a folder of .safetensors shards; "
-                               "runner prepare-sdxl makes one)")
-        paths = sorted(self.folder.glob("*.safetensors"))
-        if not paths:
-            raise DatasetError(f"data={folder}: no .safetensors shards in it")
+        checked = shard_rows(self.folder, shapes)
         self.handles, self.offsets, total = [], [], 0
-        for path in paths:
+        for path, rows in checked:
             try:
-                handle = safe_open(str(path), framework="pt")
-            except Exception as exc:   # safetensors raises its own error types for a torn or foreign file
+                self.handles.append(safe_open(str(path), framework="pt"))
+            except Exception as exc:   # safetensors raises its own error types for what its header check missed
                 raise DatasetError(f"data={folder}: shard {path.name}: not a readable safetensors file ({exc})") from None
-            rows = _check_shard(path, handle, shapes)
-            self.handles.append(handle)
             self.offsets.append(total)
             total += rows
-        self.paths, self.rows = paths, total
+        self.paths, self.rows = [path for path, _ in checked], total
         self.shapes = shapes
         self._lock = threading.Lock()
 
@@ -87,6 +84,8 @@ class LatentShards:
                 handle = self.handles[shard]
                 for name in FIELDS:
                     parts[name].append(handle.get_slice(name)[local:local + 1])
+        import torch
+
         out = {}
         for name, tensors in parts.items():
             dtype = tensors[0].dtype if all(t.dtype == tensors[0].dtype for t in tensors) else torch.float32
@@ -95,16 +94,60 @@ class LatentShards:
         return out
 
 
-def _check_shard(path: Path, handle, shapes: dict[str, tuple[int, ...]]) -> int:
-    names = set(handle.keys())
-    missing = [name for name in FIELDS if name not in names]
+def shard_rows(folder: Path, shapes: dict[str, tuple[int, ...]]) -> list[tuple[Path, int]]:
+    """Every shard of a dataset folder and its rows, checked against the model's shapes from the safetensors
+    headers alone: no tensor is read and torch is not imported (`runner execute` checks before any process
+    starts). DatasetError names the shard, the tensor and what is allowed."""
+    if not folder.is_dir():
+        raise DatasetError(f"data={folder}: no such folder (a dataset is a folder of .safetensors shards; "
+                           "runner prepare-sdxl makes one)")
+    paths = sorted(folder.glob("*.safetensors"))
+    if not paths:
+        raise DatasetError(f"data={folder}: no .safetensors shards in it")
+    return [(path, _check_shard(path, _header(path, folder), shapes)) for path in paths]
+
+
+def _header(path: Path, folder: Path) -> dict:
+    """A safetensors file's header: {name: {"dtype", "shape", "data_offsets"}}, checked against its size."""
+    def torn(why: str) -> DatasetError:
+        return DatasetError(f"data={folder}: shard {path.name}: not a readable safetensors file ({why})")
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(8)
+            if len(head) < 8:
+                raise torn("shorter than its header's length")
+            (length,) = struct.unpack("<Q", head)
+            if length > HEADER_MAX_BYTES:
+                raise torn(f"a header of {length} bytes")
+            raw = handle.read(length)
+            size = handle.seek(0, 2)
+    except OSError as exc:
+        raise torn(exc.strerror or str(exc)) from None
+    try:
+        header = json.loads(raw)
+    except (UnicodeDecodeError, ValueError):
+        raise torn("its header is not JSON") from None
+    if len(raw) < length or not isinstance(header, dict):
+        raise torn("its header is cut short")
+    data = size - 8 - length
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        offsets = entry.get("data_offsets") if isinstance(entry, dict) else None
+        if (not isinstance(offsets, list) or len(offsets) != 2 or not all(isinstance(o, int) for o in offsets)
+                or not isinstance(entry.get("shape"), list) or not 0 <= offsets[0] <= offsets[1] <= data):
+            raise torn(f"tensor {name!r} lies outside the file's {data} bytes of data")
+    return header
+
+
+def _check_shard(path: Path, header: dict, shapes: dict[str, tuple[int, ...]]) -> int:
+    missing = [name for name in FIELDS if name not in header]
     if missing:
         raise DatasetError(f"shard {path}: no tensor {', '.join(map(repr, missing))}; a shard holds "
                            f"{', '.join(FIELDS)}")
     rows = None
     for name in FIELDS:
-        piece = handle.get_slice(name)
-        shape, dtype = tuple(piece.get_shape()), piece.get_dtype()
+        shape, dtype = tuple(header[name]["shape"]), header[name].get("dtype")
         if dtype not in DTYPES:
             raise DatasetError(f"shard {path}: tensor {name!r} is {dtype}; allowed: bf16, fp32")
         want = shapes[name]
@@ -119,12 +162,18 @@ def _check_shard(path: Path, handle, shapes: dict[str, tuple[int, ...]]) -> int:
     return rows
 
 
+def check_held_out(rows: int, held_out: int) -> None:
+    if not 0 <= held_out < rows:
+        raise DatasetError(f"val_samples={held_out}: the dataset has {rows} samples; hold out fewer")
+
+
 class Order:
     """Which row each global sample index reads: a seeded permutation of the training rows per epoch."""
 
     def __init__(self, rows: int, seed: int, held_out: int):
-        if not 0 <= held_out < rows:
-            raise DatasetError(f"val_samples={held_out}: the dataset has {rows} samples; hold out fewer")
+        import torch
+
+        check_held_out(rows, held_out)
         choice = torch.randperm(rows, generator=torch.Generator().manual_seed(HELD_OUT_SEED))
         self.validation = sorted(choice[:held_out].tolist())
         self.training = torch.tensor(sorted(choice[held_out:].tolist()), dtype=torch.int64)
@@ -137,6 +186,9 @@ class Order:
 
     def _permutation(self, epoch: int) -> torch.Tensor:
         if epoch not in self._epochs:
+            import torch
+
+
             g = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
             self._epochs[epoch] = self.training[torch.randperm(len(self.training), generator=g)]
             while len(self._epochs) > 2:   # a step's samples span at most two epochs

@@ -23,11 +23,22 @@ import json
 import math
 import sys
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from runner.workloads import BuildContext, Built, WorkloadOptionError, empty_build, workload
-from runner.workloads.latents import FIELDS, DatasetError, LatentShards, Order, Prefetcher, expected_shapes
+from runner.workloads.latents import (
+    FIELDS,
+    DatasetError,
+    LatentShards,
+    Order,
+    Prefetcher,
+    check_held_out,
+    expected_shapes,
+    shard_rows,
+)
+
+if TYPE_CHECKING:
+    import torch
 
 CONFIG_NAME = "sdxl_unet_config.json"
 TRAIN_TIMESTEPS = 1000
@@ -133,8 +144,8 @@ def check(options: dict) -> None:
     settings = _settings(options)
     if "data" in options:
         try:
-            shards = LatentShards(options["data"], expected_shapes(settings["config"]))
-            Order(len(shards), 0, settings["val_samples"])
+            shards = shard_rows(Path(options["data"]), expected_shapes(settings["config"]))
+            check_held_out(sum(rows for _, rows in shards), settings["val_samples"])
         except DatasetError as exc:
             raise WorkloadOptionError(str(exc)) from None
 
@@ -144,6 +155,7 @@ def check(options: dict) -> None:
 @workload(options=OPTIONS, check=check, unused=("peft", "transformers", "scipy", "torchao"))
 def build(ctx: BuildContext) -> Built:
     """The SDXL UNet full fine-tune (synthetic data and random weights unless data= and weights=)."""
+    import torch
     from diffusers import UNet2DConditionModel
 
     s = _settings(ctx.options)
@@ -213,6 +225,8 @@ def build(ctx: BuildContext) -> Built:
 
 def lr_schedule(optimizer, warmup_steps: int, schedule: str, total_steps: int):
     """Linear warm-up over `warmup_steps`, then constant or a cosine decay to zero at `total_steps`."""
+    import torch
+
     def factor(step: int) -> float:
         if step < warmup_steps:
             return (step + 1) / warmup_steps
@@ -224,6 +238,8 @@ def lr_schedule(optimizer, warmup_steps: int, schedule: str, total_steps: int):
 
 
 def _synthetic(ctx: BuildContext, shapes: dict, generator):
+    import torch
+
     (channels, size, _), text_dim, pooled_dim = shapes["latents"], shapes["text"][1], shapes["pooled"][0]
     time_ids = torch.tensor([[size * 8, size * 8, 0, 0, size * 8, size * 8]], dtype=torch.float32).to(ctx.device)
 
@@ -248,6 +264,8 @@ def _synthetic(ctx: BuildContext, shapes: dict, generator):
 
 def _real_data(ctx: BuildContext, s: dict, shapes: dict, built: Built, draws, loss) -> None:
     """batch() from the shards, read ahead; validate() on the held-out slice."""
+    import torch
+
     try:
         shards = LatentShards(ctx.options["data"], shapes)
         order = Order(len(shards), ctx.seed, s["val_samples"])
@@ -290,6 +308,8 @@ def _real_data(ctx: BuildContext, s: dict, shapes: dict, built: Built, draws, lo
 
 def _ema(model, decay: float, built: Built) -> None:
     """An fp32 EMA of every parameter on the device, with diffusers' warm-up: decay min(d, n/(n+9)) at step n."""
+    import torch
+
     params = dict(model.named_parameters())
     shadow = {name: p.detach().clone().float() for name, p in params.items()}
     live, averaged = list(params.values()), list(shadow.values())
@@ -306,6 +326,8 @@ def _exporter(model, built: Built):
     def export(folder: Path) -> None:
         """The trained UNet (the EMA when on) as a diffusers folder: the last thing a run does, since it
         overwrites the live weights with the EMA's."""
+        import torch
+
         shadow = built.state.get("ema")
         if shadow is not None:
             with torch.no_grad():

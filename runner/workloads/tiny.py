@@ -8,17 +8,20 @@ its masks would come from each rank's random state, which differs between world 
 from __future__ import annotations
 
 import time
-
-import torch
-from torch import nn
+from typing import TYPE_CHECKING
 
 from runner.workloads import BuildContext, Built, WorkloadOptionError, empty_build, workload
 
 INPUT, HIDDEN, OUTPUT = 64, 256, 16
 DATASET = 1 << 16
 
+if TYPE_CHECKING:
+    import torch
+
 
 def _teacher(seed: int) -> torch.Tensor:
+    import torch
+
     generator = torch.Generator().manual_seed(seed)
     return torch.randn(INPUT, OUTPUT, generator=generator)
 
@@ -46,6 +49,9 @@ def check(options: dict) -> None:
 @workload(options=OPTIONS, check=check)
 def build(ctx: BuildContext) -> Built:
     """The CPU-sized reference workload of data/workloads/tiny.yaml."""
+    import torch
+    from torch import nn
+
     hidden, pace_s = _settings(ctx.options)
     torch.manual_seed(ctx.seed)   # identical initial weights on every rank
 
