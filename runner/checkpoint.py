@@ -346,8 +346,9 @@ class Checkpointer:
         """Load `step` into `state` in place: each rank reads its share, then receives the others'.
 
         The top-level entries named in `later` (what training first touches at its first optimizer step: the
-        optimizer's state, 2/3 of an Adam checkpoint) are read by a background thread while the first
-        micro-batches run: the PendingLoad's wait() puts them in place on every rank (every rank calls it, at
+        optimizer's state, 2/3 of an Adam checkpoint) are left to the PendingLoad: its start() reads them in a
+        background thread (the trainer starts it once the first micro-batch has compiled, so that the two do
+        not contend for the interpreter), its wait() puts them in place on every rank (every rank calls it, at
         the same point: the broadcast is a collective) and must come before anything reads them."""
         started = time.perf_counter()
         folder = self.folder(step)
@@ -697,7 +698,10 @@ class PendingLoad:
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
         self.done = False
-        if rest:
+
+    def start(self) -> None:
+        """Begin reading the deferred part in a background thread (once)."""
+        if self.rest and self._thread is None and not self.done:
             self._thread = threading.Thread(target=self._read, name="checkpoint-load-later", daemon=True)
             self._thread.start()
 
@@ -714,6 +718,7 @@ class PendingLoad:
         if self.done:
             return
         waiting = time.perf_counter()
+        self.start()
         if self._thread is not None:
             self._thread.join()
         if self._error is not None:

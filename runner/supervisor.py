@@ -25,7 +25,7 @@ from costsim.contract.telemetry import CURRENT_PLAN, PLAN, SUMMARY, moved_since,
 from runner import faults, layout
 from runner.launch import Node, TorchrunReportFilter, torchrun_argv
 from runner.plan import RunSpec
-from runner.telemetry import Telemetry
+from runner.telemetry import Telemetry, process_start_t
 
 MAX_FAILURES_WITHOUT_PROGRESS = 3
 
@@ -127,7 +127,8 @@ class Supervisor:
         for lease in self.leases:
             lease.start(functools.partial(self._on_lease_lost, lease.where))
         # The instance's life as the market sees it (costsim calibrate --market): from here to `exit`.
-        self.telemetry.event("instance", offering=x.spec.offering, market=x.spec.market, host=socket.gethostname())
+        self.telemetry.event("instance", offering=x.spec.offering, market=x.spec.market, host=socket.gethostname(),
+                             process_start_t=process_start_t())
         pending = list(x.schedule)
         attempts: list[dict] = []
         where = x.spec.checkpoint_location

@@ -77,3 +77,12 @@ class Telemetry:
         self.flush(durable=True)
         os.close(self._fd)
 
+
+def process_start_t() -> float | None:
+    """When this process started (wall clock, Linux: /proc; 10 ms resolution), else None."""
+    try:
+        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])   # field 22, starttime
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        return time.time() - (uptime - ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return None

@@ -42,27 +42,19 @@ from runner.state import (
     training_state,
 )
 from runner.store import StoreError, checkpoint_place
-from runner.telemetry import Telemetry
+from runner.telemetry import Telemetry, process_start_t
 from runner.workloads import BuildContext, WorkloadOptionError, build_workload, check_options, lean_imports, resolve
 
 IMPORTED_T = time.time()
 
 SYNC_TARGET_S = 0.5
-# What a resume reads while the first micro-batches run: the optimizer's state (2/3 of an Adam checkpoint) and a
-# workload's own (an EMA), first needed at the first optimizer step. COSTSIM_DEFER_LOAD=0 reads all first.
+# What a resume reads while the first step's micro-batches after the first run: the optimizer's state (2/3 of an
+# Adam checkpoint) and a workload's own (an EMA), first needed at the first optimizer step. Not beside the first
+# micro-batch: on the H200 its compile (Python, from the cache) and the reading threads slowed each other (the
+# first step 10.5-10.8 s against 8.9 s, the read 6.8 s against 4.3 s). COSTSIM_DEFER_LOAD=0 reads all first.
 DEFER_LOAD = os.environ.get("COSTSIM_DEFER_LOAD", "1") != "0"
 EXIT_MARGIN_S = 5.0   # of a notice: kept for the exit after the save (teardown, telemetry)
 PROGRESS_EVERY_S = 5.0
-
-
-def process_start_t() -> float | None:
-    """When this process started (wall clock, Linux: /proc; 10 ms resolution), else None."""
-    try:
-        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])   # field 22, starttime
-        uptime = float(Path("/proc/uptime").read_text().split()[0])
-        return time.time() - (uptime - ticks / os.sysconf("SC_CLK_TCK"))
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 class Trainer:
@@ -218,6 +210,8 @@ class Trainer:
             with autocast, speed.attention(self.runtime), no_sync:
                 loss = built.loss(model, built.batch(self.split.indices(self.step, self.rank, micro))) / self.accumulation
             loss.backward()
+            if self.pending is not None:   # a resume's optimizer state: read from now on, beside the rest
+                self.pending.start()
             total = loss.detach() if total is None else total + loss.detach()   # no host sync
         self.last_loss = total
         self.restored()   # a resume's optimizer state, read while the micro-batches ran

@@ -31,7 +31,8 @@ GOAL = {"same node: execute to the first step": 20.0, "new node: execute to the 
 
 def figures(life: list[dict]) -> dict[str, float]:
     """What one life measured, named as BASELINE and GOAL name them."""
-    start = life[0]["t"]
+    # from `runner execute`'s own start where the supervisor recorded it (its option check came before `instance`)
+    start = life[0].get("process_start_t") or life[0]["t"]
     first = lambda kind: next((e for e in life if e["event"] == kind and e.get("rank") in (0, None)), None)  # noqa: E731
     fetch, load, ended = first("checkpoint_fetch"), first("checkpoint_load"), first("exit")
     kind = "new node" if fetch else "same node" if load else "fresh"

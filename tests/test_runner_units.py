@@ -441,6 +441,7 @@ def test_a_deferred_part_of_a_load_lands_at_wait_and_its_errors_surface_there(tm
     pending = c.load(4, fresh, later=("optim",))
     assert torch.equal(fresh["model"]["w"], saved["model"]["w"]) and fresh["progress"]["step"] == 4
     assert not loads                                     # the event comes with the last byte in place
+    pending.start()
     pending.wait()
     assert all(torch.equal(fresh["optim"][k], saved["optim"][k]) for k in ("m", "v"))
     load = loads[0]
