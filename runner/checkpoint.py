@@ -342,50 +342,21 @@ class Checkpointer:
             dist.broadcast(choice, src=0, group=self._group)
         return int(choice.item())
 
-    def load(self, step: int, state: dict, *, later: tuple[str, ...] = ()) -> PendingLoad:
-        """Load `step` into `state` in place: each rank reads its share, then receives the others'.
-
-        The top-level entries named in `later` (what training first touches at its first optimizer step: the
-        optimizer's state, 2/3 of an Adam checkpoint) are left to the PendingLoad: its start() reads them in a
-        background thread (the trainer starts it once the first micro-batch has compiled, so that the two do
-        not contend for the interpreter), its wait() puts them in place on every rank (every rank calls it, at
-        the same point: the broadcast is a collective) and must come before anything reads them."""
+    def load(self, step: int, state: dict) -> None:
+        """Load `step` into `state` in place: each rank reads its share, then receives the others'."""
         started = time.perf_counter()
         folder = self.folder(step)
-        owned, _ = self._share(state)   # over the whole state: every part divides the same way
-        now = {key: value for key, value in state.items() if key not in later}
-        rest = {key: value for key, value in state.items() if key in later}
-        self._read(folder, now, owned)
-        read_end = time.perf_counter()
-        self._spread(state, now, owned)
-        pending = PendingLoad(self, step, folder, state, rest, owned, started, read_end)
-        if not rest:
-            pending.wait()
-        return pending
-
-    def _read(self, folder: Path, part: dict, owned: dict) -> None:
-        """This rank's share of `part` from the checkpoint folder (DCP on the checkpointer's own group)."""
-        mine = ownership.view(part, owned, self.rank)
+        owned, mine = self._share(state)
         dcp.load(mine, storage_reader=SafeFileSystemReader(str(folder)), planner=SafeLoadPlanner(),
                  process_group=self._group)
-        ownership.merge(part, mine)
-
-    def _spread(self, state: dict, part: dict, owned: dict) -> None:
-        """`part`, read, into `state`, and every rank's large tensors of it to every rank (the default group)."""
-        state.update(part)
+        ownership.merge(state, mine)
+        read_s = time.perf_counter() - started
         if self.world_size > 1:
-            ownership.broadcast(part, {path: rank for path, rank in owned.items() if path[0] in part})
+            ownership.broadcast(state, owned)
             if torch.cuda.is_available():
                 torch.cuda.synchronize()
-
-    def _loaded(self, step: int, folder: Path, owned_bytes: int, started: float, read_s: float, *,
-                waited_s: float, later_wait_s: float) -> None:
-        """The load's event: `duration_s` to the last byte in place on every rank, `waited_s` what the start
-        waited for (all of it unless a part was deferred), `later_wait_s` what training waited for the
-        deferred part at the first optimizer step."""
         self.on_event("checkpoint_load", step=step, duration_s=time.perf_counter() - started, read_s=read_s,
-                      waited_s=waited_s, later_wait_s=later_wait_s, bytes=_folder_bytes(folder),
-                      owned_bytes=owned_bytes)
+                      bytes=_folder_bytes(folder), owned_bytes=ownership.owned_bytes(state, owned, self.rank))
         if self._memory is not None and folder.parent == self._memory:   # every rank has read it: memory back
             if self._group is not None and self.world_size > 1:
                 dist.barrier(group=self._group)
@@ -683,49 +654,3 @@ def blocking_of(reason: str, async_mode: bool) -> bool:
 
 def _folder_bytes(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.iterdir() if p.is_file()) if folder.exists() else 0
-
-
-class PendingLoad:
-    """The part of a load that a background thread reads while training starts (Checkpointer.load)."""
-
-    def __init__(self, checkpointer: Checkpointer, step: int, folder: Path, state: dict, rest: dict, owned: dict,
-                 started: float, read_end: float):
-        self.checkpointer, self.step, self.folder, self.state = checkpointer, step, folder, state
-        self.rest, self.owned, self.started, self.read_end = rest, owned, started, read_end
-        # now: putting the model's part in place may rename its keys (set_model_state_dict under DDP)
-        self.owned_bytes = ownership.owned_bytes(state, owned, checkpointer.rank)
-        self.blocking_s = time.perf_counter() - started   # what the start waited for
-        self._error: BaseException | None = None
-        self._thread: threading.Thread | None = None
-        self.done = False
-
-    def start(self) -> None:
-        """Begin reading the deferred part in a background thread (once)."""
-        if self.rest and self._thread is None and not self.done:
-            self._thread = threading.Thread(target=self._read, name="checkpoint-load-later", daemon=True)
-            self._thread.start()
-
-    def _read(self) -> None:
-        try:
-            self.checkpointer._read(self.folder, self.rest, self.owned)
-            self.read_end = time.perf_counter()
-        except BaseException as exc:   # re-raised by wait(), on the training thread
-            self._error = exc
-
-    def wait(self) -> None:
-        """Everything in place on every rank (a collective when a part was read in the background): the
-        deferred part's large tensors come from their owners, then the `checkpoint_load` event."""
-        if self.done:
-            return
-        waiting = time.perf_counter()
-        self.start()
-        if self._thread is not None:
-            self._thread.join()
-        if self._error is not None:
-            raise self._error
-        self.checkpointer._spread(self.state, self.rest, self.owned)
-        self.done = True
-        now, deferred = time.perf_counter(), self._thread is not None
-        self.checkpointer._loaded(self.step, self.folder, self.owned_bytes, self.started, self.read_end - self.started,
-                                  waited_s=self.blocking_s if deferred else now - self.started,
-                                  later_wait_s=now - waiting if deferred else 0.0)

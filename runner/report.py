@@ -138,8 +138,7 @@ def restart_phases(events: list[dict], median_s: float | None = None, warmup: in
                        "to_worker_process_s": _round(runtime["process_start_t"] - e["t"]
                                                      if runtime and runtime.get("process_start_t") else None),
                        "worker_start_s": runtime.get("start_phases_s") if runtime else None,
-                       # what the start waited for (a deferred part is read beside the first step)
-                       "load_s": _round(load.get("waited_s", load["duration_s"]) if load else None),
+                       "load_s": _round(load["duration_s"] if load else None),
                        "first_step_s": _round(first - start if first and start else None),
                        # the next warm-up steps' time over as many median steady steps (staging pinning)
                        "later_warmup_excess_s": _round(sum(x["step_time_s"] for x in steps[1:]) - len(steps[1:]) * median_s

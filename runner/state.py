@@ -8,12 +8,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.distributed.checkpoint.state_dict import (
-    get_state_dict,
-    set_model_state_dict,
-    set_optimizer_state_dict,
-    set_state_dict,
-)
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
 PRIVATE_PREFIX = "rng_rank"   # the one top-level entry that differs between ranks: each rank's own
 
@@ -47,23 +42,15 @@ def training_state(model, optimizer, scheduler, step: int, rank: int, extra: dic
             "progress": {"step": step}, f"{PRIVATE_PREFIX}{rank}": rng_state(), **(extra or {})}
 
 
-def apply_state(state: dict, model, optimizer, scheduler, rank: int, *, with_optimizer: bool = True) -> int:
-    """Put a loaded state into the live objects; returns the step to continue from. Without
-    `with_optimizer`, the optimizer's part is left for apply_optimizer_state (loaded later)."""
-    if with_optimizer:
-        set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
-    else:
-        set_model_state_dict(model, state["model"])
+def apply_state(state: dict, model, optimizer, scheduler, rank: int) -> int:
+    """Put a loaded state into the live objects; returns the step to continue from."""
+    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
     if scheduler is not None:
         scheduler.load_state_dict(state["scheduler"])
     own = state.get(f"{PRIVATE_PREFIX}{rank}")
     if own is not None:   # absent when the checkpoint was saved by fewer processes than run now
         set_rng_state(own)
     return int(state["progress"]["step"])
-
-
-def apply_optimizer_state(state: dict, model, optimizer) -> None:
-    set_optimizer_state_dict(model, optimizer, state["optim"])
 
 
 def seed_rng(seed: int, rank: int, step: int) -> None:

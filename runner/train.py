@@ -27,20 +27,11 @@ from costsim.contract import notice as notice_rule
 from costsim.contract.telemetry import read_events
 from costsim.contract.timing import save_durations
 from runner import compile_share, faults, layout, speed
-from runner.checkpoint import Checkpointer, PendingLoad, SharedStorageError
+from runner.checkpoint import Checkpointer, SharedStorageError
 from runner.compile_share import CompileCacheShare
 from runner.diskspace import DiskFullError, free_bytes, is_disk_full, quiet_disk_full_in_threads, refuse
 from runner.plan import load_run_spec
-from runner.state import (
-    PRIVATE_PREFIX,
-    apply_optimizer_state,
-    apply_state,
-    rng_state,
-    seed_rng,
-    set_rng_state,
-    state_sha256,
-    training_state,
-)
+from runner.state import PRIVATE_PREFIX, apply_state, rng_state, seed_rng, set_rng_state, state_sha256, training_state
 from runner.store import StoreError, checkpoint_place
 from runner.telemetry import Telemetry, process_start_t
 from runner.workloads import BuildContext, WorkloadOptionError, build_workload, check_options, lean_imports, resolve
@@ -48,11 +39,6 @@ from runner.workloads import BuildContext, WorkloadOptionError, build_workload, 
 IMPORTED_T = time.time()
 
 SYNC_TARGET_S = 0.5
-# What a resume reads while the first step's micro-batches after the first run: the optimizer's state (2/3 of an
-# Adam checkpoint) and a workload's own (an EMA), first needed at the first optimizer step. Not beside the first
-# micro-batch: on the H200 its compile (Python, from the cache) and the reading threads slowed each other (the
-# first step 10.5-10.8 s against 8.9 s, the read 6.8 s against 4.3 s). COSTSIM_DEFER_LOAD=0 reads all first.
-DEFER_LOAD = os.environ.get("COSTSIM_DEFER_LOAD", "1") != "0"
 EXIT_MARGIN_S = 5.0   # of a notice: kept for the exit after the save (teardown, telemetry)
 PROGRESS_EVERY_S = 5.0
 
@@ -127,7 +113,6 @@ class Trainer:
         self.step = 0
         self.saved_step = 0   # the newest checkpoint this life loaded or started to save
         self.last_loss: torch.Tensor | None = None   # the last step's loss on this rank, kept on the device
-        self.pending: PendingLoad | None = None   # the part of a resume's load still being read (restore)
 
     def _compile_share(self, store, local_rank: int) -> CompileCacheShare | None:
         """torch.compile's caches through the store (runner.compile_share), when the run shares them: each
@@ -147,7 +132,6 @@ class Trainer:
             print(f"runner: warning: {message}", file=sys.stderr, flush=True)
 
     def state(self) -> dict:
-        self.restored()
         return training_state(self.model, self.built.optimizer, self.built.scheduler, self.step, self.rank,
                               self.built.state)
 
@@ -165,26 +149,11 @@ class Trainer:
                     raise WorkloadOptionError(f"the checkpoint of step {step} has no {name!r} state (saved by a run "
                                               f"without it): resume with the options it ran with, or start a new "
                                               "run folder")
-            later = ("optim", *self.built.state) if DEFER_LOAD else ()
-            self.pending = self.checkpointer.load(step, state, later=later)
-            self.step = apply_state(state, self.model, self.built.optimizer, self.built.scheduler, self.rank,
-                                    with_optimizer=not later)
+            self.checkpointer.load(step, state)
+            self.step = apply_state(state, self.model, self.built.optimizer, self.built.scheduler, self.rank)
             self.saved_step = self.step
             if own_rng not in state:
                 seed_rng(self.spec.seed, self.rank, self.step)
-            self.restored_state = state
-
-    def restored(self) -> None:
-        """The resume's deferred part (the optimizer's and the workload's state) in place, on every rank at
-        the same point (a collective): before the first optimizer step, and before anything takes the state."""
-        pending, self.pending = self.pending, None
-        if pending is None:
-            return
-        pending.wait()
-        if not pending.rest:
-            return
-        apply_optimizer_state(self.restored_state, self.model, self.built.optimizer)
-        del self.restored_state
 
     def train_step(self) -> bool:
         """One optimizer step over `accumulation` micro-batches. With `agree_within` (steps longer than the
@@ -210,11 +179,8 @@ class Trainer:
             with autocast, speed.attention(self.runtime), no_sync:
                 loss = built.loss(model, built.batch(self.split.indices(self.step, self.rank, micro))) / self.accumulation
             loss.backward()
-            if self.pending is not None:   # a resume's optimizer state: read from now on, beside the rest
-                self.pending.start()
             total = loss.detach() if total is None else total + loss.detach()   # no host sync
         self.last_loss = total
-        self.restored()   # a resume's optimizer state, read while the micro-batches ran
         built.optimizer.step()
         if built.scheduler is not None:
             built.scheduler.step()

@@ -20,8 +20,8 @@ from costsim.contract.lives import split_lives
 from costsim.contract.telemetry import is_event, read_job_events
 
 # where the issue started (its "Where it stands"), seconds unless said
-BASELINE = {"same node: execute to the first step": 47.6, "same node: load, waited for": 10.8, "new node: fetch": 49.2,
-            "new node: load, waited for": 11.8,
+BASELINE = {"same node: execute to the first step": 47.6, "same node: load": 10.8, "new node: fetch": 49.2,
+            "new node: load": 11.8,
             "notice to exit, a save, nothing in flight": 35.4, "notice to exit, a write in flight": 60.1,
             "steady samples/s": 18.0}
 GOAL = {"same node: execute to the first step": 20.0, "new node: execute to the first step": 45.0,
@@ -42,9 +42,8 @@ def figures(life: list[dict]) -> dict[str, float]:
         out[f"{kind}: execute to the first step"] = steps[0]["t"] - start
     if fetch:
         out["new node: fetch"] = fetch["duration_s"]
-    if load:   # what training waited for: before the first step, and for a deferred part at its optimizer step
-        out[f"{kind}: load, waited for"] = load.get("waited_s", load["duration_s"]) + load.get("later_wait_s", 0.0)
-        out[f"{kind}: load, to the last byte"] = load["duration_s"]
+    if load:
+        out[f"{kind}: load"] = load["duration_s"]
     steady = [e["samples"] / e["step_time_s"] for e in steps[2:] if e.get("step_time_s") and e.get("samples")]
     if len(steady) >= 3:
         out["steady samples/s"] = statistics.median(steady)

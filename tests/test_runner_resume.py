@@ -49,6 +49,10 @@ def test_three_sigkills_resume_to_the_same_final_state(plan, clean, tmp_path):
     assert [line.split(" (")[0] for line in result.stderr.splitlines() if "drill: injected" in line] == \
         [f"runner: drill: injected kill at step {k}" for k in kills]
     assert "Traceback" not in result.stderr and "Connection reset" not in result.stderr
+    # `runner execute`'s own start, before its checks, what scripts/bench_restart.py measures a life from
+    instance = events(tmp_path, "instance", rank=None)[0]
+    worker = events(tmp_path, "runtime")[0]
+    assert instance["process_start_t"] <= instance["t"] < worker["process_start_t"]
 
 
 def test_sigterm_notice_checkpoints_and_loses_no_step(plan, clean, tmp_path):

@@ -423,38 +423,6 @@ def test_the_crc_mode_decides_which_blocking_saves_read_back(tmp_path):
     assert all(verify(tmp_path / f"step-{step}") is None for step in (1, 2, 3))
 
 
-def test_a_deferred_part_of_a_load_lands_at_wait_and_its_errors_surface_there(tmp_path):
-    """Checkpointer.load(later=...): the rest of the state is in place when load returns, the deferred part
-    (the optimizer's, read in a background thread) once wait() has returned; a failure reading it is raised
-    by wait(), on the training thread, never lost; the event says what the start waited for."""
-    from runner.checkpoint import Checkpointer
-    loads: list[dict] = []
-    c = Checkpointer(tmp_path, keep=3, async_mode=False, rank=0, warn=print,
-                     on_event=lambda event, **f: loads.append(f) if event == "checkpoint_load" else None)
-    c.agree_on_step()
-    g = torch.Generator().manual_seed(3)
-    saved = {"model": {"w": torch.randn(1 << 16, generator=g)}, "optim": {"m": torch.randn(1 << 18, generator=g),
-             "v": torch.randn(1 << 18, generator=g)}, "progress": {"step": 4}}
-    c.save(4, saved)
-    fresh = {"model": {"w": torch.zeros(1 << 16)}, "optim": {"m": torch.zeros(1 << 18), "v": torch.zeros(1 << 18)},
-             "progress": {"step": 0}}
-    pending = c.load(4, fresh, later=("optim",))
-    assert torch.equal(fresh["model"]["w"], saved["model"]["w"]) and fresh["progress"]["step"] == 4
-    assert not loads                                     # the event comes with the last byte in place
-    pending.start()
-    pending.wait()
-    assert all(torch.equal(fresh["optim"][k], saved["optim"][k]) for k in ("m", "v"))
-    load = loads[0]
-    assert len(loads) == 1 and load["waited_s"] + load["later_wait_s"] <= load["duration_s"]
-    # a deferred entry the checkpoint lacks: the background read fails, and wait() says so
-    wrong = {"model": {"w": torch.zeros(1 << 16)}, "optim": {"m": torch.zeros(1 << 18), "gone": torch.zeros(8)},
-             "progress": {"step": 0}}
-    pending = c.load(4, wrong, later=("optim",))
-    with pytest.raises(BaseException, match="optim.gone"):   # DCP's CheckpointException is a BaseException
-        pending.wait()
-    c.close()
-
-
 def test_the_worker_builds_the_sdxl_unet_without_the_packages_it_never_uses():
     """diffusers imports peft and transformers when they are installed (4-5 s of a 10 s import on the H200
     host), scipy.stats (0.7 s here) and torchao (0.9 s); the sdxl-unet workload declares them unused and the worker hides

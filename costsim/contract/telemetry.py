@@ -69,9 +69,7 @@ EVENT_FIELDS: dict[str, tuple[str, tuple[str, ...]]] = {
                       "op fetch (local rank 0 of a node whose cache is empty; reason when none came) or upload "
                       "(rank 0, after a life's first step compiled something new)",
                       ("op", "key", "bytes", "files", "duration_s", "reason")),
-    "checkpoint_load": ("worker; waited_s: what the start waited for, later_wait_s: what the first optimizer step "
-                        "waited for the part read beside the first micro-batches (the optimizer's state)",
-                        ("step", "duration_s", "read_s", "waited_s", "later_wait_s", "bytes", "owned_bytes")),
+    "checkpoint_load": ("worker", ("step", "duration_s", "read_s", "bytes", "owned_bytes")),
     "checkpoint_skipped": ("worker; reason: partial, or what failed its check", ("step", "reason")),
     "checkpoint_removed": ("worker, rank 0: an older checkpoint removed to make room for a save or the export",
                            ("step", "duration_s", "bytes", "reason")),
