@@ -409,9 +409,14 @@ class _Slice(io.RawIOBase):
 
 
 def read_threads() -> int:
-    """READ_THREADS, but no more than this process's share of the host's cores (torchrun's local ranks)."""
+    """READ_THREADS (COSTSIM_READ_THREADS sets another, for benchmarks), but no more than this process's share
+    of the host's cores (torchrun's local ranks)."""
+    text = os.environ.get("COSTSIM_READ_THREADS", str(READ_THREADS))
+    if not text.strip().isdigit() or int(text) < 1:
+        from runner.speed import RuntimeConfigError
+        raise RuntimeConfigError(f"COSTSIM_READ_THREADS={text!r}: expected a whole number of threads >= 1")
     share = (os.cpu_count() or 1) // max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
-    return max(1, min(READ_THREADS, share))
+    return max(1, min(int(text), share))
 
 
 def _narrow(tensor: torch.Tensor, offsets, lengths) -> torch.Tensor:

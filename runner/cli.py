@@ -367,8 +367,8 @@ def _nproc(spec) -> int:
     the plan's global batch and micro-batch)."""
     if spec.cpu:
         return spec.gpus_per_node
-    import torch
-    available = torch.cuda.device_count()
+    from runner.gpus import gpu_count
+    available = gpu_count()
     if available == 0:
         raise InputError(spec.plan_path, "resources.gpu", f"the plan is for {spec.gpu} GPUs and this node has none")
     if available < spec.gpus_per_node:

