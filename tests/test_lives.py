@@ -99,3 +99,21 @@ def test_a_save_in_a_restarts_warm_up_is_charged_to_the_save_not_the_restart():
     plain, saved = restart_costs_s(life(False), 3.6), restart_costs_s(life(True), 3.6)
     assert plain == pytest.approx([104.4 - 60.0 - 5 * 3.6])   # launch to step 18's end, less 5 steady steps
     assert saved == pytest.approx(plain)
+
+
+def test_a_lifes_restart_counts_from_runner_executes_own_start_where_it_was_recorded():
+    """`runner execute` checks the plan, the options and the GPUs before its `launch` (1.6-2.0 s on the H200 host
+    when it imported torch for them): a later life's restart counts from its process's start (the instance
+    event's process_start_t) where the supervisor recorded it, else from the launch."""
+    from costsim.contract.timing import restart_costs_s
+
+    def job(recorded: bool) -> list[dict]:
+        first = [sup(0.0, "instance"), sup(0.0, "launch", attempt=0), worker(1.0, "start", step=0)]
+        first += steps(1.0, 1, 13, dt=3.6)
+        extra = {"process_start_t": 58.5} if recorded else {}
+        second = [sup(60.0, "instance", **extra), sup(60.0, "launch", attempt=0), worker(80.0, "start", step=13)]
+        second += steps(80.0, 14, 18, dt=3.6)
+        return first + second
+
+    launch, own = restart_costs_s(job(False), 3.6), restart_costs_s(job(True), 3.6)
+    assert own == pytest.approx([launch[0] + 1.5])

@@ -12,7 +12,8 @@ same way, by these rules:
   to steady training, first-step compilation included; a warm-up step that paid a checkpoint is left
   out with it, as from the steady steps (the checkpoint is charged on its own). A restart is every
   start after a job's first: a relaunch inside a life, and each later life's launch
-  (`restart_costs_s`); the planner's restart_s,
+  (`restart_costs_s`), from `runner execute`'s own start where its `instance` event says when that was
+  (its checks come before its `launch`); the planner's restart_s,
   calibrate's fit, `runner report`'s "restart cost" and `costsim control`'s resume are this figure.
 - What a save takes the job (`save_durations`): rank 0's whole duration of each checkpoint save, the
   upload to an object store included: a blocking save (final, notice, a move's) as training waits for
@@ -49,7 +50,8 @@ def save_durations(events: list[dict]) -> tuple[list[float], list[float]]:
             [float(e["duration_s"]) for e in saves if e.get("mode") == "async"])
 
 
-def start_cost_after(events: list[dict], since: int, steady_s: float, warmup: int = WARMUP_STEPS) -> float | None:
+def start_cost_after(events: list[dict], since: int, steady_s: float, warmup: int = WARMUP_STEPS,
+                     start_t: float | None = None) -> float | None:
     """From events[since] to the end of the warm-up steps after it (those the step fit leaves out),
     less as many steady steps: the whole price of a (re)start, including a first step slowed by
     compilation and autotuning, and later ones slowed by allocating the checkpoint staging buffers.
@@ -73,7 +75,8 @@ def start_cost_after(events: list[dict], since: int, steady_s: float, warmup: in
             if e["event"] == "checkpoint_save" and e.get("rank") == 0 and isinstance(e.get("step"), int)}
     held = [float(e["step_time_s"]) for e in steps if e.get("step") in paid and isinstance(e.get("step_time_s"),
                                                                                            (int, float))]
-    cost = start_cost_s(events[since]["t"], steps[-1]["t"], len(steps) - len(held), steady_s) - sum(held)
+    begun = events[since]["t"] if start_t is None else min(start_t, events[since]["t"])
+    cost = start_cost_s(begun, steps[-1]["t"], len(steps) - len(held), steady_s) - sum(held)
     return max(0.0, cost)
 
 
@@ -99,10 +102,21 @@ def restart_costs_s(events: list[dict], steady_s: float) -> list[float]:
     for i, e in enumerate(events):
         if e["event"] != "restart" and i not in launches[1:]:
             continue
-        cost = start_cost_after(events, i, steady_s)
+        cost = start_cost_after(events, i, steady_s, start_t=life_start_t(events, i) if e["event"] == "launch" else None)
         if cost is not None:
             following = events[i + 1:]
             first = next((j for j, x in enumerate(following) if x["event"] in ("step", "restart")), len(following))
             cost -= sum(x.get("duration_s") or 0.0 for x in following[:first] if x["event"] == "checkpoint_fetch")
             out.append(cost)
     return out
+
+
+def life_start_t(events: list[dict], launch: int) -> float | None:
+    """When the `runner execute` of the life whose first launch is events[launch] started: its `instance`
+    event's process_start_t (node 0's, the nearest before the launch), where it was recorded."""
+    for e in reversed(events[:launch]):
+        if e["event"] == "instance" and (e.get("node") or 0) == 0:
+            started = e.get("process_start_t")
+            return float(started) if isinstance(started, (int, float)) and not isinstance(started, bool) else None
+    return None
+
