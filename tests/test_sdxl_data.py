@@ -80,3 +80,29 @@ def test_the_lr_warms_up_linearly_then_follows_the_cosine_to_zero():
     assert seen[:4] == pytest.approx([0.25, 0.5, 0.75, 1.0])
     assert seen[4] == pytest.approx(1.0) and seen[9] == pytest.approx(0.5)   # halfway through the 10 decay steps
     assert optimizer.param_groups[0]["lr"] == pytest.approx(0.0, abs=1e-12)
+
+
+def test_a_shards_header_is_checked_without_reading_its_tensors_and_a_torn_one_is_named(tmp_path):
+    """runner.workloads.latents.shard_rows reads the safetensors headers alone (runner execute's check, without
+    torch); what safetensors itself would refuse (a header that is not JSON, data cut short) is one DatasetError
+    naming the shard, and an intact folder gives each shard's rows as the tensors have them."""
+    from safetensors.torch import save_file
+
+    from runner.workloads.latents import DatasetError, LatentShards, shard_rows
+    shapes = {"latents": (4, 8, 8), "text": (77, 16), "pooled": (12,), "time_ids": (6,)}
+    folder = tmp_path / "data"
+    folder.mkdir()
+    for k, n in enumerate((3, 5)):
+        save_file({"latents": torch.zeros(n, 4, 8, 8, dtype=torch.bfloat16), "text": torch.zeros(n, 77, 16),
+                   "pooled": torch.zeros(n, 12), "time_ids": torch.zeros(n, 6)}, str(folder / f"s{k}.safetensors"))
+    assert [(p.name, rows) for p, rows in shard_rows(folder, shapes)] == [("s0.safetensors", 3), ("s1.safetensors", 5)]
+    assert len(LatentShards(folder, shapes)) == 8   # the reader agrees
+    whole = (folder / "s1.safetensors").read_bytes()
+    for name, damaged in (("cut", whole[:-100]), ("short", whole[:5]), ("noise", b"\x10" + b"\x00" * 7 + b"{not json")):
+        bad = tmp_path / name
+        bad.mkdir()
+        (bad / "s.safetensors").write_bytes(damaged)
+        with pytest.raises(DatasetError, match=r"shard s.safetensors: not a readable safetensors file"):
+            shard_rows(bad, shapes)
+    with pytest.raises(DatasetError, match=r"tensor 'pooled' has shape \(3, 12\); the model needs \(N, 13\)"):
+        shard_rows(folder, {**shapes, "pooled": (13,)})
