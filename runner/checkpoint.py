@@ -75,6 +75,7 @@ WRITE_THREADS = 4      # files written in parallel per rank
 # save in a real life 19.10 s against 21.10 s (data/measurements/2026-12-03-h200-notice-abandon); beside
 # training the async write was slower while writing (27.3 s against 15.8 s, other machines, 2026-12-03-h200-commit).
 CRC_MODES = ("0", "1", "blocking")
+STAGING_MODES = ("pipelined", "first")
 CRC_WHILE_WRITING = os.environ.get("COSTSIM_CRC_WHILE_WRITING", "blocking")
 STORE_BACKOFF_S, STORE_BACKOFF_MAX_S = 15.0, 300.0   # an object store that dropped out: when to try it again
 
@@ -158,6 +159,7 @@ class Checkpointer:
         self._crcs: FollowingFileSystem | None = None
         self.set_crc_mode(CRC_WHILE_WRITING)
         self._stager = HostStager() if async_mode else None
+        self._staging = "pipelined"   # a blocking save's staging (set_staging)
         # DCP's collectives get their own gloo group, so the async writer never shares one with training.
         self._group = dist.new_group(backend="gloo") if dist.is_initialized() else None
         self._check_shared()
@@ -383,7 +385,11 @@ class Checkpointer:
         follow = not (staged and not blocking)   # under "blocking": every save but an async write beside training
         if self._crc_mode == "blocking" and (self._crcs is not None) != follow:
             self.follow_crcs(follow)   # the same on every rank: each saves alike
-        if staged:
+        planner = None
+        if staged and blocking and self._staging == "pipelined":   # each tensor copied as its writer reaches it
+            assert self._stager is not None
+            planner = self._stager.planner(state)
+        elif staged:
             assert self._stager is not None
             state = self._stager.stage(state)   # one copy into the host buffers
         if staged and not blocking:   # async mode: training goes on while a thread writes the copy
@@ -394,7 +400,8 @@ class Checkpointer:
             self._worker.start()
         else:
             try:
-                dcp.save(state, checkpoint_id=str(tmp), storage_writer=self._writer, process_group=self._group)
+                dcp.save(state, checkpoint_id=str(tmp), storage_writer=self._writer, planner=planner,
+                         process_group=self._group)
             except BaseException as exc:
                 raise self._failed_save(exc, step, tmp) from exc
             stall_s = time.perf_counter() - started
@@ -528,8 +535,17 @@ class Checkpointer:
                       bytes=_folder_bytes(self.folder(step)) if self.rank == 0 else None,
                       mode="sync" if blocking_of(reason, self.async_mode) else "async", reason=reason,
                       upload_s=upload_s, location=self.store.url if self.store is not None else None,
-                      staged=staged, commit_s=commit_s, write_threads=self._writer.thread_count,
+                      staged=staged, staging=(self._staging if blocking_of(reason, self.async_mode) else "first")
+                      if staged else None, commit_s=commit_s, write_threads=self._writer.thread_count,
                       commit_read_bytes=read_back)
+
+    def set_staging(self, mode: str) -> None:
+        """How a blocking save uses the staging buffers: "pipelined" (each tensor copied as its writer reaches
+        it, the default) or "first" (the whole state copied, then written: as async saves do, and blocking
+        ones did before 2026-12-03); scripts/bench_checkpoint.py compares the two."""
+        if mode not in STAGING_MODES:
+            raise ValueError(f"staging {mode!r}: allowed {', '.join(STAGING_MODES)}")
+        self._staging = mode
 
     def set_crc_mode(self, mode: str) -> None:
         """When the manifest's CRCs are computed while writing (CRC_MODES, as COSTSIM_CRC_WHILE_WRITING):

@@ -24,6 +24,8 @@ import mmap
 import threading
 
 import torch
+from torch.distributed.checkpoint import DefaultSavePlanner
+from torch.distributed.checkpoint._nested_dict import flatten_state_dict
 
 HUGE_PAGE_BYTES = 2 << 20
 ALIGN_BYTES = 4096   # each buffer starts on a page
@@ -147,6 +149,15 @@ class HostStager:
             torch.cuda.synchronize()
         return staged
 
+    def planner(self, state: dict) -> StagingSavePlanner:
+        """A blocking save's planner that stages each tensor as its writer reaches it (StagingSavePlanner)."""
+        if self._thread is None and self._buffers is None:
+            self._buffers = host_buffers(state, self.pin)
+        self.wait_allocated()
+        if not isinstance(self._buffers, dict):
+            raise RuntimeError("the staging buffers are not a state dict's")
+        return StagingSavePlanner(self._buffers)
+
     def wait_allocated(self) -> None:
         """Block until a background allocation (if any) is done; re-raise its error."""
         if self._thread is not None:
@@ -155,4 +166,28 @@ class HostStager:
         if self._error is not None:
             error, self._error = self._error, None
             raise RuntimeError(f"allocating checkpoint staging buffers failed: {error}") from error
+
+
+class StagingSavePlanner(DefaultSavePlanner):
+    """A blocking save whose staging goes on while it writes: DCP's writer threads ask for each tensor just
+    before writing it (resolve_data, one item after another in each thread), and get it copied then into its
+    host buffer, so one thread's device-to-host copy overlaps the others' writes instead of the whole state
+    being copied first (30.8 GB: 2.4-3.0 s on the H200 host before the first byte was written). The buffers
+    are the async saves' (pre-faulted, on huge pages): the copy writes memory that is already there, where
+    DCP's own copy of a device tensor allocates fresh memory for each. Only for saves that training waits
+    for: the device tensors must not change until the save returns."""
+
+    def __init__(self, buffers: dict):
+        super().__init__()
+        self._buffers = flatten_state_dict(buffers)[0]   # keyed as DCP's planner flattens the state
+
+    def resolve_data(self, write_item):
+        data = super().resolve_data(write_item)
+        if isinstance(data, torch.Tensor):
+            buffer = self._buffers.get(write_item.index.fqn)
+            if (isinstance(buffer, torch.Tensor) and buffer is not data and buffer.size() == data.size()
+                    and buffer.dtype == data.dtype):
+                buffer.copy_(data.detach())   # synchronous: the writer writes it next
+                return buffer
+        return data
 

@@ -6,12 +6,12 @@ optimizer state then exists and the host staging buffers start allocating in the
   2. an async save: the training stall (the device-to-host copy) and its background write,
   3. a synchronous save of the same state (timed after the async write has finished),
   4. (--load) loading the newest checkpoint back,
-  5. (--notice THREADS,...) the spot notice's blocking save, side by side: from the device tensors (DCP's
-     own copy, the runner before 2026-12-01) and from the staging buffers (--staging), the latter twice: the
-     manifest's CRCs read back while the writer threads write (COSTSIM_CRC_WHILE_WRITING=1) and read back
-     after the write, at the commit (the default), at each writer thread count, each checkpoint removed after it is timed
-     (one at a time fits a 64 GiB disk), printed as ratios to the first; then the disk's own bound: the
-     staged bytes written raw by as many threads (os.write + fsync, no serialisation).
+  5. (--notice THREADS,...) the spot notice's blocking save, side by side: through the staging buffers
+     (--staging) each tensor copied as its writer reaches it (pipelined, the default) and the whole state
+     copied first, in the order A B B A, then from the device tensors (DCP's own copy, the runner before
+     2026-12-01), the CRCs computed while writing, at each writer thread count, each checkpoint removed
+     after it is timed (one at a time fits a 64 GiB disk), printed as ratios to the first; then the disk's
+     own bound: the staged bytes written raw by as many threads (os.write + fsync, no serialisation).
 Each figure is printed as soon as it is measured (a JSON line), so a run cut short still reports.
 
 Usage (GPU machine): python3 scripts/bench_checkpoint.py --workload sdxl --batch 8 --dir /tmp/ckpt-bench
@@ -51,6 +51,8 @@ def main() -> None:
     parser.add_argument("--staging", choices=("pinned", "pageable"), default="pageable",
                         help="the host staging buffers: pageable (the runner's) or page-locked")
     parser.add_argument("--skip-sync", action="store_true", help="leave out the synchronous save (3.)")
+    parser.add_argument("--skip-device", action="store_true",
+                        help="leave out the notice's save from the device tensors (5.; 30 s for SDXL on the H200 host)")
     args = parser.parse_args()
 
     import torch
@@ -102,12 +104,12 @@ def main() -> None:
         load = [e for e in read_events(folder / "run") if e["event"] == "checkpoint_load"][-1]
         say(figure="load", load_s=load["duration_s"])
     if args.notice:
-        notice_saves(trainer, folder / "run", [int(n) for n in args.notice.split(",")])
+        notice_saves(trainer, folder / "run", [int(n) for n in args.notice.split(",")], device=not args.skip_device)
     trainer.close()
     dist.destroy_process_group()
 
 
-def notice_saves(trainer, run: Path, thread_counts: list[int]) -> None:
+def notice_saves(trainer, run: Path, thread_counts: list[int], *, device: bool = True) -> None:
     """Blocking saves of the same state from the device tensors and from the staging buffers, at each
     writer thread count, then the raw write bound; every figure also as a ratio to the first save."""
     import shutil
@@ -116,17 +118,20 @@ def notice_saves(trainer, run: Path, thread_counts: list[int]) -> None:
     checkpointer, step, first = trainer.checkpointer, trainer.step + 10, None
     for threads in thread_counts:
         checkpointer.set_write_threads(threads)
-        # the staged pair side by side in the order A B B A (a save's place in the sequence, the disk's state
-        # after the one before, weighs on both alike), then once from the device tensors
-        for stage, following in ((True, True), (True, False), (True, False), (True, True), (False, False)):
+        # the staging buffers used as each tensor is written (pipelined) and the whole state copied first, side
+        # by side in the order A B B A (a save's place in the sequence, the disk's state after the one before,
+        # weighs on both alike), then once from the device tensors; the CRCs computed while writing (the default)
+        for stage, staging in ((True, "pipelined"), (True, "first"), (True, "first"), (True, "pipelined"),
+                               (False, "first"))[:None if device else 4]:
             for old in checkpointer.steps():          # room for one more on a small disk
                 shutil.rmtree(checkpointer.folder(old), ignore_errors=True)
             step += 1
-            checkpointer.set_crc_mode("1" if following else "0")
+            checkpointer.set_crc_mode("blocking")
+            checkpointer.set_staging(staging)
             checkpointer.save(step, trainer.state(), blocking=True, reason="notice", stage=stage)
             save = [e for e in read_events(run) if e["event"] == "checkpoint_save"][-1]
             first = first or save["duration_s"]
-            say(figure="notice_save", staged=save["staged"], write_threads=threads, crc_while_writing=following,
+            say(figure="notice_save", staged=save["staged"], staging=save.get("staging"), write_threads=threads,
                 save_s=save["duration_s"], commit_s=save["commit_s"], commit_read_bytes=save["commit_read_bytes"],
                 bytes=save["bytes"], ratio_to_first=save["duration_s"] / first)
     checkpointer.set_crc_mode("0")

@@ -536,3 +536,44 @@ def test_the_read_threads_setting_is_a_whole_number_or_refused(monkeypatch):
         monkeypatch.setenv("COSTSIM_READ_THREADS", bad)
         with pytest.raises(RuntimeConfigError, match="COSTSIM_READ_THREADS=.*whole number"):
             read_threads()
+
+
+def test_a_blocking_save_staged_as_it_writes_holds_the_state_of_that_moment(tmp_path):
+    """A notice's save copies each tensor into its staging buffer as its writer thread reaches it ("pipelined",
+    the default) instead of copying the whole state first: the checkpoint holds the state as it was at the save
+    (not the buffers' older contents from the async save before), the same as a save staged first."""
+    from runner.checkpoint import Checkpointer
+    saves: list[dict] = []
+    c = Checkpointer(tmp_path, keep=3, async_mode=True, rank=0, warn=print,
+                     on_event=lambda event, **f: saves.append(f) if event == "checkpoint_save" else None)
+    c.agree_on_step()
+    g = torch.Generator().manual_seed(5)
+    state = {"model": {"a.w": torch.randn(1 << 15, generator=g), "b": torch.randn(64, 33, generator=g)},
+             "optim": {"state": {"a.w": {"exp_avg": torch.randn(1 << 15, generator=g), "step": torch.tensor(3.0)}},
+                       "param_groups": [{"lr": 1e-3, "params": ["a.w", "b"]}]}, "progress": {"step": 1}}
+    c.prepare(state)
+    c.wait_staging()
+    c.save(1, state)                                   # async: the buffers now hold step 1's values
+    c.wait()
+    expected = {}
+    for step, mode in ((2, "pipelined"), (3, "first")):
+        for tensor in (state["model"]["a.w"], state["model"]["b"], state["optim"]["state"]["a.w"]["exp_avg"]):
+            tensor.add_(1.0)                           # training moved on since
+        state["progress"]["step"] = step
+        expected[step] = {k: v.clone() for k, v in state["model"].items()}
+        expected[step]["exp_avg"] = state["optim"]["state"]["a.w"]["exp_avg"].clone()
+        c.set_staging(mode)
+        c.save(step, state, blocking=True, reason="notice")
+    c.close()
+    assert [(f["staged"], f["staging"]) for f in saves] == [(True, "first"), (True, "pipelined"), (True, "first")]
+    for step in (2, 3):
+        loaded = {"model": {k: torch.zeros_like(v) for k, v in state["model"].items()},
+                  "optim": {"state": {"a.w": {"exp_avg": torch.zeros(1 << 15), "step": torch.tensor(0.0)}},
+                            "param_groups": [{"lr": 0.0, "params": ["a.w", "b"]}]}, "progress": {"step": 0}}
+        Checkpointer(tmp_path, keep=3, async_mode=False, rank=0, warn=print,
+                     on_event=lambda *a, **f: None).load(step, loaded)
+        assert loaded["progress"]["step"] == step
+        assert all(torch.equal(loaded["model"][k], expected[step][k]) for k in loaded["model"])
+        assert torch.equal(loaded["optim"]["state"]["a.w"]["exp_avg"], expected[step]["exp_avg"])
+    with pytest.raises(ValueError, match="allowed pipelined, first"):
+        c.set_staging("lazy")
