@@ -17,12 +17,19 @@ from costsim.contract.telemetry import is_event, read_job_events
 
 
 def describe(life: list[dict]) -> str:
-    start = life[0]["t"]
+    start = life[0].get("process_start_t") or life[0]["t"]   # the supervisor's own start, where it recorded it
     at = lambda e: f"{e['t'] - start:.1f}"   # noqa: E731
     parts = []
     for e in life:
         kind = e["event"]
-        if kind == "runtime" and e.get("rank") == 0:
+        if kind == "instance" and e.get("process_start_t"):
+            parts.append(f"runner execute's checks done at {at(e)}")
+        elif kind == "launch" and e.get("attempt") == 0:
+            parts.append(f"torchrun launched at {at(e)}")
+        elif kind == "runtime" and e.get("rank") == 0:
+            worker = e.get("process_start_t")
+            if worker:
+                parts.append(f"worker process started at {worker - start:.1f}")
             phases = ", ".join(f"{k} {v:.1f}" for k, v in (e.get("start_phases_s") or {}).items())
             cache_mb = (e.get("compile_cache_bytes") or 0) / 1e6
             parts.append(f"worker start [{phases}] ({e.get('build')}; compile cache {cache_mb:.0f} MB)")
