@@ -58,7 +58,9 @@ def main() -> None:
     path = Path(sys.argv[1])
     events = read_job_events(path) if path.is_dir() else read_jsonl(path, valid=is_event)
     for index, life in enumerate(split_lives(list(events)), start=1):
-        print(f"life {index} (seconds from runner execute's start):\n    {describe(life)}")
+        origin = ("runner execute's start" if life[0].get("process_start_t")
+                  else "its first event; runner execute's checks before it unrecorded")
+        print(f"life {index} (seconds from {origin}):\n    {describe(life)}")
 
 
 if __name__ == "__main__":
