@@ -9,7 +9,8 @@ GPU's work up: the step beside it took 35.7 s instead of 0.52, after every start
 own `async_save` staging does, it would be a stall of that length at that save. Each save copies the
 state into the same buffers (one synchronisation) and hands the host copy to the background writer,
 so training may change the device tensors while the write goes on. `HostStager(pin=True)` is kept for
-the benchmark (scripts/bench_checkpoint.py --staging pinned).
+the benchmark (scripts/bench_checkpoint.py --staging pinned). A blocking save (a notice's) uses the same
+buffers tensor by tensor as it writes (StagingSavePlanner): nothing changes the device tensors meanwhile.
 
 The buffers are views of one anonymous mapping advised to use huge pages (where the kernel's
 transparent huge pages allow it), each view a storage of its own size: a process that leaves on a
@@ -179,7 +180,9 @@ class StagingSavePlanner(DefaultSavePlanner):
 
     def __init__(self, buffers: dict):
         super().__init__()
-        self._buffers = flatten_state_dict(buffers)[0]   # keyed as DCP's planner flattens the state
+        # keyed as DCP's planner flattens the state (its own function); a tensor whose key or shape does not
+        # match is written as DCP writes a device tensor, slower but the same bytes
+        self._buffers = flatten_state_dict(buffers)[0]
 
     def resolve_data(self, write_item):
         data = super().resolve_data(write_item)
