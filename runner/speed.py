@@ -26,6 +26,11 @@ class RuntimeConfigError(RuntimeError):
 
 
 def check_device(runtime: Runtime, device: torch.device) -> None:
+    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
+        shown = torch.cuda.device_count()
+        raise RuntimeConfigError(f"GPU {device.index or 0} asked for, and CUDA shows this process {shown}: runner "
+                                 f"execute counted more (a container's or a scheduler's limit it could not see): give "
+                                 f"--nproc-per-node {max(shown, 1)}, or set CUDA_VISIBLE_DEVICES")
     if device.type != "cuda" and runtime.sdpa not in ("auto", "math"):
         raise RuntimeConfigError(f"runtime.sdpa={runtime.sdpa} needs a CUDA GPU; on CPU use auto or math")
     if device.type != "cuda" and runtime.ddp_comm == "bf16":

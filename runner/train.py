@@ -458,8 +458,9 @@ def main(argv: list[str] | None = None) -> None:
     spec = load_run_spec(args.plan)
     quiet_disk_full_in_threads()
     backend = "gloo" if spec.cpu else "cpu:gloo,cuda:nccl"
-    if not spec.cpu:
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    if not spec.cpu and local_rank < torch.cuda.device_count():   # else the Trainer's check says so, in one line
+        torch.cuda.set_device(local_rank)
     dist.init_process_group(backend=backend)
     marks["process_group"] = time.time()
     rank, world_size = dist.get_rank(), dist.get_world_size()
@@ -469,7 +470,7 @@ def main(argv: list[str] | None = None) -> None:
 
     trainer = None
     try:
-        trainer = Trainer(args, spec, rank, world_size, int(os.environ.get("LOCAL_RANK", 0)), marks)
+        trainer = Trainer(args, spec, rank, world_size, local_rank, marks)
         code = trainer.train()
     except (SharedStorageError, StoreError, speed.RuntimeConfigError, WorkloadOptionError) as exc:
         fatal(str(exc))   # the supervisor prints it, once for all ranks

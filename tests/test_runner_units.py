@@ -577,3 +577,15 @@ def test_a_blocking_save_staged_as_it_writes_holds_the_state_of_that_moment(tmp_
         assert torch.equal(loaded["optim"]["state"]["a.w"]["exp_avg"], expected[step]["exp_avg"])
     with pytest.raises(ValueError, match="allowed pipelined, first"):
         c.set_staging("lazy")
+
+
+def test_a_gpu_that_cuda_does_not_show_the_worker_is_one_configuration_line():
+    """runner.gpus may count more GPUs than CUDA shows a worker (a container's or a scheduler's limit without
+    CUDA_VISIBLE_DEVICES): the worker's device check names the counts and what to give, a configuration error
+    (no restart), instead of CUDA's invalid device ordinal. Here CUDA shows none."""
+    from costsim.runtime import Runtime
+    from runner.speed import RuntimeConfigError, check_device
+    shown = torch.cuda.device_count()
+    with pytest.raises(RuntimeConfigError, match=rf"GPU {shown} asked for, and CUDA shows this process {shown}: "
+                                                 rf".*--nproc-per-node {max(shown, 1)}"):
+        check_device(Runtime(), torch.device("cuda", shown))
