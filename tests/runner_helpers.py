@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -33,6 +35,32 @@ def tiny_plan(tmp_path: Path, *, interval_steps: int | None = 50, keep: int = 2,
 def execute(plan: Path, run_dir: Path, *args: str, timeout: int = 240) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "runner", "execute", str(plan), "--run-dir", str(run_dir), *args],
                           capture_output=True, text=True, timeout=timeout)
+
+
+def kill_runner(proc: subprocess.Popen, timeout: float = 30) -> None:
+    """A node that vanished: SIGKILL to `runner execute`'s process group (started with start_new_session),
+    then wait until every process under it is gone. torchrun starts its workers in sessions of their own;
+    they go by their parent-death signal a moment after the agent, and until then a worker's upload or
+    prune still reaches the store (a check of the store right after proc.wait() saw one land once)."""
+    from runner.faults import children
+    tree, todo = [], [proc.pid]
+    while todo:
+        tree += (found := [child for pid in todo for child in children(pid)])
+        todo = found
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    deadline = time.monotonic() + timeout
+    while alive := [pid for pid in tree if _running(pid)]:
+        assert time.monotonic() < deadline, f"processes {alive} of runner pid {proc.pid} outlived its SIGKILL"
+        time.sleep(0.02)
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")   # a zombie left for a reaper has stopped running
 
 
 def summary(run_dir: Path) -> dict:

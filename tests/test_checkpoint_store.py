@@ -20,7 +20,7 @@ import pytest
 
 from costsim import io
 from costsim.contract.plan import Plan
-from tests.runner_helpers import events, execute, summary, tiny_plan
+from tests.runner_helpers import events, execute, kill_runner, summary, tiny_plan
 
 pytest.importorskip("torch")
 boto3 = pytest.importorskip("boto3")
@@ -192,8 +192,7 @@ def test_a_kill_in_the_middle_of_an_upload_leaves_the_previous_checkpoint_the_ne
             os.killpg(proc.pid, signal.SIGKILL)
             pytest.fail(f"never caught an upload under way: {sorted(keys)}")
         time.sleep(0.02)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
+    kill_runner(proc)
     assert complete_steps(store, "runs/killed/") == [40]
     shutil.rmtree(run / "checkpoints")   # and the disk went with the node
     again = execute(plan, run, "--steps", "160", "--seed", "5", "--checkpoint-dir", url, *WIDE)
@@ -324,8 +323,7 @@ def test_a_prefix_is_one_jobs_and_one_runners_at_a_time(store, plan, tmp_path):
     assert second.returncode == 2 and len(lines) == 1, second.stderr
     assert f"{location}/lease.json: checkpoint-dir: held by runner pid {first.pid} on " in lines[0]
     assert "one runner per checkpoint prefix" in lines[0]
-    os.killpg(first.pid, signal.SIGKILL)
-    first.wait()
+    kill_runner(first)
     before = listed(store, "bound/")
     assert "lease.json" in before and "job.json" in before   # the killed holder's lease is still there
     other = execute(plan, tmp_path / "c", "--checkpoint-dir", location, *PACED[:-1], "4")
