@@ -185,9 +185,10 @@ def test_every_example_runs_as_written(workspace):
 @pytest.mark.solo
 def test_the_documented_drill_does_what_it_says(workspace):
     """docs/control.md's drill, as written (README and --help give the same command): the job starts on spot,
-    is reclaimed, goes on to on-demand and meets its deadline, as the docs say. It runs alone or ahead of
-    the other worker (`solo`, tests/conftest.py): a wall-clock drill beside another worker's DDP runs ran 3x
-    slower."""
+    is reclaimed, goes on to on-demand and meets its deadline, as the docs say; a job slower than the drill
+    was sized for is still running when spot comes back (9.0 h) and, ahead of its line, may go back to spot
+    (CI's runner once did, at step 5,765 of 6,000), as the docs say too. It runs alone or ahead of the other
+    worker (`solo`, tests/conftest.py): a wall-clock drill beside another worker's DDP runs ran 3x slower."""
     (command,) = {substituted(c) for _, c in examples() if re.search(DRILL, c)}
     argv = shlex.split(command)
     made = run(PREREQUISITES["drill.json"], workspace)
@@ -198,7 +199,8 @@ def test_the_documented_drill_does_what_it_says(workspace):
     starts = [line for line in said if ": started on " in line]
     assert starts and "started on spot" in starts[0], said
     assert any("spot instance preempted" in line for line in said), said
-    assert "started on on-demand" in starts[-1], said
+    assert len(starts) >= 2 and "started on on-demand (behind the progress line)" in starts[1], said
+    assert all("started on spot" in line for line in starts[2:]), said   # back to spot once it returns, if at all
     assert re.search(r"^deadline\s+14\.00 h \(met\)", result.stdout, re.M), result.stdout
     plot = workspace / argv[argv.index("--plot") + 1]
     assert plot.read_bytes()[:4] == b"\x89PNG"
