@@ -192,9 +192,15 @@ class Job:
         decision = self._decide(market)
         work_s, interval_s, stall_s = p.work_s, p.checkpoint_interval_s, p.checkpoint_stall_s
         timeout = env.timeout
-        # a cycle of async checkpointing, fast-forwarded when each write is done before the next stall
-        cycle_s = (interval_s * slowness + stall_s if self.fast_forward and stall_s is not None
-                   and p.checkpoint_s <= interval_s * slowness and interval_s > _EPS else 0.0)
+        # a checkpoint cycle, fast-forwarded: work an interval, then save while training waits (blocking
+        # saves), or stall while the write goes on beside the next interval (async: each write must be
+        # done before the next stall)
+        cycle_s = 0.0
+        if self.fast_forward and interval_s > _EPS:
+            if stall_s is None:
+                cycle_s = interval_s * slowness + p.checkpoint_s
+            elif p.checkpoint_s <= interval_s * slowness:
+                cycle_s = interval_s * slowness + stall_s
         while self.durable_s < work_s - _EPS:
             now = env.now
             if now >= decision.reconsider_at - _EPS:
@@ -239,14 +245,42 @@ class Job:
         yield from self._release()   # the work is done; the instance goes when the job has exited
 
     def _cycles(self, start: float, live: float, k: int, interval_s: float, slowness: float, cycle_s: float):
-        """k cycles of (work an interval, async checkpoint stall) in one timeout: what the loop in _work_on
-        would do one event at a time when nothing can happen in between (the policy is not due, each write
-        ends before the next stall, a notice interrupts and `_unfold` says where in the cycles it fell)."""
+        """k cycles of (work an interval, checkpoint) in one timeout: what the loop in _work_on would do one
+        event at a time when nothing can happen in between (the policy is not due, an async write ends
+        before the next stall, a notice interrupts and `_unfold` says where in the cycles it fell)."""
         self._phase = ("cycles", (start, live, k, interval_s, slowness, cycle_s, self._pending))
         yield self.env.timeout(k * cycle_s)
-        self._unfold(self.env.now)
+        self._unfold(self.env.now, completed=True)
 
-    def _unfold(self, t: float) -> None:
+    def _unfold(self, t: float, completed: bool = False) -> None:
+        if self.p.checkpoint_stall_s is None:
+            self._unfold_blocking(t, completed)
+        else:
+            self._unfold_async(t)
+
+    def _unfold_blocking(self, t: float, completed: bool) -> None:
+        """The state the one-event-at-a-time loop would have at t within blocking-save cycles begun in
+        `_cycles`: cycle i works from start + (i-1)C for the interval's wall time W, then saves until start
+        + iC and banks its work there. A notice at a boundary sees the state before it (SimPy serves the
+        interrupt first): at a work segment's end still working, at a save's end that save not yet banked."""
+        start, live, k, interval_s, slowness, cycle_s, _ = self._phase[1]
+        work_wall = interval_s * slowness
+        if completed:
+            self._bank(live + k * interval_s)
+            self.live_s = self.last_checkpoint_s = live + k * interval_s
+            self._phase = ("work", t)
+            return
+        j = max(0, math.ceil((t - start) / cycle_s - 1e-9) - 1)   # whole cycles before t
+        if j >= 1:
+            self._bank(live + j * interval_s)
+        if t - start - j * cycle_s > work_wall + 1e-9:   # cycle j + 1's save
+            self.live_s = self.last_checkpoint_s = live + (j + 1) * interval_s
+            self._phase = ("checkpoint", (start + j * cycle_s + work_wall, self.live_s))
+        else:                                            # cycle j + 1's work
+            self.live_s = self.last_checkpoint_s = live + j * interval_s
+            self._phase = ("work", start + j * cycle_s)
+
+    def _unfold_async(self, t: float) -> None:
         """The state the one-event-at-a-time loop would have at t within the cycles begun in `_cycles`.
         Cycle i works from start + (i-1)C to b_i = that + the interval's wall time and stalls until
         start + iC. At a stall's start the loop banks the write before it (the one pending before the
