@@ -364,7 +364,8 @@ class Job:
         free_at = max(now, self._pending[0]) if self._pending is not None else now
         self._settle(reclaim_at)
         if phase == "checkpoint" and detail[0] + self.p.checkpoint_s <= reclaim_at + _EPS:
-            yield self.env.timeout(detail[0] + self.p.checkpoint_s - now)
+            # a save's end that a fast-forward put a rounding error before now: it ends now
+            yield self.env.timeout(max(0.0, detail[0] + self.p.checkpoint_s - now))
             self._bank(detail[1])
         elif free_at + p.checkpoint_s <= reclaim_at + _EPS and notice_rule.decide(
                 redo_s=(self.live_s - self.durable_s) * self._slowness, save_s=p.checkpoint_s, wait_s=free_at - now,
