@@ -1,6 +1,6 @@
 """The job model's fast-forward (runs of whole checkpoint cycles in one SimPy event, Job._cycles; async saves
 behind a stall and blocking ones) gives the outcomes of the stepwise model, trial by trial: on the planner's
-own configurations and on notices that fall exactly on a cycle's boundaries."""
+own configurations, on notices that fall exactly on a cycle's boundaries and on real capacity windows."""
 
 import math
 from dataclasses import replace
@@ -82,7 +82,8 @@ def test_a_notice_in_blocking_save_cycles_sees_what_the_stepwise_model_sees(noti
 @pytest.mark.parametrize("policy", ["greedy", "uniform-progress"])
 def test_fast_forward_gives_the_stepwise_outcomes_on_real_windows_of_the_safety_grid(policy):
     """Blocking saves every minute on Can't Be Late's real windows (tests/policy_grid.py), at the corners
-    with notices and slow exits: the grid's test relies on these being the stepwise model's outcomes."""
+    with a notice, a slow exit or both (half of them, every tenth window): the grid's test relies on these
+    being the stepwise model's outcomes."""
     from tests.policy_grid import PRICES as GRID_PRICES
     from tests.policy_grid import corners, windows
     chosen = [c for c in corners() if c.checkpoint_interval_s == 60 and (c.notice_s, c.release_s) != (0, 0)]
