@@ -48,31 +48,23 @@ CYCLE_PARAMS = JobParams(work_s=3000, deadline_s=20_000, checkpoint_interval_s=1
 PRICES = {"spot": MarketPrice(per_hour=1.0), "on-demand": MarketPrice(per_hour=3.0)}
 
 
-@pytest.mark.parametrize("notice_at", [60 + 7 * 105, 60 + 7 * 105 + 100, 60 + 7 * 105 + 50, 60 + 7 * 105 + 102.5,
-                                       60 + 105, 60 + 100, 60 + 27 * 105 + 30])
-@pytest.mark.parametrize("policy", ["spot-only", "greedy"])
-def test_a_notice_on_a_cycle_boundary_sees_what_the_stepwise_model_sees(notice_at, policy):
-    # a stall's end, a work segment's end, inside work, inside a stall, the first cycle's boundaries, late
-    reclaim_at = notice_at + CYCLE_PARAMS.notice_s
-    outcomes = [run_trial(CYCLE_PARAMS, policies.get(policy), ArrayTimeline([0, reclaim_at + 200], [reclaim_at, 1e9]),
-                          PRICES, fast_forward=ff) for ff in (False, True)]
-    assert outcomes[0].preemptions == 1
-    assert same(*outcomes), outcomes
-    assert outcomes[1].events < outcomes[0].events
-
-
 # Blocking saves: work 100 s an interval, then a 50 s save training waits for: cycles of 150 s from 60.
 BLOCKING_PARAMS = replace(CYCLE_PARAMS, checkpoint_stall_s=None)
+NOTICES = [  # async: a stall's end, a work segment's end, inside work, inside a stall, the first cycle's
+    # boundaries, late; blocking: a save's end, a work segment's end, inside work, inside a save, the first
+    # cycle's boundaries, late, and inside the last save before the end (its save still lands before the reclaim)
+    *[("async", CYCLE_PARAMS, t) for t in (60 + 7 * 105, 60 + 7 * 105 + 100, 60 + 7 * 105 + 50, 60 + 7 * 105 + 102.5,
+                                          60 + 105, 60 + 100, 60 + 27 * 105 + 30)],
+    *[("blocking", BLOCKING_PARAMS, t) for t in (60 + 7 * 150, 60 + 7 * 150 + 100, 60 + 7 * 150 + 50,
+                                                 60 + 7 * 150 + 120, 60 + 150, 60 + 100, 60 + 17 * 150 + 30,
+                                                 60 + 19 * 150 - 5)]]
 
 
-@pytest.mark.parametrize("notice_at", [60 + 7 * 150, 60 + 7 * 150 + 100, 60 + 7 * 150 + 50, 60 + 7 * 150 + 120,
-                                       60 + 150, 60 + 100, 60 + 17 * 150 + 30, 60 + 19 * 150 - 5])
+@pytest.mark.parametrize("saves, params, notice_at", NOTICES)
 @pytest.mark.parametrize("policy", ["spot-only", "greedy"])
-def test_a_notice_in_blocking_save_cycles_sees_what_the_stepwise_model_sees(notice_at, policy):
-    # a save's end, a work segment's end, inside work, inside a save, the first cycle's boundaries, late,
-    # and inside the last save before the end (a notice whose save still lands before the reclaim)
-    reclaim_at = notice_at + BLOCKING_PARAMS.notice_s
-    outcomes = [run_trial(BLOCKING_PARAMS, policies.get(policy), ArrayTimeline([0, reclaim_at + 200], [reclaim_at, 1e9]),
+def test_a_notice_on_a_cycle_boundary_sees_what_the_stepwise_model_sees(saves, params, notice_at, policy):
+    reclaim_at = notice_at + params.notice_s
+    outcomes = [run_trial(params, policies.get(policy), ArrayTimeline([0, reclaim_at + 200], [reclaim_at, 1e9]),
                           PRICES, fast_forward=ff) for ff in (False, True)]
     assert outcomes[0].preemptions == 1
     assert same(*outcomes), outcomes
