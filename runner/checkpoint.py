@@ -6,9 +6,10 @@
   renames the folder to `step-N/`. A step exists only once that rename happened: a save cut short
   leaves a temporary folder that is never loaded (and is cleaned at the next start).
 - Async mode: the training stall is the staging copy to host memory (runner.staging: buffers
-  allocated once, in the background); a background thread writes that copy with DCP, and the next
-  save waits for the previous one. A blocking save (the spot notice's, the final one) also goes
-  through those buffers once they are allocated: one copy of the whole state, then DCP's writer
+  allocated once, in the background); a background thread writes that copy with DCP, each tensor as
+  soon as it has been copied (streaming, COSTSIM_ASYNC_STAGING), and the next save waits for the
+  previous one. A blocking save (the spot notice's, the final one) also goes through those buffers
+  once they are allocated: each tensor copied as its writer reaches it (pipelined), DCP's writer
   threads write from host memory, instead of DCP copying each tensor off the GPU as it writes it
   (SDXL's 30.8 GB on one H200: 21.6 s against 38.3 s, the disk's raw bound 17.9 s;
   data/measurements/2026-12-01-h200-save).
@@ -39,7 +40,7 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint import FileSystemWriter
+from torch.distributed.checkpoint import DefaultSavePlanner, FileSystemWriter
 from torch.distributed.checkpoint.filesystem import FileSystem
 
 from costsim.contract.jsonfiles import write_atomic
@@ -76,7 +77,12 @@ WRITE_THREADS = 4      # files written in parallel per rank
 # training the async write was slower while writing (27.3 s against 15.8 s, other machines, 2026-12-03-h200-commit).
 CRC_MODES = ("0", "1", "blocking")
 STAGING_MODES = ("pipelined", "first")
+# An async save's staging: "streaming" (its writer threads write each tensor as soon as it is copied, while the
+# rest is still being copied: runner.staging.StreamingStage) or "first" (the whole copy, then the write; before
+# 2026-12-04). COSTSIM_ASYNC_STAGING chooses (scripts/bench_checkpoint.py --async-staging times both).
+ASYNC_STAGING_MODES = ("streaming", "first")
 CRC_WHILE_WRITING = os.environ.get("COSTSIM_CRC_WHILE_WRITING", "blocking")
+ASYNC_STAGING = os.environ.get("COSTSIM_ASYNC_STAGING", "streaming")
 STORE_BACKOFF_S, STORE_BACKOFF_MAX_S = 15.0, 300.0   # an object store that dropped out: when to try it again
 
 
@@ -160,6 +166,7 @@ class Checkpointer:
         self.set_crc_mode(CRC_WHILE_WRITING)
         self._stager = HostStager() if async_mode else None
         self._staging = "pipelined"   # a blocking save's staging (set_staging)
+        self.set_async_staging(ASYNC_STAGING)
         # DCP's collectives get their own gloo group, so the async writer never shares one with training.
         self._group = dist.new_group(backend="gloo") if dist.is_initialized() else None
         self._check_shared()
@@ -385,19 +392,35 @@ class Checkpointer:
         follow = not (staged and not blocking)   # under "blocking": every save but an async write beside training
         if self._crc_mode == "blocking" and (self._crcs is not None) != follow:
             self.follow_crcs(follow)   # the same on every rank: each saves alike
-        planner = None
+        planner: DefaultSavePlanner | None = None
+        stream = None
         if staged and blocking and self._staging == "pipelined":   # each tensor copied as its writer reaches it
             assert self._stager is not None
             planner = self._stager.planner(state)
-        elif staged:
+        elif staged and not blocking and self._async_staging == "streaming":   # written as it is copied
+            assert self._stager is not None
+            stream = self._stager.streaming(state)
+        if staged and stream is None and planner is None:
             assert self._stager is not None
             state = self._stager.stage(state)   # one copy into the host buffers
         if staged and not blocking:   # async mode: training goes on while a thread writes the copy
+            if stream is not None:
+                state, planner = stream.staged, stream.planner
             stall_s = time.perf_counter() - started
-            self._worker = threading.Thread(target=self._complete, args=(state, step, tmp, started, stall_s, reason),
+            stall = stream.stall_s if stream is not None else (lambda: stall_s)
+            self._worker = threading.Thread(target=self._complete,
+                                            args=(state, step, tmp, started, stall, reason, planner,
+                                                  "streaming" if stream is not None else "first"),
                                             name=f"checkpoint-{step}", daemon=True)
             self._writing = (step, started)
             self._worker.start()
+            if stream is not None:
+                try:
+                    stream.fill(started)   # training waits for the copy, not for the write
+                except BaseException:
+                    self._worker.join()   # the writer fails with it (its error is this one): not left writing
+                    self._worker = self._writing = self._error = None
+                    raise
         else:
             try:
                 dcp.save(state, checkpoint_id=str(tmp), storage_writer=self._writer, planner=planner,
@@ -405,7 +428,7 @@ class Checkpointer:
             except BaseException as exc:
                 raise self._failed_save(exc, step, tmp) from exc
             stall_s = time.perf_counter() - started
-            self._finish(step, tmp, started, stall_s, reason, staged=staged)
+            self._finish(step, tmp, started, stall_s, reason, staged=staged, staging=self._staging)
 
     def in_flight(self) -> tuple[int, float] | None:
         """The async write under way: (its step, seconds it has run); None when none is."""
@@ -512,14 +535,16 @@ class Checkpointer:
         if self._stager is not None:
             self._stager.wait_allocated()
 
-    def _complete(self, staged, step, tmp, started, stall_s, reason) -> None:
+    def _complete(self, staged, step, tmp, started, stall: Callable[[], float], reason, planner, staging) -> None:
         try:
-            dcp.save(staged, checkpoint_id=str(tmp), storage_writer=self._writer, process_group=self._group)
-            self._finish(step, tmp, started, stall_s, reason, staged=True)
+            dcp.save(staged, checkpoint_id=str(tmp), storage_writer=self._writer, planner=planner,
+                     process_group=self._group)
+            self._finish(step, tmp, started, stall(), reason, staged=True, staging=staging)
         except BaseException as exc:  # surfaced by wait() in the training thread
             self._error = self._failed_save(exc, step, tmp)
 
-    def _finish(self, step: int, tmp: Path, started: float, stall_s: float, reason: str, *, staged: bool) -> None:
+    def _finish(self, step: int, tmp: Path, started: float, stall_s: float, reason: str, *, staged: bool,
+                staging: str) -> None:
         upload_s = commit_s = read_back = None
         known = self._gather_sums(tmp)
         if self.rank == 0:
@@ -535,9 +560,8 @@ class Checkpointer:
                       bytes=_folder_bytes(self.folder(step)) if self.rank == 0 else None,
                       mode="sync" if blocking_of(reason, self.async_mode) else "async", reason=reason,
                       upload_s=upload_s, location=self.store.url if self.store is not None else None,
-                      staged=staged, staging=(self._staging if blocking_of(reason, self.async_mode) else "first")
-                      if staged else None, commit_s=commit_s, write_threads=self._writer.thread_count,
-                      commit_read_bytes=read_back)
+                      staged=staged, staging=staging if staged else None, commit_s=commit_s,
+                      write_threads=self._writer.thread_count, commit_read_bytes=read_back)
 
     def set_staging(self, mode: str) -> None:
         """How a blocking save uses the staging buffers: "pipelined" (each tensor copied as its writer reaches
@@ -546,6 +570,13 @@ class Checkpointer:
         if mode not in STAGING_MODES:
             raise ValueError(f"staging {mode!r}: allowed {', '.join(STAGING_MODES)}")
         self._staging = mode
+
+    def set_async_staging(self, mode: str) -> None:
+        """How an async save stages (ASYNC_STAGING_MODES, as COSTSIM_ASYNC_STAGING): "streaming" (written as it
+        is copied, the default) or "first" (the whole copy, then the write)."""
+        if mode not in ASYNC_STAGING_MODES:
+            raise RuntimeConfigError(f"COSTSIM_ASYNC_STAGING={mode!r}: allowed {', '.join(ASYNC_STAGING_MODES)}")
+        self._async_staging = mode
 
     def set_crc_mode(self, mode: str) -> None:
         """When the manifest's CRCs are computed while writing (CRC_MODES, as COSTSIM_CRC_WHILE_WRITING):

@@ -11,6 +11,9 @@ state into the same buffers (one synchronisation) and hands the host copy to the
 so training may change the device tensors while the write goes on. `HostStager(pin=True)` is kept for
 the benchmark (scripts/bench_checkpoint.py --staging pinned). A blocking save (a notice's) uses the same
 buffers tensor by tensor as it writes (StagingSavePlanner): nothing changes the device tensors meanwhile.
+An async save streams (HostStager.streaming): its writer threads start at once and write each tensor as
+soon as training's thread has copied it, so the write no longer begins after the whole copy (the stall,
+2.0-3.0 s of SDXL's 30.8 GB on the H200 host); training still waits for the whole copy.
 
 The buffers are views of one anonymous mapping advised to use huge pages (where the kernel's
 transparent huge pages allow it), each view a storage of its own size: a process that leaves on a
@@ -23,10 +26,11 @@ from __future__ import annotations
 
 import mmap
 import threading
+import time
 
 import torch
 from torch.distributed.checkpoint import DefaultSavePlanner
-from torch.distributed.checkpoint._nested_dict import flatten_state_dict
+from torch.distributed.checkpoint._nested_dict import flatten_state_dict, unflatten_state_dict
 
 HUGE_PAGE_BYTES = 2 << 20
 ALIGN_BYTES = 4096   # each buffer starts on a page
@@ -159,6 +163,28 @@ class HostStager:
             raise RuntimeError("the staging buffers are not a state dict's")
         return StagingSavePlanner(self._buffers)
 
+    def streaming(self, state: dict) -> StreamingStage | None:
+        """An async save's staging that its writer threads follow (StreamingStage); None where a tensor of
+        `state` has no buffer of its shape and dtype (the structure changed: stage() copies it whole)."""
+        if self._thread is None and self._buffers is None:
+            self._buffers = host_buffers(state, self.pin)
+        self.wait_allocated()
+        if not isinstance(self._buffers, dict):
+            return None
+        flat, mapping = flatten_state_dict(state)
+        buffers = flatten_state_dict(self._buffers)[0]
+        pairs = []
+        for key, value in flat.items():
+            if isinstance(value, torch.Tensor):
+                buffer = buffers.get(key)
+                if not (isinstance(buffer, torch.Tensor) and buffer.size() == value.size()
+                        and buffer.dtype == value.dtype):
+                    return None
+                pairs.append((key, value, buffer))
+        staged = unflatten_state_dict({k: buffers[k] if isinstance(v, torch.Tensor) else v for k, v in flat.items()},
+                                      mapping)
+        return StreamingStage(staged, pairs)
+
     def wait_allocated(self) -> None:
         """Block until a background allocation (if any) is done; re-raise its error."""
         if self._thread is not None:
@@ -194,3 +220,79 @@ class StagingSavePlanner(DefaultSavePlanner):
                 return buffer
         return data
 
+
+
+class StreamingStage:
+    """An async save's copy into the host buffers, tensor by tensor, that its writer threads follow: `staged`
+    (the state's structure on the buffers) goes to DCP with `planner`, whose resolve_data waits until the
+    tensor asked for has been copied; `fill()`, on training's thread, copies the largest tensors first (each
+    writer thread writes its share largest first: DCP's FileSystemWriter) and returns once every copy is
+    complete, when the device tensors may change again."""
+
+    def __init__(self, staged: dict, pairs: list[tuple[str, torch.Tensor, torch.Tensor]]):
+        self.staged = staged
+        self._pairs = sorted(pairs, key=lambda pair: pair[1].numel() * pair[1].element_size(), reverse=True)
+        self.planner = StreamingSavePlanner([key for key, _, _ in pairs])
+        self._filled = threading.Event()
+        self._stall_s: float | None = None
+
+    def fill(self, started: float) -> float:
+        """Copy every tensor into its buffer, letting the writers at each as it lands; the stall (seconds from
+        `started`, a perf_counter, to the last copy's completion). A copy that fails fails the writers too."""
+        try:
+            for key, value, buffer in self._pairs:
+                cuda = value.device.type == "cuda"
+                buffer.copy_(value.detach(), non_blocking=cuda)
+                event = None
+                if cuda:
+                    event = torch.cuda.Event()
+                    event.record()
+                self.planner.ready(key, event)
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+        except BaseException as exc:
+            self.planner.fail(exc)
+            raise
+        finally:
+            self._stall_s = time.perf_counter() - started
+            self._filled.set()
+        return self._stall_s
+
+    def stall_s(self) -> float:
+        """The stall, once fill() has returned (the writer's thread asks when the write is done)."""
+        self._filled.wait()
+        assert self._stall_s is not None
+        return self._stall_s
+
+
+class StreamingSavePlanner(DefaultSavePlanner):
+    """An async save's planner (StreamingStage): a writer thread asking for a tensor waits until training's
+    thread has copied it into its host buffer."""
+
+    def __init__(self, keys: list[str]):
+        super().__init__()
+        self._ready = {key: threading.Event() for key in keys}
+        self._events: dict[str, torch.cuda.Event] = {}
+        self._failed: BaseException | None = None
+
+    def ready(self, key: str, event: torch.cuda.Event | None = None) -> None:
+        if event is not None:
+            self._events[key] = event
+        self._ready[key].set()
+
+    def fail(self, exc: BaseException) -> None:
+        self._failed = exc
+        for ready in self._ready.values():
+            ready.set()
+
+    def resolve_data(self, write_item):
+        data = super().resolve_data(write_item)
+        ready = self._ready.get(write_item.index.fqn)
+        if isinstance(data, torch.Tensor) and ready is not None:
+            ready.wait()
+            if self._failed is not None:
+                raise RuntimeError(f"staging the checkpoint failed: {self._failed}") from self._failed
+            event = self._events.get(write_item.index.fqn)
+            if event is not None:
+                event.synchronize()
+        return data

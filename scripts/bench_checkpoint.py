@@ -6,7 +6,9 @@ optimizer state then exists and the host staging buffers start allocating in the
   2. an async save: the training stall (the device-to-host copy) and its background write,
   3. a synchronous save of the same state (timed after the async write has finished),
   4. (--load) loading the newest checkpoint back,
-  5. (--notice THREADS,...) the spot notice's blocking save, side by side: through the staging buffers
+  5. (--async-compare) async saves streamed (written as copied, the default) and staged first (the whole copy,
+     then the write), side by side in the order A B B A, each checkpoint removed after it is timed,
+  6. (--notice THREADS,...) the spot notice's blocking save, side by side: through the staging buffers
      (--staging) each tensor copied as its writer reaches it (pipelined, the default) and the whole state
      copied first, in the order A B B A, then from the device tensors (DCP's own copy, the runner before
      2026-12-01), the CRCs computed while writing, at each writer thread count, each checkpoint removed
@@ -17,7 +19,8 @@ Each figure is printed as soon as it is measured (a JSON line), so a run cut sho
 Usage (GPU machine): python3 scripts/bench_checkpoint.py --workload sdxl --batch 8 --dir /tmp/ckpt-bench
                      python3 scripts/bench_checkpoint.py --workload sdxl --batch 8 --notice 4,16 --dir /tmp/b
                      python3 scripts/bench_checkpoint.py --workload sdxl --batch 8 --steps 8 --staging pinned
-On CPU, for trying it: python3 scripts/bench_checkpoint.py --workload tiny --batch 8 --load --notice 1,4
+                     python3 scripts/bench_checkpoint.py --workload sdxl --batch 8 --skip-sync --async-compare
+On CPU, for trying it: python3 scripts/bench_checkpoint.py --workload tiny --batch 8 --load --async-compare --notice 1,4
 """
 
 from __future__ import annotations
@@ -51,6 +54,8 @@ def main() -> None:
     parser.add_argument("--staging", choices=("pinned", "pageable"), default="pageable",
                         help="the host staging buffers: pageable (the runner's) or page-locked")
     parser.add_argument("--skip-sync", action="store_true", help="leave out the synchronous save (3.)")
+    parser.add_argument("--async-compare", action="store_true",
+                        help="async saves streamed and staged first, side by side (5.)")
     parser.add_argument("--skip-device", action="store_true",
                         help="leave out the notice's save from the device tensors (5.; 30 s for SDXL on the H200 host)")
     args = parser.parse_args()
@@ -103,10 +108,33 @@ def main() -> None:
         trainer.checkpointer.load(trainer.step + 1, trainer.state())
         load = [e for e in read_events(folder / "run") if e["event"] == "checkpoint_load"][-1]
         say(figure="load", load_s=load["duration_s"])
+    if args.async_compare:
+        async_saves(trainer, folder / "run")
     if args.notice:
         notice_saves(trainer, folder / "run", [int(n) for n in args.notice.split(",")], device=not args.skip_device)
     trainer.close()
     dist.destroy_process_group()
+
+
+def async_saves(trainer, run: Path) -> None:
+    """Async saves of the same state streamed and staged first, A B B A, each removed once timed; the write's
+    duration (from the save's start to its commit) and the training stall, each as a ratio to the first."""
+    import shutil
+
+    from costsim.contract.telemetry import read_events
+    checkpointer, step, first = trainer.checkpointer, trainer.step + 100, None
+    for mode in ("streaming", "first", "first", "streaming"):
+        for old in checkpointer.steps():          # room for one more on a small disk
+            shutil.rmtree(checkpointer.folder(old), ignore_errors=True)
+        step += 1
+        checkpointer.set_async_staging(mode)
+        checkpointer.save(step, trainer.state())
+        checkpointer.wait()
+        save = [e for e in read_events(run) if e["event"] == "checkpoint_save"][-1]
+        first = first or save["duration_s"]
+        say(figure="async_save", staging=save["staging"], stall_s=save["stall_s"], write_s=save["duration_s"],
+            commit_s=save["commit_s"], bytes=save["bytes"], ratio_to_first=save["duration_s"] / first)
+    checkpointer.set_async_staging("streaming")
 
 
 def notice_saves(trainer, run: Path, thread_counts: list[int], *, device: bool = True) -> None:

@@ -5,6 +5,8 @@ import os
 import pickle
 import subprocess
 import sys
+import threading
+import time
 import zlib
 from pathlib import Path
 
@@ -565,7 +567,7 @@ def test_a_blocking_save_staged_as_it_writes_holds_the_state_of_that_moment(tmp_
         c.set_staging(mode)
         c.save(step, state, blocking=True, reason="notice")
     c.close()
-    assert [(f["staged"], f["staging"]) for f in saves] == [(True, "first"), (True, "pipelined"), (True, "first")]
+    assert [(f["staged"], f["staging"]) for f in saves] == [(True, "streaming"), (True, "pipelined"), (True, "first")]
     for step in (2, 3):
         loaded = {"model": {k: torch.zeros_like(v) for k, v in state["model"].items()},
                   "optim": {"state": {"a.w": {"exp_avg": torch.zeros(1 << 15), "step": torch.tensor(0.0)}},
@@ -577,6 +579,87 @@ def test_a_blocking_save_staged_as_it_writes_holds_the_state_of_that_moment(tmp_
         assert torch.equal(loaded["optim"]["state"]["a.w"]["exp_avg"], expected[step]["exp_avg"])
     with pytest.raises(ValueError, match="allowed pipelined, first"):
         c.set_staging("lazy")
+
+
+def test_an_async_save_written_as_it_is_copied_holds_the_state_of_its_moment(tmp_path):
+    """An async save streams (the default): its writer threads write each tensor once training's thread has
+    copied it into its buffer. The checkpoint holds the state as it was when save() returned, though training
+    changes every tensor right after and the buffers held the save before's values; a state whose shapes
+    changed since the buffers were made is copied whole first ("first"), as is every save under
+    COSTSIM_ASYNC_STAGING=first; anything else is refused by name."""
+    from runner.checkpoint import Checkpointer
+    from runner.speed import RuntimeConfigError
+    saves: list[dict] = []
+    c = Checkpointer(tmp_path, keep=4, async_mode=True, rank=0, warn=print,
+                     on_event=lambda event, **f: saves.append(f) if event == "checkpoint_save" else None)
+    c.agree_on_step()
+    g = torch.Generator().manual_seed(7)
+    state = {"model": {"a.w": torch.randn(1 << 16, generator=g), "b": torch.randn(64, 33, generator=g)},
+             "optim": {"state": {"a.w": {"exp_avg": torch.randn(1 << 16, generator=g), "step": torch.tensor(3.0)}},
+                       "param_groups": [{"lr": 1e-3, "params": ["a.w", "b"]}]}, "progress": {"step": 0}}
+    c.prepare(state)
+    c.wait_staging()
+    expected = {}
+    for step, mode in ((1, "streaming"), (2, "streaming"), (3, "streaming"), (4, "first")):
+        if step == 3:   # the structure changed since the buffers were made: copied whole, then written
+            state["model"]["b"] = torch.randn(65, 33, generator=g)
+        c.set_async_staging(mode)
+        state["progress"]["step"] = step
+        expected[step] = {"a.w": state["model"]["a.w"].clone(), "b": state["model"]["b"].clone(),
+                          "exp_avg": state["optim"]["state"]["a.w"]["exp_avg"].clone()}
+        c.save(step, state)
+        for tensor in (state["model"]["a.w"], state["model"]["b"], state["optim"]["state"]["a.w"]["exp_avg"]):
+            tensor.add_(1.0)                           # training goes on while the write does
+        c.wait()
+    c.close()
+    assert [f["staging"] for f in saves] == ["streaming", "streaming", "first", "first"]
+    assert all(f["mode"] == "async" and f["stall_s"] <= f["duration_s"] for f in saves)
+    for step in (1, 2, 3, 4):
+        shape = (64, 33) if step < 3 else (65, 33)
+        loaded = {"model": {"a.w": torch.zeros(1 << 16), "b": torch.zeros(shape)},
+                  "optim": {"state": {"a.w": {"exp_avg": torch.zeros(1 << 16), "step": torch.tensor(0.0)}},
+                            "param_groups": [{"lr": 0.0, "params": ["a.w", "b"]}]}, "progress": {"step": 0}}
+        Checkpointer(tmp_path, keep=4, async_mode=False, rank=0, warn=print,
+                     on_event=lambda *a, **f: None).load(step, loaded)
+        assert loaded["progress"]["step"] == step
+        assert torch.equal(loaded["model"]["a.w"], expected[step]["a.w"])
+        assert torch.equal(loaded["model"]["b"], expected[step]["b"])
+        assert torch.equal(loaded["optim"]["state"]["a.w"]["exp_avg"], expected[step]["exp_avg"])
+    with pytest.raises(RuntimeConfigError, match="COSTSIM_ASYNC_STAGING='lazy': allowed streaming, first"):
+        c.set_async_staging("lazy")
+
+
+def test_a_streaming_copy_that_fails_fails_its_writers_instead_of_leaving_them_waiting():
+    """A writer thread waits in resolve_data for its tensor's copy; when the copying fails (here a buffer of
+    the wrong size), the writers waiting end too (the one whose tensor was never copied raises, naming the
+    staging) and the copy's own error reaches training."""
+    from torch.distributed.checkpoint.metadata import MetadataIndex
+    from torch.distributed.checkpoint.planner import WriteItem, WriteItemType
+
+    from runner.staging import StreamingStage
+    good, bad = torch.ones(8), torch.ones(5)
+    staged = {"good": torch.zeros(8), "bad": torch.zeros(4)}
+    stage = StreamingStage(staged, [("good", good, staged["good"]), ("bad", bad, staged["bad"])])
+    stage.planner.set_up_planner(staged, is_coordinator=True)
+    outcome: dict[str, object] = {}
+
+    def writer(key: str) -> None:
+        item = WriteItem(index=MetadataIndex(key), type=WriteItemType.TENSOR)
+        try:
+            outcome[key] = stage.planner.resolve_data(item)
+        except RuntimeError as exc:
+            outcome[key] = exc
+
+    threads = [threading.Thread(target=writer, args=(key,)) for key in ("bad", "good")]
+    for thread in threads:
+        thread.start()
+    with pytest.raises(RuntimeError, match="size"):
+        stage.fill(time.perf_counter())
+    for thread in threads:
+        thread.join(timeout=10)
+        assert not thread.is_alive()
+    assert isinstance(outcome["bad"], RuntimeError) and "staging the checkpoint failed" in str(outcome["bad"])
+    assert stage.stall_s() >= 0
 
 
 def test_a_gpu_that_cuda_does_not_show_the_worker_is_one_configuration_line():
