@@ -4,7 +4,8 @@
 # node's own files).
 #   PART=bench: `scripts/bench_store_read.py --gb $GB`: the store's own read bound (parallel ranged GETs, bytes
 #     dropped) beside the runner's fetch into memory, onto the disk, and the earlier path (bench.txt);
-#     BLOCKS=8,1,0.25 adds the one-process memory fetch with each read size in MiB (`--blocks`).
+#     BLOCKS=8,1,0.25 adds the one-process memory fetch with each read size in MiB (`--blocks`); SKIP=disk,download
+#     leaves variants out (`--skip`); ROUNDS=2 repeats each (default 1).
 #   PART=lives: the shipped plan as written (`costsim plan --workload sdxl --gpu H200`), `runner execute
 #     --checkpoint-dir s3://ckpt/sdxl --share-compile-cache`: life 1 with an empty compile cache, a spot
 #     notice after step 10 (`--notice-save always`: the emergency checkpoint written and uploaded); then the
@@ -26,8 +27,8 @@ unset TORCHINDUCTOR_CACHE_DIR   # each run folder's own cache (RUN/compile-cache
 df -h /tmp /dev/shm >> "$OUT/machine.txt"
 if [ "$PART" = bench ]; then
   rm -rf /dev/shm/bench-weed
-  python3 scripts/bench_store_read.py --gb "$GB" --files 4 --rounds 1 --store-dir /dev/shm/bench-weed \
-    --disk-dir /tmp/bench-fetch ${BLOCKS:+--blocks "$BLOCKS"} > "$OUT/bench.txt" 2>&1
+  python3 scripts/bench_store_read.py --gb "$GB" --files 4 --rounds "${ROUNDS:-1}" --store-dir /dev/shm/bench-weed \
+    --disk-dir /tmp/bench-fetch ${BLOCKS:+--blocks "$BLOCKS"} ${SKIP:+--skip "$SKIP"} > "$OUT/bench.txt" 2>&1
   echo "bench exit $?" >> "$OUT/bench.txt"; rm -rf /dev/shm/bench-weed
   exit 0
 fi
