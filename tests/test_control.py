@@ -365,10 +365,12 @@ def test_local_drill_meets_its_deadline_and_bills_what_the_as_known_replay_predi
     doc = json.loads(out)
     assert doc["status"] == "done" and doc["deadline_met"], (doc["finish_s"], doc["instances"], doc["measured"])
     # spot, then on-demand: by the reclaim at 1.5 h, or by a move before it where the controller's margin
-    # (a slow machine's spread of step times) said the slack was gone
+    # (a slow machine's spread of step times) said the slack was gone. A machine slower than the drill was sized
+    # for may still be running when spot comes back (9.0 h) and, ahead of the line, go back to spot (CI's once
+    # did under load): any start after the on-demand one is spot, never another on-demand one
     assert doc["preemptions"] + doc["moves"] >= 1, (doc["instances"], doc["measured"])
     markets = [i["market"] for i in doc["instances"]]
-    assert markets[0] == "spot" and markets[-1] == "on-demand", markets
+    assert markets[:2] == ["spot", "on-demand"] and set(markets[2:]) <= {"spot"}, markets
     assert abs(doc["error"]["cost_rel"]) <= 0.05, (doc["cost"], doc["predicted"], doc["measured"])
     # The replay and the run can part at a decision on a policy's edge (at 600x a wall second of start-up
     # is 10 min of trace): a short spot start taken in one and not the other. Where they took the same
