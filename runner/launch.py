@@ -169,8 +169,18 @@ class TorchrunReportFilter:
         self.pending: list[bytes] = []
         self.borders = -1   # >= 0 while dropping torchrun's report: the '=====' lines seen
         self.drilled = False   # an injected fault fired: what the peers and torchrun say next is its doing
+        self.record: bytes | None = None   # the log prefix of torchrun's record of a failed worker, while in it
 
     def feed(self, line: bytes) -> None:
+        # torchrun's record of a worker that failed: one log line, and with forked workers (runner.torchrun) the
+        # traceback of its ProcessExitedException, each line under the record's prefix ("E1203 16:12:03.40 28925
+        # .../api.py:836] "): the traceback only repeats the exit code, which the supervisor says in its line
+        if self.record is not None:
+            if line.startswith(self.record):
+                return
+            self.record = None
+        if b"failed (exitcode: " in line and b"] " in line:
+            self.record = line[:line.index(b"] ") + 2]
         if any(marker in line for marker in self.QUIET):
             return
         if self.drilled:

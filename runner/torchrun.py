@@ -7,20 +7,36 @@ Here the agent's outcome is the exit status (0, or 1 on a worker's failure, as t
 process leaves with os._exit. A worker's failure is not printed again: torchrun's report of it (a
 traceback ending in a ChildFailedError table) would only repeat the workers' own output, and the
 supervisor says in one line why the job stopped; any other error of torchrun's prints its traceback.
+
+The workers (`-m runner.train`) are forked from the agent, which has imported torch and the worker's
+modules once, instead of each starting a new interpreter that imports them again (torchrun's own start
+method for a function entrypoint, `fork`): on every start and restart the workers begin where the imports
+end. The agent never touches CUDA, so each forked worker initialises it as a new process would.
+COSTSIM_WORKER_START=exec starts them as new interpreters, as torchrun does for a command.
 """
 
 from __future__ import annotations
 
+import os
+import signal
+import sys
 import traceback
 
 from runner.faults import leave
 
+WORKER_MODULE = "runner.train"
+WORKER_STARTS = ("fork", "exec")
+
 
 def main() -> None:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.run import main as torchrun
+    from torch.distributed.run import parse_args, run
     try:
-        torchrun()
+        args = parse_args(sys.argv[1:])
+        if forked_workers(args):
+            run_forked(args)
+        else:
+            run(args)
         code = 0
     except SystemExit as exc:   # argument errors, --help
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
@@ -30,6 +46,47 @@ def main() -> None:
         traceback.print_exc()
         code = 1
     leave(code)
+
+
+def worker_start() -> str:
+    start = os.environ.get("COSTSIM_WORKER_START", "fork")
+    if start not in WORKER_STARTS:
+        from runner.speed import RuntimeConfigError
+        raise RuntimeConfigError(f"COSTSIM_WORKER_START={start!r}: allowed {', '.join(WORKER_STARTS)}")
+    return start
+
+
+def forked_workers(args) -> bool:
+    """Whether this launch forks its workers: the runner's own worker module, a c10d rendezvous (the
+    supervisor's: standalone on one node, an endpoint on several), and COSTSIM_WORKER_START not exec."""
+    return (worker_start() == "fork" and args.module and not args.no_python and not args.run_path
+            and args.training_script == WORKER_MODULE and (args.standalone or args.rdzv_backend == "c10d"))
+
+
+def run_forked(args) -> None:
+    """torch.distributed.run.run, the workers forked from here running runner.train's main."""
+    import uuid
+
+    from torch.distributed.launcher.api import elastic_launch
+    from torch.distributed.run import config_from_args
+
+    import runner.train  # noqa: F401  the workers' imports, once, before they are forked
+    if args.standalone:   # as torchrun's run() does
+        args.rdzv_backend, args.rdzv_endpoint, args.rdzv_id = "c10d", "localhost:0", str(uuid.uuid4())
+    if args.master_port is None:
+        args.master_port = 29500
+    config, _, _ = config_from_args(args)
+    config.start_method = "fork"
+    elastic_launch(config=config, entrypoint=worker)(*args.training_script_args)
+
+
+def worker(*argv: str) -> None:
+    """A forked worker: the signal handlers a new interpreter has (the agent's raise in it), then the worker."""
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    from runner import train
+    train.main(list(argv), forked=True)
 
 
 if __name__ == "__main__":

@@ -450,10 +450,12 @@ def parse(argv: list[str] | None):
     return parser.parse_args(argv)
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None, *, forked: bool = False) -> None:
+    """A worker; `forked`: forked from torchrun's agent after its imports (runner.torchrun), which then took none."""
     started = process_start_t()
     faults.die_with_parent()
-    marks = {"process": started, "imports": IMPORTED_T} if started else {"imports": IMPORTED_T}
+    imported = (started or time.time()) if forked else IMPORTED_T
+    marks = {"process": started, "imports": imported} if started else {"imports": imported}
     args = parse(argv)
     spec = load_run_spec(args.plan)
     quiet_disk_full_in_threads()

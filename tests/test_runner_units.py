@@ -340,6 +340,27 @@ def test_torchruns_failure_report_is_left_out_and_a_workers_traceback_kept():
     assert out.getvalue() == b"runner: step 5/10\n" + b"".join(worker) + b"runner: restart 1\n"
 
 
+def test_torchruns_record_of_a_forked_worker_that_failed_is_left_out_with_its_traceback():
+    """Forked workers (runner.torchrun) fail into torchrun's log as one record: the "failed (exitcode: N)" line
+    and the traceback of its ProcessExitedException, each line under the record's prefix (as printed by torch
+    2.13). The record's traceback goes whatever the code (the supervisor says why in its line); its first line
+    goes as the exec'd workers' does: for a notice's or a setting's exit; the line after it is kept."""
+    import io
+
+    from runner.launch import TorchrunReportFilter
+    prefix = b"E1203 16:12:03.402000 28925 site-packages/torch/distributed/elastic/multiprocessing/api.py:836] "
+    for code, first_kept in ((78, False), (1, True)):
+        record = [f"failed (exitcode: {code}) local_rank: 0 (pid: 28930) of fn: worker (start_method: fork)\n",
+                  "Traceback (most recent call last):\n", '  File "/x/torch/multiprocessing/spawn.py", line 200, in join\n',
+                  "    raise ProcessExitedException(\n",
+                  f"torch.multiprocessing.spawn.ProcessExitedException: process 0 terminated with exit code {code}\n"]
+        lines = [prefix + line.encode() for line in record]
+        out = io.BytesIO()
+        TorchrunReportFilter(out).pump(io.BytesIO(b"runner: step 5/10\n" + b"".join(lines) + b"runner: stopped: why\n"))
+        kept = lines[0] if first_kept else b""
+        assert out.getvalue() == b"runner: step 5/10\n" + kept + b"runner: stopped: why\n", code
+
+
 def test_an_injected_fault_is_one_line_and_what_its_peers_say_after_it_is_dropped():
     import io
 
