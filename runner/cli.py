@@ -81,8 +81,11 @@ def execute_command(plan, run_dir, run_id, nnodes, node_rank, rdzv_endpoint, npr
     from runner.plan import effective_plan, load_run_spec, run_spec
     from runner.store import StoreError, StoreUnavailable, record_job
     from runner.supervisor import Execution, Supervisor, default_run_id, prepare_run_dir
+    from runner.torchrun import WORKER_STARTS
     from runner.workloads import UnknownWorkload, WorkloadOptionError, check_options, resolve
-
+    start = os.environ.get("COSTSIM_WORKER_START")
+    if start is not None and start not in WORKER_STARTS:
+        raise InputError("environment", "COSTSIM_WORKER_START", f"{start!r}: allowed {', '.join(WORKER_STARTS)}")
     try:
         given = Plan.read(plan)
         spec = run_spec(given, plan, with_run=False)   # a plan's own `run` section is never taken

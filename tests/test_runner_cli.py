@@ -135,3 +135,27 @@ def test_pace_holds_each_step_to_at_least_its_time_and_a_bad_pace_is_one_line(pl
     assert execute(plan, tmp_path / "bare", "--steps", "60").returncode == 0
     assert sorted(e["step_time_s"] for e in events(tmp_path / "bare", "step"))[30] < 0.020
     one_line_error(execute(plan, tmp_path / "bad", "--option", "pace=5"), "option pace='5'", "without a unit")
+
+
+def test_workers_forked_from_the_agent_train_as_new_interpreters_do(tmp_path, monkeypatch):
+    """A CPU plan's workers are forked from torchrun's agent after its imports (runner.torchrun); with
+    COSTSIM_WORKER_START=exec they start as new interpreters, as a GPU plan's do. Both train the job to the same
+    final state (2 ranks, 30 steps, a checkpoint on the way); the forked workers spend nothing on imports, the
+    new interpreters do. Any other value is one line before anything starts."""
+    plan = tiny_plan(tmp_path, interval_steps=10)
+    ends, imports = {}, {}
+    for start in ("fork", "exec"):
+        monkeypatch.setenv("COSTSIM_WORKER_START", start)
+        result = execute(plan, tmp_path / start, "--steps", "30", "--seed", "3")
+        assert result.returncode == 0, result.stderr[-3000:]
+        ends[start] = summary(tmp_path / start)["final_state_sha256"]
+        imports[start] = [e["start_phases_s"]["imports"] for e in events(tmp_path / start, "runtime", rank=None)]
+    assert ends["fork"] == ends["exec"]
+    assert len(imports["fork"]) == len(imports["exec"]) == 2
+    assert max(imports["fork"]) == 0.0 and min(imports["exec"]) > 0.1, imports
+    monkeypatch.setenv("COSTSIM_WORKER_START", "spawn")
+    refused = execute(plan, tmp_path / "bad", "--steps", "5")
+    lines = [line for line in refused.stderr.splitlines() if line.strip()]
+    assert refused.returncode == 2 and len(lines) == 1, refused.stderr
+    assert "COSTSIM_WORKER_START: 'spawn': allowed fork, exec" in lines[0]
+    assert not (tmp_path / "bad").exists()
