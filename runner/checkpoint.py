@@ -78,8 +78,8 @@ WRITE_THREADS = 4      # files written in parallel per rank
 CRC_MODES = ("0", "1", "blocking")
 STAGING_MODES = ("pipelined", "first")
 # An async save's staging: "streaming" (its writer threads write each tensor as soon as it is copied, while the
-# rest is still being copied: runner.staging.StreamingStage) or "first" (the whole copy, then the write; before
-# 2026-12-04). COSTSIM_ASYNC_STAGING chooses (scripts/bench_checkpoint.py --async-staging times both).
+# rest is still being copied: runner.staging.StreamingStage) or "first" (the whole copy, then the write, as before
+# 2026-12-03's afternoon). COSTSIM_ASYNC_STAGING chooses (scripts/bench_checkpoint.py --async-compare times both).
 ASYNC_STAGING_MODES = ("streaming", "first")
 CRC_WHILE_WRITING = os.environ.get("COSTSIM_CRC_WHILE_WRITING", "blocking")
 ASYNC_STAGING = os.environ.get("COSTSIM_ASYNC_STAGING", "streaming")

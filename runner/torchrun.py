@@ -73,8 +73,8 @@ def run_forked(args) -> None:
     from torch.distributed.launcher.api import elastic_launch
     from torch.distributed.run import config_from_args
 
-    import runner.train  # noqa: F401  the workers' imports, once, before they are forked
     os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")   # no CUDA in this process: its children fork
+    import runner.train  # noqa: F401  the workers' imports, once, before they are forked
     if args.standalone:   # as torchrun's run() does
         args.rdzv_backend, args.rdzv_endpoint, args.rdzv_id = "c10d", "localhost:0", str(uuid.uuid4())
     if args.master_port is None:
