@@ -237,7 +237,7 @@ class StreamingStage:
         self._stall_s: float | None = None
 
     def fill(self, started: float) -> float:
-        """Copy every tensor into its buffer, letting the writers at each as it lands; the stall (seconds from
+        """Copy every tensor into its buffer, each handed to the writers as it lands; the stall (seconds from
         `started`, a perf_counter, to the last copy's completion). A copy that fails fails the writers too."""
         try:
             for key, value, buffer in self._pairs:
