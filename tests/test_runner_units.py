@@ -561,43 +561,63 @@ def test_the_read_threads_setting_is_a_whole_number_or_refused(monkeypatch):
             read_threads()
 
 
+def _one_layer_state(size: int, b_shape: tuple[int, int], seed: int | None = None, step: int = 0) -> dict:
+    """A training state of the checkpointer's shape: a layer `a.w` of `size` with Adam's exp_avg, a tensor `b`,
+    random (seed) or zeros (a target to load into)."""
+    g = torch.Generator().manual_seed(seed) if seed is not None else None
+    make = (lambda *shape: torch.randn(*shape, generator=g)) if g is not None else torch.zeros
+    return {"model": {"a.w": make(size), "b": make(*b_shape)},
+            "optim": {"state": {"a.w": {"exp_avg": make(size), "step": torch.tensor(3.0 if g else 0.0)}},
+                      "param_groups": [{"lr": 1e-3 if g else 0.0, "params": ["a.w", "b"]}]}, "progress": {"step": step}}
+
+
+def _its_tensors(state: dict) -> dict[str, torch.Tensor]:
+    """The state's three tensors by name: the model's and the optimizer's exp_avg."""
+    return {**state["model"], "exp_avg": state["optim"]["state"]["a.w"]["exp_avg"]}
+
+
+def _recording_checkpointer(root: Path, keep: int) -> tuple:
+    """An async-mode Checkpointer at rank 0 whose checkpoint_save events are kept in the list returned beside it."""
+    from runner.checkpoint import Checkpointer
+    saves: list[dict] = []
+    c = Checkpointer(root, keep=keep, async_mode=True, rank=0, warn=print,
+                     on_event=lambda event, **f: saves.append(f) if event == "checkpoint_save" else None)
+    c.agree_on_step()
+    return c, saves
+
+
+def _loaded(root: Path, step: int, size: int, b_shape: tuple[int, int]) -> dict:
+    """Checkpoint `step` under root, loaded by a new Checkpointer into a zeroed state of that shape."""
+    from runner.checkpoint import Checkpointer
+    loaded = _one_layer_state(size, b_shape)
+    Checkpointer(root, keep=4, async_mode=False, rank=0, warn=print, on_event=lambda *a, **f: None).load(step, loaded)
+    return loaded
+
+
 def test_a_blocking_save_staged_as_it_writes_holds_the_state_of_that_moment(tmp_path):
     """A notice's save copies each tensor into its staging buffer as its writer thread reaches it ("pipelined",
     the default) instead of copying the whole state first: the checkpoint holds the state as it was at the save
     (not the buffers' older contents from the async save before), the same as a save staged first."""
-    from runner.checkpoint import Checkpointer
-    saves: list[dict] = []
-    c = Checkpointer(tmp_path, keep=3, async_mode=True, rank=0, warn=print,
-                     on_event=lambda event, **f: saves.append(f) if event == "checkpoint_save" else None)
-    c.agree_on_step()
-    g = torch.Generator().manual_seed(5)
-    state = {"model": {"a.w": torch.randn(1 << 15, generator=g), "b": torch.randn(64, 33, generator=g)},
-             "optim": {"state": {"a.w": {"exp_avg": torch.randn(1 << 15, generator=g), "step": torch.tensor(3.0)}},
-                       "param_groups": [{"lr": 1e-3, "params": ["a.w", "b"]}]}, "progress": {"step": 1}}
+    c, saves = _recording_checkpointer(tmp_path, keep=3)
+    state = _one_layer_state(1 << 15, (64, 33), seed=5, step=1)
     c.prepare(state)
     c.wait_staging()
     c.save(1, state)                                   # async: the buffers now hold step 1's values
     c.wait()
     expected = {}
     for step, mode in ((2, "pipelined"), (3, "first")):
-        for tensor in (state["model"]["a.w"], state["model"]["b"], state["optim"]["state"]["a.w"]["exp_avg"]):
+        for tensor in _its_tensors(state).values():
             tensor.add_(1.0)                           # training moved on since
         state["progress"]["step"] = step
-        expected[step] = {k: v.clone() for k, v in state["model"].items()}
-        expected[step]["exp_avg"] = state["optim"]["state"]["a.w"]["exp_avg"].clone()
+        expected[step] = {k: v.clone() for k, v in _its_tensors(state).items()}
         c.set_staging(mode)
         c.save(step, state, blocking=True, reason="notice")
     c.close()
     assert [(f["staged"], f["staging"]) for f in saves] == [(True, "streaming"), (True, "pipelined"), (True, "first")]
     for step in (2, 3):
-        loaded = {"model": {k: torch.zeros_like(v) for k, v in state["model"].items()},
-                  "optim": {"state": {"a.w": {"exp_avg": torch.zeros(1 << 15), "step": torch.tensor(0.0)}},
-                            "param_groups": [{"lr": 0.0, "params": ["a.w", "b"]}]}, "progress": {"step": 0}}
-        Checkpointer(tmp_path, keep=3, async_mode=False, rank=0, warn=print,
-                     on_event=lambda *a, **f: None).load(step, loaded)
+        loaded = _loaded(tmp_path, step, 1 << 15, (64, 33))
         assert loaded["progress"]["step"] == step
-        assert all(torch.equal(loaded["model"][k], expected[step][k]) for k in loaded["model"])
-        assert torch.equal(loaded["optim"]["state"]["a.w"]["exp_avg"], expected[step]["exp_avg"])
+        assert all(torch.equal(t, expected[step][k]) for k, t in _its_tensors(loaded).items())
     with pytest.raises(ValueError, match="allowed pipelined, first"):
         c.set_staging("lazy")
 
@@ -608,44 +628,29 @@ def test_an_async_save_written_as_it_is_copied_holds_the_state_of_its_moment(tmp
     changes every tensor right after and the buffers held the save before's values; a state whose shapes
     changed since the buffers were made is copied whole first ("first"), as is every save under
     COSTSIM_ASYNC_STAGING=first; anything else is refused by name."""
-    from runner.checkpoint import Checkpointer
     from runner.speed import RuntimeConfigError
-    saves: list[dict] = []
-    c = Checkpointer(tmp_path, keep=4, async_mode=True, rank=0, warn=print,
-                     on_event=lambda event, **f: saves.append(f) if event == "checkpoint_save" else None)
-    c.agree_on_step()
-    g = torch.Generator().manual_seed(7)
-    state = {"model": {"a.w": torch.randn(1 << 16, generator=g), "b": torch.randn(64, 33, generator=g)},
-             "optim": {"state": {"a.w": {"exp_avg": torch.randn(1 << 16, generator=g), "step": torch.tensor(3.0)}},
-                       "param_groups": [{"lr": 1e-3, "params": ["a.w", "b"]}]}, "progress": {"step": 0}}
+    c, saves = _recording_checkpointer(tmp_path, keep=4)
+    state = _one_layer_state(1 << 16, (64, 33), seed=7)
     c.prepare(state)
     c.wait_staging()
     expected = {}
     for step, mode in ((1, "streaming"), (2, "streaming"), (3, "streaming"), (4, "first")):
         if step == 3:   # the structure changed since the buffers were made: copied whole, then written
-            state["model"]["b"] = torch.randn(65, 33, generator=g)
+            state["model"]["b"] = torch.randn(65, 33)
         c.set_async_staging(mode)
         state["progress"]["step"] = step
-        expected[step] = {"a.w": state["model"]["a.w"].clone(), "b": state["model"]["b"].clone(),
-                          "exp_avg": state["optim"]["state"]["a.w"]["exp_avg"].clone()}
+        expected[step] = {k: v.clone() for k, v in _its_tensors(state).items()}
         c.save(step, state)
-        for tensor in (state["model"]["a.w"], state["model"]["b"], state["optim"]["state"]["a.w"]["exp_avg"]):
+        for tensor in _its_tensors(state).values():
             tensor.add_(1.0)                           # training goes on while the write does
         c.wait()
     c.close()
     assert [f["staging"] for f in saves] == ["streaming", "streaming", "first", "first"]
     assert all(f["mode"] == "async" and f["stall_s"] <= f["duration_s"] for f in saves)
     for step in (1, 2, 3, 4):
-        shape = (64, 33) if step < 3 else (65, 33)
-        loaded = {"model": {"a.w": torch.zeros(1 << 16), "b": torch.zeros(shape)},
-                  "optim": {"state": {"a.w": {"exp_avg": torch.zeros(1 << 16), "step": torch.tensor(0.0)}},
-                            "param_groups": [{"lr": 0.0, "params": ["a.w", "b"]}]}, "progress": {"step": 0}}
-        Checkpointer(tmp_path, keep=4, async_mode=False, rank=0, warn=print,
-                     on_event=lambda *a, **f: None).load(step, loaded)
+        loaded = _loaded(tmp_path, step, 1 << 16, (64, 33) if step < 3 else (65, 33))
         assert loaded["progress"]["step"] == step
-        assert torch.equal(loaded["model"]["a.w"], expected[step]["a.w"])
-        assert torch.equal(loaded["model"]["b"], expected[step]["b"])
-        assert torch.equal(loaded["optim"]["state"]["a.w"]["exp_avg"], expected[step]["exp_avg"])
+        assert all(torch.equal(t, expected[step][k]) for k, t in _its_tensors(loaded).items())
     with pytest.raises(RuntimeConfigError, match="COSTSIM_ASYNC_STAGING='lazy': allowed streaming, first"):
         c.set_async_staging("lazy")
 
@@ -681,6 +686,29 @@ def test_a_streaming_copy_that_fails_fails_its_writers_instead_of_leaving_them_w
         assert not thread.is_alive()
     assert isinstance(outcome["bad"], RuntimeError) and "staging the checkpoint failed" in str(outcome["bad"])
     assert stage.stall_s() >= 0
+
+
+def test_a_streaming_writer_gets_its_tensor_only_once_it_has_been_copied():
+    """The async save's writer thread asks for a tensor before training's thread has copied it: it waits (its
+    buffer still holds an older save's bytes), and gets the buffer once fill() has copied the tensor into it.
+    On a CPU the whole copy is quicker than DCP's planning, so a save alone rarely shows a writer that did not
+    wait; this asks directly."""
+    from torch.distributed.checkpoint.metadata import MetadataIndex
+    from torch.distributed.checkpoint.planner import WriteItem, WriteItemType
+
+    from runner.staging import StreamingStage
+    value, buffer = torch.arange(16.0), torch.zeros(16)        # the buffer: an older save's values
+    stage = StreamingStage({"w": buffer}, [("w", value, buffer)])
+    stage.planner.set_up_planner({"w": buffer}, is_coordinator=True)
+    got: list[torch.Tensor] = []
+    writer = threading.Thread(target=lambda: got.append(stage.planner.resolve_data(
+        WriteItem(index=MetadataIndex("w"), type=WriteItemType.TENSOR))))
+    writer.start()
+    writer.join(timeout=0.3)
+    assert writer.is_alive() and not got                        # waiting for the copy, nothing written yet
+    stage.fill(time.perf_counter())
+    writer.join(timeout=10)
+    assert not writer.is_alive() and got[0] is buffer and torch.equal(got[0], value)
 
 
 def test_a_gpu_that_cuda_does_not_show_the_worker_is_one_configuration_line():
