@@ -90,12 +90,19 @@ class Supervisor:
         self.notice = False
         self.notice_t: float | None = None
         self.child: subprocess.Popen | None = None
+        # The notice is written down as it comes (a thread: the handler may interrupt the main thread inside
+        # a telemetry write), not only at the exit: a reclaim can kill a runner whose workers are slow to
+        # leave (or still starting) before it writes `exit`, and the life then still runs to its notice.
+        self._noticed = threading.Event()
+        self._finishing = False
+        self._notice_writer = threading.Thread(target=self._write_notice, name="notice", daemon=True)
 
     def _on_sigterm(self, signum, frame) -> None:
         # A notice for this node: pass it on to the workers themselves (faults.notify_workers says
         # why not through torchrun); they checkpoint and exit, and torchrun with them.
-        self.notice = True
-        self.notice_t = self.notice_t or time.time()   # the first notice's arrival, recorded at the exit
+        if not self.notice:   # the first notice's arrival (a second one, even inside this handler, sets nothing)
+            self.notice, self.notice_t = True, time.time()
+            self._noticed.set()
         if self.child is not None and self.child.poll() is None:
             faults.notify_workers(self.child.pid)
 
@@ -123,6 +130,7 @@ class Supervisor:
     def run(self) -> int:
         """Attempts until the job ends; returns the exit status for `runner execute`."""
         x, started = self.x, time.time()
+        self._notice_writer.start()
         signal.signal(signal.SIGTERM, self._on_sigterm)
         for lease in self.leases:
             lease.start(functools.partial(self._on_lease_lost, lease.where))
@@ -189,7 +197,15 @@ class Supervisor:
             print(f"runner: restart {restarts}: {reason} (torchrun exit {code}); resuming from the last checkpoint",
                   file=sys.stderr, flush=True)
 
+    def _write_notice(self) -> None:
+        self._noticed.wait()
+        if not self._finishing:
+            self.telemetry.event("notice")
+
     def _finish(self, started: float, attempts: list, restarts: int, status: str, reason: str | None = None) -> int:
+        self._finishing = True   # the notice is written by now or goes into `exit` (notice_t): never after close
+        self._noticed.set()
+        self._notice_writer.join()
         ended = instance_end(status, self.x.spec.market, moved=moved_since(self.x.run_dir, started))
         self.telemetry.flush()   # this life's last lines, for the summary's count of the job's lives
         summary = summarise(self.x.run_dir, run_id=self.x.run_id, wall_s=time.time() - started, status=status,

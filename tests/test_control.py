@@ -391,15 +391,17 @@ def test_local_drill_meets_its_deadline_and_bills_what_the_as_known_replay_predi
 
 
 def _runner_lives(run_dir: Path, time_scale: float) -> dict[str, float]:
-    """Trace hours per market that the runner's own telemetry says its instances lived: each `instance` event
-    to its `exit`, or to its last event where a reclaim killed it before it wrote one."""
+    """Trace hours per market that the runner's own telemetry says its instances lived: from each runner's
+    process start (its `instance` event's process_start_t) to its `exit`, or to its last event (the notice,
+    at the latest) where a reclaim killed it before it wrote one."""
     from costsim.contract.telemetry import read_events
     lived: dict[str, float] = {}
     start = last = None
 
     def close() -> None:
         if start is not None:
-            lived[start["market"]] = lived.get(start["market"], 0.0) + (last - start["t"]) * time_scale / 3600
+            began = min(start["t"], start.get("process_start_t") or start["t"])
+            lived[start["market"]] = lived.get(start["market"], 0.0) + (last - began) * time_scale / 3600
 
     for e in read_events(run_dir):
         if e["event"] == "instance" and e.get("rank") is None:

@@ -96,6 +96,36 @@ def test_a_notice_to_the_runner_is_passed_to_the_workers_who_checkpoint_and_stop
     assert s["status"] == "preempted" and s["restarts"] == 0 and s["steps"] == saved[0]
 
 
+def test_a_notice_is_on_record_before_the_reclaim_even_when_the_workers_are_still_starting(plan, tmp_path):
+    """A notice in the runner's start-up, then the reclaim's SIGKILL before the runner could write `exit`
+    (CI's loaded machine did this to the control drill: the life's record then ended at its launch, an hour
+    of trace before the reclaim). The supervisor writes the notice down as it comes."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    proc = subprocess.Popen([sys.executable, "-m", "runner", "execute", str(plan), "--run-dir", str(tmp_path),
+                             "--seed", "3"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not events(tmp_path, "launch", rank=None):
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.01)
+        sent = time.time()
+        proc.send_signal(signal.SIGTERM)
+        while not events(tmp_path, "notice", rank=None) and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.01)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)   # the reclaim: the node and everything on it
+        proc.wait(timeout=30)
+    (notice,) = events(tmp_path, "notice", rank=None)
+    assert sent <= notice["t"]
+    exits = events(tmp_path, "exit", rank=None)   # where the runner was quicker than this test: the same moment
+    assert all(e["notice_t"] <= notice["t"] for e in exits), (exits, notice)
+
+
 def test_a_notice_between_two_attempts_ends_the_run_as_preempted(plan, tmp_path):
     """The notice comes while the supervisor restarts after a kill: no attempt runs on after it (it used
     to start the next attempt, whose workers never heard of the notice)."""

@@ -41,6 +41,8 @@ EVENT_FIELDS: dict[str, tuple[str, tuple[str, ...]]] = {
                      "what differs, where the earlier plan.json was kept", ("changes", "superseded")),
     "launch": ("supervisor, per torchrun launch; fault: an injected one", ("attempt", "fault")),
     "restart": ("supervisor", ("attempt", "restarts", "reason", "exit_code")),
+    "notice": ("supervisor, as a notice (SIGTERM) reaches it: the record that survives a reclaim that kills the "
+               "runner before its `exit`", ()),
     "exit": ("supervisor, last; ended: how the instance ended (INSTANCE_ENDS); notice_t: when a notice (SIGTERM) "
              "reached it, if one did", ("status", "restarts", "ended", "notice_t")),
     "runtime": ("worker, per start: the settings, compiled modules, linear layers in fp8, compile cache, how the model "
