@@ -75,7 +75,7 @@ def execute_command(plan, run_dir, run_id, nnodes, node_rank, rdzv_endpoint, npr
     """
     from costsim.contract.job import Finished, check_binding
     from costsim.contract.plan import Plan
-    from runner import compile_share, faults
+    from runner import compile_share, environment, faults
     from runner.launch import LaunchError, discover, wait_for_rendezvous
     from runner.lease import Lease, StoreLease
     from runner.plan import effective_plan, load_run_spec, run_spec
@@ -83,6 +83,7 @@ def execute_command(plan, run_dir, run_id, nnodes, node_rank, rdzv_endpoint, npr
     from runner.supervisor import Execution, Supervisor, default_run_id, prepare_run_dir
     from runner.torchrun import WORKER_STARTS
     from runner.workloads import UnknownWorkload, WorkloadOptionError, check_options, resolve
+    environment.check()   # COSTSIM_S3_FETCH_THREADS and the like, read as runner.store and runner.lease were imported
     start = os.environ.get("COSTSIM_WORKER_START")
     if start is not None and start not in WORKER_STARTS:
         raise InputError("environment", "COSTSIM_WORKER_START", f"{start!r}: allowed {', '.join(WORKER_STARTS)}")

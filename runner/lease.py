@@ -25,9 +25,10 @@ from typing import Callable
 
 from costsim.contract.jsonfiles import write_atomic
 from costsim.errors import InputError
+from runner import environment
 
 LEASE = "lease.json"
-TTL_S = float(os.environ.get("COSTSIM_LEASE_TTL_S", "30"))   # a heartbeat this old is a dead holder's
+TTL_S = environment.real("COSTSIM_LEASE_TTL_S", 30.0, minimum=1.0)   # a heartbeat this old is a dead holder's
 HEARTBEAT_S = TTL_S / 3
 
 

@@ -25,17 +25,19 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from runner import layout
+from runner import environment, layout
 from runner.checkpoint_manifest import MANIFEST
 
 SCHEME = "s3://"
 # multipart part size (S3's minimum is 5 MiB); COSTSIM_S3_PART_MB sets another (tests use small parts)
-PART_BYTES = int(float(os.environ.get("COSTSIM_S3_PART_MB", "64")) * (1 << 20))
+PART_BYTES = int(environment.real("COSTSIM_S3_PART_MB", 64, minimum=1 / 16) * (1 << 20))
 TRANSFER_THREADS = 8       # parts in flight per file (uploads)
 # ranges in flight when a checkpoint is fetched (all its files at once); COSTSIM_S3_FETCH_THREADS sets another
-FETCH_THREADS = max(1, int(os.environ.get("COSTSIM_S3_FETCH_THREADS", "16")))
-# processes they are shared among (COSTSIM_S3_FETCH_PROCESSES; 1: the caller's own)
-FETCH_PROCESSES = max(1, int(os.environ.get("COSTSIM_S3_FETCH_PROCESSES", "4")))
+FETCH_THREADS = environment.whole("COSTSIM_S3_FETCH_THREADS", 16)
+# processes they are shared among (COSTSIM_S3_FETCH_PROCESSES; 1: the caller's own): 4, one for every 4 cores
+# at most: on 2 cores 4 processes fetched at 0.36x of the store's bound and 1 at 0.73x (scripts/bench_store_read.py)
+_CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+FETCH_PROCESSES = environment.whole("COSTSIM_S3_FETCH_PROCESSES", max(1, min(4, _CORES // 4)))
 PROCESS_BYTES = 1 << 30    # a fetch process for each GiB at most: a small checkpoint is fetched in the caller's
 READ_BLOCK = 8 << 20       # what one read of a range's body takes at a time
 

@@ -159,3 +159,19 @@ def test_workers_forked_from_the_agent_train_as_new_interpreters_do(tmp_path, mo
     assert refused.returncode == 2 and len(lines) == 1, refused.stderr
     assert "COSTSIM_WORKER_START: 'spawn': allowed fork, exec" in lines[0]
     assert not (tmp_path / "bad").exists()
+
+
+@pytest.mark.parametrize("name, value, allowed", [("COSTSIM_S3_FETCH_THREADS", "sixteen", "a whole number >= 1"),
+                                                  ("COSTSIM_S3_FETCH_PROCESSES", "0", "a whole number >= 1"),
+                                                  ("COSTSIM_LEASE_TTL_S", "nan", "a number >= 1")])
+def test_a_bad_number_in_the_runners_environment_is_one_line_before_anything_starts(tmp_path, monkeypatch, name,
+                                                                                     value, allowed):
+    """The store's and the lease's settings are read as their modules are imported; a bad one used to be a
+    traceback from the import (`int('sixteen')`), before the command's error handling."""
+    plan = tiny_plan(tmp_path)
+    monkeypatch.setenv(name, value)
+    refused = execute(plan, tmp_path / "run", "--steps", "5")
+    lines = [line for line in refused.stderr.splitlines() if line.strip()]
+    assert refused.returncode == 2 and len(lines) == 1, refused.stderr
+    assert f"environment: {name}: '{value}': allowed {allowed}" in lines[0]
+    assert not (tmp_path / "run").exists()
