@@ -157,7 +157,7 @@ def main() -> None:
 
         # Each variant returns its own seconds: what it fetched is removed after the clock stops (freeing
         # 20 GB of a tmpfs takes seconds, which the runner spends in the background after the load, and
-        # which the bound, dropping its bytes as read, never pays: timed with the fetch until 2026-12-04).
+        # which the bound, dropping its bytes as read, never pays: timed with the fetch until 2026-12-03).
         removals: dict[str, list[float]] = {}   # file system -> seconds to remove a fetched copy
 
         def fetch(into: Path, processes: int = store_module.FETCH_PROCESSES) -> float:
