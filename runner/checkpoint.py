@@ -48,6 +48,7 @@ from runner import layout, ownership
 from runner.checkpoint_manifest import (
     CHECK_THREADS,
     CHUNK_BYTES,
+    CORES,
     MANIFEST,
     FollowingStream,
     file_checksums,
@@ -155,6 +156,8 @@ class Checkpointer:
         self.on_event, self.warn = on_event, warn
         self._worker: threading.Thread | None = None
         self._writing: tuple[int, float] | None = None   # the async write in flight: (step, its perf_counter start)
+        self._hurried = False   # training waits for the write in flight: its commit reads back on every core
+        self._commit_threads = min(CHECK_THREADS, CORES)   # the last commit's read-back threads
         self._error: BaseException | None = None
         # what this process's saves took: a blocking save's whole duration, an async save's write
         self.measured_s: dict[str, float] = {}
@@ -383,7 +386,8 @@ class Checkpointer:
         it is made first (costsim `keep`: the oldest go, never the newest complete one), else DiskFullError.
         A blocking save writes from the host staging buffers when they are allocated (async mode) and
         `stage` is true; stage=False writes from the device tensors (the benchmark's baseline)."""
-        self.wait()
+        self.wait(hurry=blocking)
+        self._hurried = False
         self.make_room(self.checkpoint_bytes(), f"checkpoint step-{step}")
         tmp = layout.partial_folder(self.root, step)
         started = time.perf_counter()
@@ -561,7 +565,8 @@ class Checkpointer:
                       mode="sync" if blocking_of(reason, self.async_mode) else "async", reason=reason,
                       upload_s=upload_s, location=self.store.url if self.store is not None else None,
                       staged=staged, staging=staging if staged else None, commit_s=commit_s,
-                      write_threads=self._writer.thread_count, commit_read_bytes=read_back)
+                      write_threads=self._writer.thread_count, commit_read_bytes=read_back,
+                      commit_threads=self._commit_threads if read_back else None)
 
     def set_staging(self, mode: str) -> None:
         """How a blocking save uses the staging buffers: "pipelined" (each tensor copied as its writer reaches
@@ -657,7 +662,8 @@ class Checkpointer:
             if summed is not None and size == sizes[p]:
                 sums[p] = summed
         unknown = [p for p in paths if p not in sums]
-        sums.update(file_checksums(unknown))
+        self._commit_threads = CORES if self._hurried else min(CHECK_THREADS, CORES)
+        sums.update(file_checksums(unknown, threads=self._commit_threads))
         files = {p.name: {"size": sizes[p], "crc32_chunks": sums[p]} for p in paths}
         write_atomic(tmp / MANIFEST, json.dumps({"step": step, "chunk_bytes": CHUNK_BYTES, "files": files,
                                                  "created": time.time()}, indent=1))
@@ -675,8 +681,17 @@ class Checkpointer:
         for step in self._removable(self.steps())[self.local_keep:]:
             shutil.rmtree(self.folder(step), ignore_errors=True)
 
-    def wait(self) -> None:
-        """Block until the previous async save is complete; re-raise its error if it failed."""
+    def hurry(self) -> None:
+        """Training has stopped to wait for the async write in flight (a notice, a blocking save): its commit,
+        if it has not begun, reads back the CRCs it did not sum on every core (CORES) rather than on the
+        CHECK_THREADS it takes beside training."""
+        self._hurried = True
+
+    def wait(self, *, hurry: bool = False) -> None:
+        """Block until the previous async save is complete (`hurry`: see hurry()); re-raise its error if it
+        failed."""
+        if hurry and self._worker is not None:
+            self.hurry()
         if self._worker is not None:
             self._worker.join()
             self._worker = None

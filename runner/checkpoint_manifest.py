@@ -13,7 +13,10 @@ from pathlib import Path
 
 MANIFEST = "manifest.json"
 CHUNK_BYTES = 64 << 20
-CHECK_THREADS = 8
+CHECK_THREADS = 8   # a read-back beside training (an async write's commit) and a check before a load
+# A read-back that training waits for (a notice waiting on the async write in flight): every core this process
+# may run on, training being stopped
+CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def _crc32_range(path: Path, start: int, length: int) -> int:
@@ -26,10 +29,11 @@ def _crc32_range(path: Path, start: int, length: int) -> int:
     return value
 
 
-def file_checksums(paths: list[Path], chunk: int = CHUNK_BYTES) -> dict[Path, list[int]]:
-    """CRC-32 of every `chunk` bytes of every file, computed in parallel."""
+def file_checksums(paths: list[Path], chunk: int = CHUNK_BYTES, threads: int | None = None) -> dict[Path, list[int]]:
+    """CRC-32 of every `chunk` bytes of every file, computed by `threads` threads (CHECK_THREADS, at most one a
+    core, by default)."""
     jobs = [(p, start) for p in paths for start in range(0, max(p.stat().st_size, 1), chunk)]
-    with ThreadPoolExecutor(max_workers=min(CHECK_THREADS, os.cpu_count() or 1)) as pool:
+    with ThreadPoolExecutor(max_workers=threads or min(CHECK_THREADS, CORES)) as pool:
         values = list(pool.map(lambda job: _crc32_range(job[0], job[1], chunk), jobs))
     result: dict[Path, list[int]] = {p: [] for p in paths}
     for (path, _), value in zip(jobs, values):

@@ -303,7 +303,7 @@ class Trainer:
         if bool(flag.item()):
             self.checkpointer.save(self.step, self.state(), blocking=True, reason="notice")
         else:
-            self.checkpointer.wait()   # the write in flight lands (the next life resumes from it)
+            self.checkpointer.wait(hurry=True)   # the write in flight lands (the next life resumes from it)
         decided = {}   # rank 0's: the decision all ranks carried out, and what it weighed
         if self.rank == 0:
             print(f"runner: notice at step {self.step}: {choice.action}: {choice.reason}", file=sys.stderr, flush=True)

@@ -622,6 +622,48 @@ def test_a_blocking_save_staged_as_it_writes_holds_the_state_of_that_moment(tmp_
         c.set_staging("lazy")
 
 
+def test_a_commit_that_training_waits_for_reads_back_on_every_core(tmp_path, monkeypatch):
+    """An async write's commit reads back the CRCs it did not sum while writing, on CHECK_THREADS threads beside
+    training; once training stops to wait for it (a notice, a blocking save), on every core. The writers are held
+    at their first file until the test has hurried (or not), so the commit's choice is not a race."""
+    import contextlib
+
+    from torch.distributed.checkpoint.filesystem import FileSystem
+
+    import runner.checkpoint as checkpoint
+    if checkpoint.CORES < 2:
+        pytest.skip("one core: hurried or not, the read-back has one thread")
+    monkeypatch.setattr(checkpoint, "CHECK_THREADS", 1)   # fewer than the cores, whatever the machine
+
+    class Gated(FileSystem):
+        def __init__(self, gate: threading.Event):
+            super().__init__()
+            self.gate = gate
+
+        @contextlib.contextmanager
+        def create_stream(self, path, mode):
+            self.gate.wait(timeout=60)
+            with super().create_stream(path, mode) as stream:
+                yield stream
+
+    c, saves = _recording_checkpointer(tmp_path, keep=4)
+    state = _one_layer_state(1 << 16, (64, 33), seed=7)
+    c.prepare(state)
+    c.wait_staging()
+    for step, hurried in ((1, False), (2, True)):
+        gate = threading.Event()
+        c._writer.fs = Gated(gate)   # the writers wait at their first file
+        c.save(step, state)          # async: returns once the state is copied
+        if hurried:
+            c.hurry()                # as a notice's wait(hurry=True) does before it joins
+        gate.set()
+        c.wait()
+    c.close()
+    assert [s["commit_read_bytes"] > 0 for s in saves] == [True, True], saves
+    assert [s["commit_threads"] for s in saves] == [1, checkpoint.CORES], saves
+    assert verify(tmp_path / "step-2") is None
+
+
 def test_an_async_save_written_as_it_is_copied_holds_the_state_of_its_moment(tmp_path):
     """An async save streams (the default): its writer threads write each tensor once training's thread has
     copied it into its buffer. The checkpoint holds the state as it was when save() returned, though training

@@ -61,11 +61,12 @@ EVENT_FIELDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "checkpoint_save": ("worker; mode sync|async; reason " + "|".join(SAVE_REASONS) + "; staged: written from the "
                         "host staging buffers, staging: pipelined (each tensor copied as it is written) or first; "
                         "commit_s: rank 0's manifest and rename, commit_read_bytes what it read back "
-                        "(files whose CRCs were not summed as they were written); with an object store, "
+                        "(files whose CRCs were not summed as they were written) on commit_threads threads (every "
+                        "core where training waited for it); with an object store, "
                         "the upload's time and the store's URL", ("step", "duration_s", "stall_s", "bytes", "mode",
                                                                     "reason", "upload_s", "location", "staged",
                                                                     "staging", "commit_s", "write_threads",
-                                                                    "commit_read_bytes")),
+                                                                    "commit_read_bytes", "commit_threads")),
     "checkpoint_fetch": ("worker, rank 0: a checkpoint fetched from the object store (ranged reads, `threads` in "
                          "flight), into memory (a tmpfs, dropped once loaded) or onto the disk (the local folder)",
                          ("step", "duration_s", "bytes", "location", "into", "threads")),
