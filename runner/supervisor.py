@@ -90,10 +90,11 @@ class Supervisor:
         self.notice = False
         self.notice_t: float | None = None
         self.child: subprocess.Popen | None = None
-        # The notice is written down as it comes (a thread: the handler may interrupt the main thread inside
-        # a telemetry write), not only at the exit: a reclaim can kill a runner whose workers are slow to
-        # leave (or still starting) before it writes `exit`, and the life then still runs to its notice.
-        self._noticed = threading.Event()
+        # The notice is written down as it comes, not only at the exit: a reclaim can kill a runner whose
+        # workers are slow to leave (or still starting) before it writes `exit`, and the life then still runs
+        # to its notice. A thread writes it, woken through a pipe: the handler may interrupt the main thread
+        # while it holds any lock (the telemetry's, an Event's), and os.write takes none.
+        self._wake_r, self._wake_w = os.pipe()
         self._finishing = False
         self._notice_writer = threading.Thread(target=self._write_notice, name="notice", daemon=True)
 
@@ -102,7 +103,7 @@ class Supervisor:
         # why not through torchrun); they checkpoint and exit, and torchrun with them.
         if not self.notice:   # the first notice's arrival (a second one, even inside this handler, sets nothing)
             self.notice, self.notice_t = True, time.time()
-            self._noticed.set()
+            os.write(self._wake_w, b"n")
         if self.child is not None and self.child.poll() is None:
             faults.notify_workers(self.child.pid)
 
@@ -198,13 +199,13 @@ class Supervisor:
                   file=sys.stderr, flush=True)
 
     def _write_notice(self) -> None:
-        self._noticed.wait()
+        os.read(self._wake_r, 1)   # the notice, or the exit
         if not self._finishing:
             self.telemetry.event("notice")
 
     def _finish(self, started: float, attempts: list, restarts: int, status: str, reason: str | None = None) -> int:
         self._finishing = True   # the notice is written by now or goes into `exit` (notice_t): never after close
-        self._noticed.set()
+        os.write(self._wake_w, b"f")
         self._notice_writer.join()
         ended = instance_end(status, self.x.spec.market, moved=moved_since(self.x.run_dir, started))
         self.telemetry.flush()   # this life's last lines, for the summary's count of the job's lives
