@@ -117,3 +117,17 @@ def test_a_lifes_restart_counts_from_runner_executes_own_start_where_it_was_reco
 
     launch, own = restart_costs_s(job(False), 3.6), restart_costs_s(job(True), 3.6)
     assert own == pytest.approx([launch[0] + 1.5])
+
+
+def test_a_life_killed_after_its_notice_ends_as_its_notice_said():
+    """The reclaim's SIGKILL can come before the runner writes `exit` (a save longer than the notice, a runner
+    still starting): the supervisor's `notice` event, written as the SIGTERM came, says how the life ends then.
+    An `exit` after it has the last word."""
+    events = [sup(0, "instance", market="spot"), worker(5, "start", step=0), *steps(5, 1, 10),
+              sup(16, "notice", ended="preempted-notice"), *steps(16, 11, 12),
+              sup(100, "instance", market="spot"), worker(105, "start", step=10), *steps(105, 11, 20),
+              sup(116, "notice", ended="preempted-notice"), sup(118, "exit", status="preempted", ended="moved"),
+              sup(200, "instance", market="on-demand"), worker(205, "start", step=20), *steps(205, 21, 22)]
+    job = lives(events)
+    assert [x.ended for x in job.lives] == ["preempted-notice", "moved", VANISHED]
+    assert [x.wall_s for x in job.lives] == [18, 18, 7]   # life 1 to its last step after the notice

@@ -195,6 +195,25 @@ def test_a_controlled_run_folder_is_read_through_its_journal_in_trace_time_and_o
 
 
 @pytest.mark.slow
+def test_a_spot_life_killed_after_its_notice_is_a_preemption_with_notice_to_its_last_event(tmp_path):
+    """A reclaim that kills the runner before its `exit` (literal events): the life ends as the supervisor's
+    `notice` event said (a move is censored, as its exit would have said), its length to the job's last event."""
+    def sup(t, event, **fields):
+        return {"t": t, "run": "r", "rank": None, "world_size": None, "node": 0, "event": event, **fields}
+
+    def step(t, n):
+        return {"t": t, "run": "r", "rank": 0, "world_size": 1, "event": "step", "step": n}
+
+    spot = {"market": "spot", "offering": "test/spot-cpu"}
+    lines = [sup(0, "instance", **spot), step(10, 1), sup(50, "notice", ended="preempted-notice"), step(60, 2),
+             sup(100, "instance", **spot), step(110, 3), sup(150, "notice", ended="moved"), step(155, 4),
+             sup(200, "instance", **spot), step(230, 5)]
+    (tmp_path / "telemetry.jsonl").write_text("".join(json.dumps(e) + "\n" for e in lines))
+    lives, _ = read_market([str(tmp_path)])["test/spot-cpu"]
+    assert [(s.ended, s.event, s.duration_s) for s in lives] == [("preempted-notice", True, 60), ("moved", False, 55),
+                                                                  ("preempted", True, 30)]
+
+
 def test_a_runs_instance_lives_are_recorded_a_notice_as_a_preemption_a_finish_as_censored(tmp_path):
     pytest.importorskip("torch")
     import signal

@@ -124,6 +124,10 @@ def test_a_notice_is_on_record_before_the_reclaim_even_when_the_workers_are_stil
     assert sent <= notice["t"]
     exits = events(tmp_path, "exit", rank=None)   # where the runner was quicker than this test: the same moment
     assert all(e["notice_t"] <= notice["t"] for e in exits), (exits, notice)
+    # the tiny plan is on owned hardware: a SIGTERM there is someone cancelling the life (on spot: a reclaim)
+    from costsim.contract.lives import lives
+    from costsim.contract.telemetry import read_events
+    assert notice["ended"] == "cancelled" and [x.ended for x in lives(read_events(tmp_path)).lives] == ["cancelled"]
 
 
 def test_a_notice_between_two_attempts_ends_the_run_as_preempted(plan, tmp_path):

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 
-VANISHED = "vanished"   # a life with no exit event: its node went away, or it was killed
+VANISHED = "vanished"   # a life with no exit event (nor notice): its node went away, or it was killed
 
 
 @dataclass
@@ -116,7 +116,7 @@ def lives(events: list[dict]) -> Job:
             current = Life(number=1, started_t=e["t"], ended_t=e["t"])
             job.lives.append(current)
         current.ended_t = max(current.ended_t, e["t"])
-        if kind == "exit" and supervisor and node == 0:
+        if kind in ("exit", "notice") and supervisor and node == 0:   # a notice's word stands where no exit came
             current.ended = e.get("ended") or current.ended
         elif kind == "restart" and supervisor and node == 0:
             current.relaunches += 1

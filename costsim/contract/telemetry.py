@@ -42,7 +42,8 @@ EVENT_FIELDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "launch": ("supervisor, per torchrun launch; fault: an injected one", ("attempt", "fault")),
     "restart": ("supervisor", ("attempt", "restarts", "reason", "exit_code")),
     "notice": ("supervisor, as a notice (SIGTERM) reaches it: the record that survives a reclaim that kills the "
-               "runner before its `exit`", ()),
+               "runner before its `exit`; ended: how the life ends then (INSTANCE_ENDS; `exit`'s word wins)",
+               ("ended",)),
     "exit": ("supervisor, last; ended: how the instance ended (INSTANCE_ENDS); notice_t: when a notice (SIGTERM) "
              "reached it, if one did", ("status", "restarts", "ended", "notice_t")),
     "runtime": ("worker, per start: the settings, compiled modules, linear layers in fp8, compile cache, how the model "

@@ -89,16 +89,18 @@ def _run_lives(folder: Path) -> dict[str, list[Span]]:
     for e in events:
         node = e.get("node", 0) if e.get("rank") is None else None
         if e["event"] == "instance" and node is not None:
-            if node in open_lives:   # the last life on this node ended without a word
-                close(node, open_lives[node][1], "preempted")
+            if node in open_lives:   # the last life on this node ended without an exit
+                close(node, open_lives[node][1], open_lives[node][0].get("noticed") or "preempted")
             open_lives[node] = (e, e["t"])
         elif e["event"] == "exit" and node in open_lives:
             close(node, e["t"], e.get("ended", "failed"))
         else:   # workers name no node: any event of the job shows its instances were still there
             for key, (start, _) in open_lives.items():
                 open_lives[key] = (start, e["t"])
+            if e["event"] == "notice" and node in open_lives:   # how the life ends if no exit follows
+                open_lives[node] = (open_lives[node][0] | {"noticed": e.get("ended")}, e["t"])
     for node in list(open_lives):
-        close(node, open_lives[node][1], "preempted")
+        close(node, open_lives[node][1], open_lives[node][0].get("noticed") or "preempted")
     return lives
 
 
