@@ -57,6 +57,11 @@ def figures(life: list[dict]) -> dict[str, float]:
         else:
             case = "a save, nothing in flight" if saved is not None else "no save"
         out[f"notice to exit, {case}"] = ended["t"] - ended["notice_t"]
+        flight = next((e for e in life if e["event"] == "checkpoint_save" and e.get("rank") == 0
+                       and e.get("mode") == "async" and e["t"] >= ended["notice_t"]), None)
+        if flight is not None and flight.get("commit_s") is not None:   # its read-back: every core once hurried
+            threads = flight.get("commit_threads")
+            out["notice: the write's commit" + (f" ({threads} threads)" if threads else "")] = flight["commit_s"]
         # how long training ran on after the notice (the step finished, or abandoned between micro-batches:
         # `abandoned_micro_batches`); lives before `stopped_t` was recorded: to the notice's save's start
         stopped = notice.get("stopped_t") or (saved["t"] - saved["duration_s"] if saved is not None else None)
