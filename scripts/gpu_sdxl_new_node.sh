@@ -3,7 +3,8 @@
 # store (SeaweedFS, `weed mini`, on 127.0.0.1, its data in /dev/shm so that the 64 GiB disk holds only the
 # node's own files).
 #   PART=bench: `scripts/bench_store_read.py --gb $GB`: the store's own read bound (parallel ranged GETs, bytes
-#     dropped) beside the runner's fetch into memory, onto the disk, and the earlier path (bench.txt);
+#     dropped) beside the runner's fetch into memory, onto the disk, the earlier path, and the fetch's tmpfs
+#     writes and CRC-32 alone (bench.txt);
 #     BLOCKS=8,1,0.25 adds the one-process memory fetch with each read size in MiB (`--blocks`); SKIP=disk,download
 #     leaves variants out (`--skip`); ROUNDS=2 repeats each (default 1).
 #   PART=lives: the shipped plan as written (`costsim plan --workload sdxl --gpu H200`), `runner execute
