@@ -29,8 +29,8 @@ from runner import environment, layout
 from runner.checkpoint_manifest import MANIFEST
 
 SCHEME = "s3://"
-# multipart part size (S3's minimum is 5 MiB); COSTSIM_S3_PART_MB sets another (tests use small parts)
-PART_BYTES = int(environment.real("COSTSIM_S3_PART_MB", 64, minimum=1 / 16) * (1 << 20))
+# multipart part size; COSTSIM_S3_PART_MB sets another, at least S3's minimum of 5 MiB (tests use 8)
+PART_BYTES = int(environment.real("COSTSIM_S3_PART_MB", 64, minimum=5) * (1 << 20))
 TRANSFER_THREADS = 8       # parts in flight per file (uploads)
 # ranges in flight when a checkpoint is fetched (all its files at once); COSTSIM_S3_FETCH_THREADS sets another
 FETCH_THREADS = environment.whole("COSTSIM_S3_FETCH_THREADS", 16)
