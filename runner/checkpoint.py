@@ -157,7 +157,6 @@ class Checkpointer:
         self._worker: threading.Thread | None = None
         self._writing: tuple[int, float] | None = None   # the async write in flight: (step, its perf_counter start)
         self._hurried = False   # training waits for the write in flight: its commit reads back on every core
-        self._commit_threads = min(CHECK_THREADS, CORES)   # the last commit's read-back threads
         self._error: BaseException | None = None
         # what this process's saves took: a blocking save's whole duration, an async save's write
         self.measured_s: dict[str, float] = {}
@@ -549,11 +548,11 @@ class Checkpointer:
 
     def _finish(self, step: int, tmp: Path, started: float, stall_s: float, reason: str, *, staged: bool,
                 staging: str) -> None:
-        upload_s = commit_s = read_back = None
+        upload_s = commit_s = read_back = threads = None
         known = self._gather_sums(tmp)
         if self.rank == 0:
             committing = time.perf_counter()
-            read_back = self._commit(step, tmp, known)
+            read_back, threads = self._commit(step, tmp, known)
             commit_s = time.perf_counter() - committing
             if self.store is not None:   # complete in the store only once its manifest is there (uploaded last)
                 upload_s = self._upload(step, last=reason != "interval")
@@ -566,7 +565,7 @@ class Checkpointer:
                       upload_s=upload_s, location=self.store.url if self.store is not None else None,
                       staged=staged, staging=staging if staged else None, commit_s=commit_s,
                       write_threads=self._writer.thread_count, commit_read_bytes=read_back,
-                      commit_threads=self._commit_threads if read_back else None)
+                      commit_threads=threads if read_back else None)
 
     def set_staging(self, mode: str) -> None:
         """How a blocking save uses the staging buffers: "pipelined" (each tensor copied as its writer reaches
@@ -651,9 +650,9 @@ class Checkpointer:
                 self.warn(str(exc))
         return upload_s
 
-    def _commit(self, step: int, tmp: Path, known: dict[str, tuple[list[int] | None, int]]) -> int:
+    def _commit(self, step: int, tmp: Path, known: dict[str, tuple[list[int] | None, int]]) -> tuple[int, int]:
         """The manifest (each file's size and chunk CRCs: summed as written where known, else read back),
-        then the rename that makes the step exist. Returns the bytes read back."""
+        then the rename that makes the step exist. Returns the bytes read back and the threads that read them."""
         paths = [p for p in sorted(tmp.iterdir()) if p.is_file()]
         sizes = {p: p.stat().st_size for p in paths}
         sums: dict[Path, list[int]] = {}
@@ -662,8 +661,8 @@ class Checkpointer:
             if summed is not None and size == sizes[p]:
                 sums[p] = summed
         unknown = [p for p in paths if p not in sums]
-        self._commit_threads = CORES if self._hurried else min(CHECK_THREADS, CORES)
-        sums.update(file_checksums(unknown, threads=self._commit_threads))
+        threads = CORES if self._hurried else min(CHECK_THREADS, CORES)
+        sums.update(file_checksums(unknown, threads=threads))
         files = {p.name: {"size": sizes[p], "crc32_chunks": sums[p]} for p in paths}
         write_atomic(tmp / MANIFEST, json.dumps({"step": step, "chunk_bytes": CHUNK_BYTES, "files": files,
                                                  "created": time.time()}, indent=1))
@@ -674,7 +673,7 @@ class Checkpointer:
         os.rename(tmp, final)
         fsync_dir(self.root)
         self._sound.add(step)
-        return sum(sizes[p] for p in unknown)
+        return sum(sizes[p] for p in unknown), threads
 
     def _prune(self) -> None:
         """keep-k, counted from the newest intact checkpoint (the one just written)."""

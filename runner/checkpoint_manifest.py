@@ -14,8 +14,8 @@ from pathlib import Path
 MANIFEST = "manifest.json"
 CHUNK_BYTES = 64 << 20
 CHECK_THREADS = 8   # a read-back beside training (an async write's commit) and a check before a load
-# A read-back that training waits for (a notice waiting on the async write in flight): every core this process
-# may run on, training being stopped
+# the cores this process may run on: a read-back that training waits for (a notice waiting on the async write in
+# flight) takes them all, training being stopped
 CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 

@@ -81,12 +81,8 @@ def execute_command(plan, run_dir, run_id, nnodes, node_rank, rdzv_endpoint, npr
     from runner.plan import effective_plan, load_run_spec, run_spec
     from runner.store import StoreError, StoreUnavailable, record_job
     from runner.supervisor import Execution, Supervisor, default_run_id, prepare_run_dir
-    from runner.torchrun import WORKER_STARTS
     from runner.workloads import UnknownWorkload, WorkloadOptionError, check_options, resolve
-    environment.check()   # COSTSIM_S3_FETCH_THREADS and the like, read as runner.store and runner.lease were imported
-    start = os.environ.get("COSTSIM_WORKER_START")
-    if start is not None and start not in WORKER_STARTS:
-        raise InputError("environment", "COSTSIM_WORKER_START", f"{start!r}: allowed {', '.join(WORKER_STARTS)}")
+    environment.check()   # COSTSIM_S3_FETCH_THREADS, COSTSIM_WORKER_START and the like
     try:
         given = Plan.read(plan)
         spec = run_spec(given, plan, with_run=False)   # a plan's own `run` section is never taken

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from runner import environment, layout
-from runner.checkpoint_manifest import MANIFEST
+from runner.checkpoint_manifest import CORES, MANIFEST
 
 SCHEME = "s3://"
 # multipart part size; COSTSIM_S3_PART_MB sets another, at least S3's minimum of 5 MiB (tests use 8)
@@ -35,9 +35,9 @@ TRANSFER_THREADS = 8       # parts in flight per file (uploads)
 # ranges in flight when a checkpoint is fetched (all its files at once); COSTSIM_S3_FETCH_THREADS sets another
 FETCH_THREADS = environment.whole("COSTSIM_S3_FETCH_THREADS", 16)
 # processes they are shared among (COSTSIM_S3_FETCH_PROCESSES; 1: the caller's own): 4, one for every 4 cores
-# at most: on 2 cores 4 processes fetched at 0.36x of the store's bound and 1 at 0.73x (scripts/bench_store_read.py)
-_CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-FETCH_PROCESSES = environment.whole("COSTSIM_S3_FETCH_PROCESSES", max(1, min(4, _CORES // 4)))
+# at most: on 2 cores 4 processes fetched at 0.35-0.37x of the store's bound and 1 at 0.64-0.81x
+# (scripts/bench_store_read.py; data/measurements/2026-12-03-store-read-local)
+FETCH_PROCESSES = environment.whole("COSTSIM_S3_FETCH_PROCESSES", max(1, min(4, CORES // 4)))
 PROCESS_BYTES = 1 << 30    # a fetch process for each GiB at most: a small checkpoint is fetched in the caller's
 READ_BLOCK = 8 << 20       # what one read of a range's body takes at a time
 

@@ -96,8 +96,6 @@ class Supervisor:
         # while it holds any lock (the telemetry's, an Event's), and os.write takes none.
         self._wake_r, self._wake_w = os.pipe()
         self._finishing = False
-        self._started = time.time()   # run()'s start: a move said after it is this life's
-        self._notice_writer = threading.Thread(target=self._write_notice, name="notice", daemon=True)
 
     def _on_sigterm(self, signum, frame) -> None:
         # A notice for this node: pass it on to the workers themselves (faults.notify_workers says
@@ -132,7 +130,7 @@ class Supervisor:
     def run(self) -> int:
         """Attempts until the job ends; returns the exit status for `runner execute`."""
         x, started = self.x, time.time()
-        self._started = started
+        self._notice_writer = threading.Thread(target=self._write_notice, args=(started,), name="notice", daemon=True)
         self._notice_writer.start()
         signal.signal(signal.SIGTERM, self._on_sigterm)
         for lease in self.leases:
@@ -200,10 +198,10 @@ class Supervisor:
             print(f"runner: restart {restarts}: {reason} (torchrun exit {code}); resuming from the last checkpoint",
                   file=sys.stderr, flush=True)
 
-    def _write_notice(self) -> None:
+    def _write_notice(self, started: float) -> None:
         os.read(self._wake_r, 1)   # the notice, or the exit
         if not self._finishing:   # how this life ends if the reclaim comes before `exit` (the exit's own word wins)
-            moved = moved_since(self.x.run_dir, self._started)
+            moved = moved_since(self.x.run_dir, started)
             self.telemetry.event("notice", ended=instance_end("preempted", self.x.spec.market, moved=moved))
 
     def _finish(self, started: float, attempts: list, restarts: int, status: str, reason: str | None = None) -> int:

@@ -25,10 +25,13 @@ import signal
 import sys
 import traceback
 
+from runner import environment
 from runner.faults import leave
 
 WORKER_MODULE = "runner.train"
 WORKER_STARTS = ("fork", "exec")
+# how the workers start (the supervisor sets it for the agent; `runner execute` refuses a bad one of the user's)
+WORKER_START = environment.choice("COSTSIM_WORKER_START", "exec", WORKER_STARTS)
 
 
 def main() -> None:
@@ -51,18 +54,10 @@ def main() -> None:
     leave(code)
 
 
-def worker_start() -> str:
-    start = os.environ.get("COSTSIM_WORKER_START", "exec")
-    if start not in WORKER_STARTS:
-        from runner.speed import RuntimeConfigError
-        raise RuntimeConfigError(f"COSTSIM_WORKER_START={start!r}: allowed {', '.join(WORKER_STARTS)}")
-    return start
-
-
 def forked_workers(args) -> bool:
     """Whether this launch forks its workers: the runner's own worker module, a c10d rendezvous (the
     supervisor's: standalone on one node, an endpoint on several), and COSTSIM_WORKER_START not exec."""
-    return (worker_start() == "fork" and args.module and not args.no_python and not args.run_path
+    return (WORKER_START == "fork" and args.module and not args.no_python and not args.run_path
             and args.training_script == WORKER_MODULE and (args.standalone or args.rdzv_backend == "c10d"))
 
 
