@@ -82,6 +82,15 @@ def is_store(location: str | None) -> bool:
     return bool(location) and str(location).startswith(SCHEME)
 
 
+def _without_expect_continue(request, **_) -> None:
+    """botocore's `Expect: 100-continue` off every request: after a PUT of no bytes (an empty file of a
+    checkpoint) the pooled connection read the next response against the empty PUT's and stalled for the
+    whole read timeout, 120 s, before a retry (boto/botocore#3755; SeaweedFS, minio). The header is not
+    signed; without it a refused upload costs its body's bytes on the wire, nothing else. Returns None:
+    anything else would be taken as the response."""
+    request.headers.pop("Expect", None)
+
+
 @dataclass
 class S3Store:
     bucket: str
@@ -111,7 +120,9 @@ class S3Store:
             # the checkpointer's own backoff (runner.checkpoint) spaces the tries after that
             config = Config(retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=5, read_timeout=120,
                             max_pool_connections=max(TRANSFER_THREADS * 2, FETCH_THREADS))
-            self._cached = boto3.client("s3", config=config)
+            client = boto3.client("s3", config=config)
+            client.meta.events.register("before-send.s3", _without_expect_continue)
+            self._cached = client
         return self._cached
 
     def _transfer(self):
