@@ -11,7 +11,7 @@ import click
 
 from costsim import io, report
 from costsim.catalog import MARKET_MODES, SENSITIVITY_ENDS, find_offering, offerings_for, with_market, with_spot_models
-from costsim.cliparams import DURATION, DURATION_OR_ZERO, POSITIVE
+from costsim.cliparams import DURATION, DURATION_OR_ZERO, POSITIVE, SEED
 from costsim.contract.telemetry import TELEMETRY
 from costsim.entry import run
 from costsim.errors import InputError, ModelError
@@ -93,7 +93,7 @@ def planning_options(command):
                      "missing the deadline (default: 1 - the workload's p_deadline)"),
         click.option("--trials", type=click.IntRange(min=10), default=400, show_default=True,
                      help="Monte Carlo trials per simulated candidate"),
-        click.option("--seed", type=int, default=0, show_default=True),
+        click.option("--seed", type=SEED, default=0, show_default=True),
         click.option("--gpu", "gpus", multiple=True, help="only these GPU types (repeatable)"),
         click.option("--policy", "policies_", multiple=True, type=click.Choice(sorted(POLICIES)),
                      help="only these recovery policies (repeatable; default: every one the offering's markets "
@@ -278,7 +278,7 @@ def _price_dates(result) -> str:
 @click.option("--owned-price", type=click.FloatRange(min=0), help="policy owned: the server's cost of ownership per "
               "hour (its TCO share: `costsim catalog` prices the shipped servers)")
 @click.option("--trials", type=click.IntRange(min=1), default=1000, show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=SEED, default=0, show_default=True)
 @click.option("--per-trial", is_flag=True, help="list every trial: cost, finish, preemptions and when it first went "
               "on-demand (a fallback policy's switch)")
 @click.option("--spot-model", "spot_model", type=click.Path(dir_okay=False), help="a fitted spot model file "
@@ -810,7 +810,7 @@ def export_command(plan, target, out, bucket, workdir, shared_dir, time_limit):
 @click.option("--deadline", type=DURATION, help="in trace time (default: the plan's policy.deadline_s)")
 @click.option("--poll", type=DURATION, help="wall time between looks at the job and the market (default 0.5s)")
 @click.option("--steps", type=click.IntRange(min=1), help="runner: stop after this many steps (the job's length)")
-@click.option("--seed", type=int, help="runner: its --seed")
+@click.option("--seed", type=SEED, help="runner: its --seed")
 @click.option("--nproc-per-node", type=click.IntRange(min=1), help="runner: its --nproc-per-node")
 @click.option("--option", "options", multiple=True, help="runner: KEY=VALUE for the workload (repeatable)")
 @click.option("--runtime", "runtime", multiple=True, help="runner: KEY=VALUE runner settings (repeatable)")

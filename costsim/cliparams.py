@@ -30,3 +30,5 @@ class Duration(click.ParamType):
 DURATION = Duration()
 DURATION_OR_ZERO = Duration(allow_zero=True)
 POSITIVE = click.FloatRange(min=0, min_open=True)
+# numpy's seed sequences refuse a negative seed (a traceback); 32 bits as every seed in the project fits
+SEED = click.IntRange(0, 2**32 - 1)

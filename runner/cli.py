@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from costsim.cliparams import DURATION
+from costsim.cliparams import DURATION, SEED
 from costsim.contract.timing import WARMUP_STEPS
 from costsim.entry import run
 from costsim.errors import InputError
@@ -40,7 +40,7 @@ def cli():
 @click.option("--min-nodes", type=click.IntRange(min=1), help="elastic: go on with as few nodes (default: the "
               "plan's resources.min_nodes, else a fixed gang); the global batch is kept by accumulation")
 @click.option("--inject-preemptions", "inject", help="drill: N random kills, or a schedule like kill@30,term@60")
-@click.option("--seed", type=int, default=0, show_default=True,
+@click.option("--seed", type=SEED, default=0, show_default=True,
               help="seeds the model, the data and the drill schedule (same seed, same training)")
 @click.option("--max-restarts", type=click.IntRange(min=0), default=10, show_default=True)
 @click.option("--rdzv-timeout", type=DURATION, default="60s", show_default=True,
@@ -261,7 +261,7 @@ def report_command(run_dir, fmt, plot, skip):
 @click.option("--dtype", type=click.Choice(["bf16", "fp32"]), default="bf16", show_default=True)
 @click.option("--caption-column", default="text", show_default=True, help="metadata.jsonl's caption field")
 @click.option("--device", default="auto", show_default=True, help="auto (a GPU if there is one), cpu, cuda, cuda:N")
-@click.option("--seed", type=int, default=0, show_default=True, help="seeds the VAE's latent samples")
+@click.option("--seed", type=SEED, default=0, show_default=True, help="seeds the VAE's latent samples")
 def prepare_sdxl_command(images, model, out, vae, resolution, batch, shard_size, dtype, caption_column, device, seed):
     """Captioned images -> latents and text embeddings in safetensors shards, for --option data=OUT.
 

@@ -57,6 +57,14 @@ def test_unknown_field_lists_the_allowed_ones(run_cli, tmp_path):
     check(run_cli("plan", "--workload", write(tmp_path, GOOD + "deadlin: 3h\n")), "deadlin", "allowed:")
 
 
+@pytest.mark.parametrize("command", [("plan", "--workload", "tiny"), ("validate", "--workload", "tiny"),
+                                     ("simulate", "--workload", "tiny", "--offering", "owned/local-cpu")])
+def test_a_seed_numpy_cannot_take_is_refused(run_cli, command):
+    """numpy's seed sequences raise on a negative seed: it was a traceback, exit 1."""
+    for seed in ("-1", str(2**32)):
+        check(run_cli(*command, "--seed", seed), "--seed", "0<=x<=4294967295")
+
+
 def test_unknown_gpu_flag(run_cli):
     check(run_cli("plan", "--workload", "sdxl", "--gpu", "Z100"), "--gpu", "Z100", "allowed:")
 

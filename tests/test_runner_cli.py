@@ -60,6 +60,10 @@ def test_checkpoint_folder_not_writable(plan, tmp_path):
     assert not list(tmp_path.glob("**/step-*"))
 
 
+def test_a_negative_seed_is_refused(plan, tmp_path):
+    one_line_error(execute(plan, tmp_path / "run", "--seed", "-5"), "--seed", "0<=x<=4294967295")
+
+
 def test_bad_drill_schedule(plan, tmp_path):
     one_line_error(execute(plan, tmp_path / "run", "--inject-preemptions", "boom@3"), "--inject-preemptions", "bad fault")
 
