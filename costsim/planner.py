@@ -349,7 +349,7 @@ def plan(workload: Workload, profile: Profile, offerings: list[Offering], option
     work_s, start_s = fastest.config.params.work_s, fastest.config.params.changeover_s
     if work_s + start_s > deadline_s:   # the screen would leave nothing to simulate
         where, field = ("--deadline", "deadline") if options.deadline_s else (workload.source, "deadline")
-        raise InputError(where, field, f"{deadline_s / 3600:.1f}h is shorter than the fastest configuration "
+        raise InputError(where, field, f"{format_duration(deadline_s)} is shorter than the fastest configuration "
                          f"needs without a single preemption: {work_s / 3600:.2f}h of work and "
                          f"{format_duration(start_s)} to start on {fastest.candidate.label}; allow a later "
                          "deadline, fewer samples or more nodes")
