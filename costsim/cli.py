@@ -11,7 +11,7 @@ import click
 
 from costsim import io, report
 from costsim.catalog import MARKET_MODES, SENSITIVITY_ENDS, find_offering, offerings_for, with_market, with_spot_models
-from costsim.cliparams import DURATION, DURATION_OR_ZERO, POSITIVE, SEED
+from costsim.cliparams import DURATION, DURATION_OR_ZERO, OUTPUT, OUTPUT_FOLDER, POSITIVE, SEED
 from costsim.contract.telemetry import TELEMETRY
 from costsim.entry import run
 from costsim.errors import InputError, ModelError
@@ -117,9 +117,9 @@ def planning_options(command):
 @click.option("--no-screen", "no_screen", is_flag=True, help="simulate every feasible configuration, not only the "
               "screen's shortlist and the safe alternatives (slower; the screen keeps the choice, every plan cheaper "
               "than the cheapest certain one, and the safe alternatives: docs/model.md)")
-@click.option("--out", default="plan.json", show_default=True, type=click.Path(dir_okay=False),
+@click.option("--out", default="plan.json", show_default=True, type=OUTPUT,
               help="where to write the chosen plan")
-@click.option("--plot", type=click.Path(dir_okay=False), help="draw cost vs P90 finish to this PNG")
+@click.option("--plot", type=OUTPUT, help="draw cost vs P90 finish to this PNG")
 @click.option("--spot-model", "spot_model", type=click.Path(dir_okay=False), help="spot capacity models fitted by "
               "`costsim calibrate --market --out` (keyed by offering id or catalog model name); the plan is also "
               "made at the ends of their 95% intervals, to say whether the choice holds (replaces the ensemble: "
@@ -416,7 +416,10 @@ def _trace_files(paths: list[str]) -> list[str]:
     for path in paths:
         folder = Path(path)
         if folder.is_dir():
-            files += sorted((str(p) for p in folder.glob("*.json")), key=_natural)
+            found = sorted((str(p) for p in folder.glob("*.json")), key=_natural)
+            if not found:   # no traces would mean the model's draws, under a line that says traces
+                raise InputError(path, "folder", "no *.json capacity traces in it")
+            files += found
         elif (size := trace_bundle_size(path)) is not None:
             files += [f"{path}#{i}" for i in range(size)]
         else:
@@ -450,7 +453,7 @@ def _fmt(value) -> str:
 @click.option("--horizon", type=DURATION, help="how long to simulate, e.g. 3y (needed with --fleet; with --scenario "
               "it replaces the scenario's own; a history covers what it covers)")
 @click.option("--utilization", help="utilisations to sweep, e.g. 0.1,0.3,0.5")
-@click.option("--plot", type=click.Path(dir_okay=False), help="draw cost per used GPU-hour vs utilisation (with "
+@click.option("--plot", type=OUTPUT, help="draw cost per used GPU-hour vs utilisation (with "
               "--history: weekly demand against capacity and cumulative cost)")
 @catalog_option
 @output_options
@@ -526,7 +529,7 @@ def _fractions(text: str | None) -> tuple[float, ...]:
 @cli.command("calibrate")
 @click.argument("runs", nargs=-1, required=True)
 @click.option("--profile", "profile_ref", help="profile to start from (default: the one the first run's plan used)")
-@click.option("--out", type=click.Path(dir_okay=False), help="where to write the calibrated profile "
+@click.option("--out", type=OUTPUT, help="where to write the calibrated profile "
               "(default: <profile>.calibrated.yaml beside the runs' first folder); with --market, the spot model "
               "file (nothing is written without it)")
 @click.option("--market", is_flag=True, help="fit the spot market instead: the arguments are capacity traces, "
@@ -663,7 +666,7 @@ def _share(value) -> str:
 @click.option("--group", "groups", multiple=True, help="leave out only these groups (repeatable; default: each)")
 @click.option("--replay-share", type=click.FloatRange(0, 1), help="the share of trials that replay a real window "
               "(default: the catalog's); the rest draw from the group's fit")
-@click.option("--plot", type=click.Path(dir_okay=False), help="stated vs realised P(deadline) and reliability, PNG")
+@click.option("--plot", type=OUTPUT, help="stated vs realised P(deadline) and reliability, PNG")
 @market_options
 @catalog_option
 @output_options
@@ -757,7 +760,7 @@ def _if_right(r) -> str:
 @cli.command("export")
 @click.argument("plan", type=click.Path(dir_okay=False))
 @click.option("--to", "target", type=click.Choice(["skypilot", "slurm"]), required=True)
-@click.option("--out", type=click.Path(dir_okay=False), help="write here instead of stdout")
+@click.option("--out", type=OUTPUT, help="write here instead of stdout")
 @click.option("--bucket", help="SkyPilot: an existing bucket for run folders and checkpoints, with its scheme, e.g. "
               "s3://my-ckpts (default: a new one; with an s3:// checkpoint location in the plan: none, run folders "
               "on the node)")
@@ -814,7 +817,7 @@ def export_command(plan, target, out, bucket, workdir, shared_dir, time_limit):
 @click.option("--nproc-per-node", type=click.IntRange(min=1), help="runner: its --nproc-per-node")
 @click.option("--option", "options", multiple=True, help="runner: KEY=VALUE for the workload (repeatable)")
 @click.option("--runtime", "runtime", multiple=True, help="runner: KEY=VALUE runner settings (repeatable)")
-@click.option("--plot", type=click.Path(dir_okay=False), help="progress against time with market bands, PNG")
+@click.option("--plot", type=OUTPUT, help="progress against time with market bands, PNG")
 @output_options
 def control_command(plan, backend, run_dir, policy, trace, spot_partition, on_demand_partition, reclaim_trace,
                     time_scale, notice, deadline, poll, steps, seed, nproc_per_node, options, runtime, plot, fmt):
@@ -905,7 +908,7 @@ CONTROL_LEGEND = ("as known: the simulator on the same capacity, each decision o
 @click.option("--gpu", help="only this GPU type, e.g. H100")
 @click.option("--import", "import_dir", type=click.Path(file_okay=False), help="read SkyPilot's catalog files "
               "(DIR/<cloud>/vms.csv, e.g. ~/.sky/catalogs/v8) into a dated overlay of the shipped catalog (--out)")
-@click.option("--out", type=click.Path(file_okay=False), help="with --import: the overlay folder to write "
+@click.option("--out", type=OUTPUT_FOLDER, help="with --import: the overlay folder to write "
               "(default: catalog-<today>)")
 @catalog_option
 @output_options

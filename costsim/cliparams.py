@@ -3,6 +3,9 @@ by costsim.units, whether a value comes from a flag or a file."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import click
 
 from costsim.errors import InputError
@@ -32,3 +35,26 @@ DURATION_OR_ZERO = Duration(allow_zero=True)
 POSITIVE = click.FloatRange(min=0, min_open=True)
 # numpy's seed sequences refuse a negative seed (a traceback); 32 bits as every seed in the project fits
 SEED = click.IntRange(0, 2**32 - 1)
+
+
+class Output(click.Path):
+    """A file (or, `folder`, a folder) a command will write: refused before the work when a file stands
+    where a folder of its path should be, or its folder cannot be written in (a plan of minutes should
+    not end in an error about where to put it). Missing folders are made when it is written."""
+
+    def __init__(self, folder: bool = False) -> None:
+        super().__init__(dir_okay=folder, file_okay=not folder)
+
+    def convert(self, value, param, ctx):
+        value = super().convert(value, param, ctx)
+        path = Path(value)
+        ancestor = next((p for p in path.parents if p.exists()), Path("."))
+        if not ancestor.is_dir():
+            self.fail(f"{value}: {ancestor} is a file, not a folder", param, ctx)
+        if not os.access(ancestor, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+            self.fail(f"{value}: cannot write there (permissions)", param, ctx)
+        return value
+
+
+OUTPUT = Output()
+OUTPUT_FOLDER = Output(folder=True)

@@ -8,6 +8,7 @@ import json
 import math
 import re
 import textwrap
+from pathlib import Path
 
 from tabulate import tabulate
 
@@ -202,16 +203,6 @@ def plot_plan(result, path: str) -> None:
 
 def save_figure(fig, path: str) -> None:
     """Save a figure atomically (temporary file in the same folder, then rename)."""
-    import os
-    import tempfile
-    from pathlib import Path
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=target.suffix or ".png", dir=target.parent)
-    os.close(fd)
-    try:
+    from costsim.contract.jsonfiles import replacing
+    with replacing(path, suffix=Path(path).suffix or ".png") as tmp:   # matplotlib takes the format from it
         fig.savefig(tmp, dpi=120)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from costsim.cliparams import DURATION, SEED
+from costsim.cliparams import DURATION, OUTPUT, OUTPUT_FOLDER, SEED
 from costsim.contract.timing import WARMUP_STEPS
 from costsim.entry import run
 from costsim.errors import InputError
@@ -189,7 +189,7 @@ def execute_command(plan, run_dir, run_id, nnodes, node_rank, rdzv_endpoint, npr
 @click.option("--batch", default="1,4,8", show_default=True, help="per-GPU batch sizes, e.g. 1,4,8")
 @click.option("--steps", type=click.IntRange(min=10), default=30, show_default=True, help="steps per configuration")
 @click.option("--gpu", "gpu_type", help="GPU type name as the catalog spells it (e.g. H200); default: cpu")
-@click.option("--out", default="profile.yaml", show_default=True, type=click.Path(dir_okay=False))
+@click.option("--out", default="profile.yaml", show_default=True, type=OUTPUT)
 @click.option("--run-root", type=click.Path(file_okay=False),
               help="where the profiling runs go (default: runs/profile-<time>)")
 @click.option("--option", "options", multiple=True, help="KEY=VALUE passed to the workload (repeatable)")
@@ -221,7 +221,7 @@ def profile_command(workload, gpus, batch, steps, gpu_type, out, run_root, optio
 @cli.command("report")
 @click.argument("run_dir", type=click.Path(file_okay=False))
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
-@click.option("--plot", type=click.Path(dir_okay=False), help="write loss, step time and samples/s over wall time "
+@click.option("--plot", type=OUTPUT, help="write loss, step time and samples/s over wall time "
               "(checkpoints, restarts, preemptions marked) to this PNG")
 @click.option("--skip", type=click.IntRange(min=0), default=WARMUP_STEPS, show_default=True,
               help="steps after each start left out of the steady step time")
@@ -252,7 +252,7 @@ def report_command(run_dir, fmt, plot, skip):
 @click.argument("images", type=click.Path(file_okay=False))
 @click.option("--model", required=True, type=click.Path(file_okay=False),
               help="a local diffusers SDXL pipeline folder (vae/, text_encoder/, text_encoder_2/, tokenizer/, tokenizer_2/)")
-@click.option("--out", required=True, type=click.Path(file_okay=False), help="the dataset folder (shards) to write")
+@click.option("--out", required=True, type=OUTPUT_FOLDER, help="the dataset folder (shards) to write")
 @click.option("--vae", type=click.Path(file_okay=False), help="a VAE folder other than the pipeline's vae/")
 @click.option("--resolution", type=click.IntRange(min=8), default=1024, show_default=True,
               help="square training size in pixels (the UNet's sample_size x 8)")

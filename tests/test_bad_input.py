@@ -1,5 +1,7 @@
 """Bad input: one line naming the file (or flag), the field and what is allowed; exit 2; no traceback."""
 
+from pathlib import Path
+
 import pytest
 
 
@@ -63,6 +65,33 @@ def test_a_seed_numpy_cannot_take_is_refused(run_cli, command):
     """numpy's seed sequences raise on a negative seed: it was a traceback, exit 1."""
     for seed in ("-1", str(2**32)):
         check(run_cli(*command, "--seed", seed), "--seed", "0<=x<=4294967295")
+
+
+@pytest.mark.parametrize("flag", ["--out", "--plot"])
+def test_an_output_under_a_file_is_refused_before_the_work(run_cli, tmp_path, flag):
+    """It was found after planning, and named by its temporary file (`.out.png.3vbafo8a.png: File exists`)."""
+    blocker = tmp_path / "file"
+    blocker.write_text("a file, not a folder")
+    target = blocker / "out.png"
+    result = run_cli("plan", "--workload", "tiny", flag, str(target), "--out" if flag == "--plot" else "--trials",
+                     str(tmp_path / "p.json") if flag == "--plot" else "10")
+    check(result, flag, f"{target}: {blocker} is a file, not a folder")
+    assert "configurations simulated" not in result.stderr and not (tmp_path / "p.json").exists()
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc, where no file can be made")
+def test_an_output_that_fails_as_it_is_written_is_named_not_its_temporary_file(tmp_path):
+    from costsim.io import write_atomic
+    target = Path("/proc/costsim-plan.json")
+    with pytest.raises(OSError) as failed:
+        write_atomic(target, "{}")
+    assert failed.value.filename == str(target)
+
+
+def test_a_trace_folder_without_traces_is_refused_not_ignored(run_cli, tmp_path):
+    """Without a trace in it, the folder's trials drew from the model under a line that said 'one per trace file'."""
+    check(run_cli("simulate", "--workload", "sdxl", "--offering", "aws/us-east-1/p5en.48xlarge", "--trace", str(tmp_path)),
+          str(tmp_path), "no *.json capacity traces")
 
 
 def test_unknown_gpu_flag(run_cli):

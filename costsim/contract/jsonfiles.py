@@ -10,6 +10,8 @@ import datetime
 import json
 import os
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable
 
@@ -68,21 +70,38 @@ def parse_json_line(line: bytes | str, valid: Callable[[object], bool] = lambda 
     return record if valid(record) else None
 
 
-def write_atomic(path: str | Path, text: str) -> None:
-    """Write text to path via a temporary file in the same folder and a rename."""
+@contextmanager
+def replacing(path: str | Path, suffix: str = "") -> Iterator[Path]:
+    """A temporary file beside `path` for the block to write (mode as the umask gives); renamed onto `path`
+    when the block ends, removed when it raises. An OSError names `path`: the temporary file's name
+    (`/out/.plan.json.3vbafo8a`) tells a user nothing. `suffix` ends the temporary name (a writer that
+    picks its format by it); none by default, so that a folder's `*.json` never takes one in."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    tmp: Path | None = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
+        tmp = Path(name)
         os.fchmod(fd, 0o666 & ~_umask())   # mkstemp makes 0600 files; outputs follow the umask
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
+        os.close(fd)
+        yield tmp
         os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        tmp = None
+    except OSError as exc:
+        if exc.errno is None:
+            raise
+        raise type(exc)(exc.errno, exc.strerror, str(path)) from None
+    finally:
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
+
+
+def write_atomic(path: str | Path, text: str) -> None:
+    """Write text to path via a temporary file in the same folder, flushed to the disk, and a rename."""
+    with replacing(path) as tmp, open(tmp, "w") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
 
 
 def _umask() -> int:
