@@ -475,6 +475,9 @@ def checkpoint_place(run_dir: Path, location: str | None) -> tuple[Path, S3Store
         return Path(run_dir) / layout.CHECKPOINTS, None
     if is_store(location):
         return Path(run_dir) / layout.CHECKPOINTS, S3Store.from_url(location)
+    if re.match(r"[A-Za-z][A-Za-z0-9+.-]*:/", location):   # s3:/b, gs://b: a folder named "s3:" otherwise
+        raise StoreError(f"{location!r} is neither a folder nor an object store URL: the runner's store is "
+                         f"S3 or S3-compatible, {SCHEME}bucket/prefix")
     return Path(location), None
 
 

@@ -64,6 +64,16 @@ def test_a_negative_seed_is_refused(plan, tmp_path):
     one_line_error(execute(plan, tmp_path / "run", "--seed", "-5"), "--seed", "0<=x<=4294967295")
 
 
+@pytest.mark.parametrize("location", ["s3:/bucket/x", "gs://bucket/x"])
+def test_a_checkpoint_url_the_runner_cannot_use_is_refused_not_made_a_folder(plan, tmp_path, location):
+    """`s3:/bucket` (one slash) trained with its checkpoints in a local folder named `s3:`."""
+    result = subprocess.run([sys.executable, "-m", "runner", "execute", str(plan), "--run-dir", "run",
+                             "--checkpoint-dir", location], capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    one_line_error(result, "--checkpoint-dir", location, "s3://bucket/prefix")
+    assert not list(tmp_path.iterdir())
+
+
 def test_bad_drill_schedule(plan, tmp_path):
     one_line_error(execute(plan, tmp_path / "run", "--inject-preemptions", "boom@3"), "--inject-preemptions", "bad fault")
 
