@@ -552,6 +552,12 @@ def calibrate_command(runs, profile_ref, out, market, offering, fmt):
     if offering:
         raise click.UsageError("--offering goes with --market")
     from costsim.calibrate import calibrate, load_run, plan_profile, report_rows, updated_profile_document
+    seen: dict[Path, str] = {}
+    for ref in runs:   # a run given twice would weigh twice in every fit
+        if (key := Path(ref).resolve()) in seen:
+            raise InputError(ref, "runs", f"given twice (also as {seen[key]}): give each run once, or it weighs "
+                             "twice in every fit")
+        seen[key] = ref
     loaded = [load_run(ref) for ref in runs]
     profile = (io.load_profile_for(loaded[0].plan.workload.model, profile_ref, user="runs' workload") if profile_ref
                else plan_profile(loaded[0]))

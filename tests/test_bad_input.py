@@ -88,6 +88,11 @@ def test_an_output_that_fails_as_it_is_written_is_named_not_its_temporary_file(t
     assert failed.value.filename == str(target)
 
 
+def test_a_run_given_twice_to_calibrate_is_refused(run_cli, tmp_path):
+    """It was fitted twice, and its figures weighed twice."""
+    check(run_cli("calibrate", str(tmp_path), f"{tmp_path}/"), "runs: given twice", f"also as {tmp_path}")
+
+
 def test_a_trace_folder_without_traces_is_refused_not_ignored(run_cli, tmp_path):
     """Without a trace in it, the folder's trials drew from the model under a line that said 'one per trace file'."""
     check(run_cli("simulate", "--workload", "sdxl", "--offering", "aws/us-east-1/p5en.48xlarge", "--trace", str(tmp_path)),
