@@ -11,7 +11,7 @@ import click
 
 from costsim import io, report
 from costsim.catalog import MARKET_MODES, SENSITIVITY_ENDS, find_offering, offerings_for, with_market, with_spot_models
-from costsim.cliparams import DURATION, DURATION_OR_ZERO, OUTPUT, OUTPUT_FOLDER, POSITIVE, SEED
+from costsim.cliparams import DURATION, DURATION_OR_ZERO, OUTPUT, OUTPUT_FOLDER, PLOT, POSITIVE, SEED
 from costsim.contract.telemetry import TELEMETRY
 from costsim.entry import run
 from costsim.errors import InputError, ModelError
@@ -119,7 +119,7 @@ def planning_options(command):
               "than the cheapest certain one, and the safe alternatives: docs/model.md)")
 @click.option("--out", default="plan.json", show_default=True, type=OUTPUT,
               help="where to write the chosen plan")
-@click.option("--plot", type=OUTPUT, help="draw cost vs P90 finish to this PNG")
+@click.option("--plot", type=PLOT, help="draw cost vs P90 finish to this PNG")
 @click.option("--spot-model", "spot_model", type=click.Path(dir_okay=False), help="spot capacity models fitted by "
               "`costsim calibrate --market --out` (keyed by offering id or catalog model name); the plan is also "
               "made at the ends of their 95% intervals, to say whether the choice holds (replaces the ensemble: "
@@ -453,7 +453,7 @@ def _fmt(value) -> str:
 @click.option("--horizon", type=DURATION, help="how long to simulate, e.g. 3y (needed with --fleet; with --scenario "
               "it replaces the scenario's own; a history covers what it covers)")
 @click.option("--utilization", help="utilisations to sweep, e.g. 0.1,0.3,0.5")
-@click.option("--plot", type=OUTPUT, help="draw cost per used GPU-hour vs utilisation (with "
+@click.option("--plot", type=PLOT, help="draw cost per used GPU-hour vs utilisation (with "
               "--history: weekly demand against capacity and cumulative cost)")
 @catalog_option
 @output_options
@@ -672,7 +672,7 @@ def _share(value) -> str:
 @click.option("--group", "groups", multiple=True, help="leave out only these groups (repeatable; default: each)")
 @click.option("--replay-share", type=click.FloatRange(0, 1), help="the share of trials that replay a real window "
               "(default: the catalog's); the rest draw from the group's fit")
-@click.option("--plot", type=OUTPUT, help="stated vs realised P(deadline) and reliability, PNG")
+@click.option("--plot", type=PLOT, help="stated vs realised P(deadline) and reliability, PNG")
 @market_options
 @catalog_option
 @output_options
@@ -823,7 +823,7 @@ def export_command(plan, target, out, bucket, workdir, shared_dir, time_limit):
 @click.option("--nproc-per-node", type=click.IntRange(min=1), help="runner: its --nproc-per-node")
 @click.option("--option", "options", multiple=True, help="runner: KEY=VALUE for the workload (repeatable)")
 @click.option("--runtime", "runtime", multiple=True, help="runner: KEY=VALUE runner settings (repeatable)")
-@click.option("--plot", type=OUTPUT, help="progress against time with market bands, PNG")
+@click.option("--plot", type=PLOT, help="progress against time with market bands, PNG")
 @output_options
 def control_command(plan, backend, run_dir, policy, trace, spot_partition, on_demand_partition, reclaim_trace,
                     time_scale, notice, deadline, poll, steps, seed, nproc_per_node, options, runtime, plot, fmt):

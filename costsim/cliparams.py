@@ -56,5 +56,23 @@ class Output(click.Path):
         return value
 
 
+class Plot(Output):
+    """A figure to write: its suffix names a format matplotlib writes (none: PNG). An unknown one was
+    matplotlib's traceback after the work."""
+
+    name = "plot"
+
+    def convert(self, value, param, ctx):
+        value = super().convert(value, param, ctx)
+        suffix = Path(value).suffix.lower().lstrip(".")
+        if suffix:
+            from matplotlib.backend_bases import FigureCanvasBase
+            formats = sorted(FigureCanvasBase.get_supported_filetypes())
+            if suffix not in formats:
+                self.fail(f"{value}: no figure format .{suffix}; allowed: {', '.join(formats)}", param, ctx)
+        return value
+
+
 OUTPUT = Output()
 OUTPUT_FOLDER = Output(folder=True)
+PLOT = Plot()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from costsim.cliparams import DURATION, OUTPUT, OUTPUT_FOLDER, SEED
+from costsim.cliparams import DURATION, OUTPUT, OUTPUT_FOLDER, PLOT, SEED
 from costsim.contract.timing import WARMUP_STEPS
 from costsim.entry import run
 from costsim.errors import InputError
@@ -221,7 +221,7 @@ def profile_command(workload, gpus, batch, steps, gpu_type, out, run_root, optio
 @cli.command("report")
 @click.argument("run_dir", type=click.Path(file_okay=False))
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
-@click.option("--plot", type=OUTPUT, help="write loss, step time and samples/s over wall time "
+@click.option("--plot", type=PLOT, help="write loss, step time and samples/s over wall time "
               "(checkpoints, restarts, preemptions marked) to this PNG")
 @click.option("--skip", type=click.IntRange(min=0), default=WARMUP_STEPS, show_default=True,
               help="steps after each start left out of the steady step time")

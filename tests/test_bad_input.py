@@ -79,6 +79,14 @@ def test_an_output_under_a_file_is_refused_before_the_work(run_cli, tmp_path, fl
     assert "configurations simulated" not in result.stderr and not (tmp_path / "p.json").exists()
 
 
+@pytest.mark.parametrize("command", [("plan", "--workload", "tiny"), ("compare", "--scenario", "h100-team")])
+def test_a_plot_in_a_format_matplotlib_lacks_is_refused_before_the_work(run_cli, tmp_path, command):
+    """It was matplotlib's traceback (exit 1) once the plan was made."""
+    result = run_cli(*command, "--plot", str(tmp_path / "plan.xyz"))
+    check(result, "--plot", "no figure format .xyz; allowed:", "png", "svg")
+    assert not list(tmp_path.iterdir())
+
+
 @pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc, where no file can be made")
 def test_an_output_that_fails_as_it_is_written_is_named_not_its_temporary_file(tmp_path):
     from costsim.io import write_atomic

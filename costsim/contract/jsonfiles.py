@@ -82,8 +82,10 @@ def replacing(path: str | Path, suffix: str = "") -> Iterator[Path]:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
         tmp = Path(name)
-        os.fchmod(fd, 0o666 & ~_umask())   # mkstemp makes 0600 files; outputs follow the umask
-        os.close(fd)
+        try:
+            os.fchmod(fd, 0o666 & ~_umask())   # mkstemp makes 0600 files; outputs follow the umask
+        finally:
+            os.close(fd)
         yield tmp
         os.replace(tmp, path)
         tmp = None
