@@ -51,7 +51,7 @@ class Output(click.Path):
         ancestor = next((p for p in path.parents if p.exists()), Path("."))
         if not ancestor.is_dir():
             self.fail(f"{value}: {ancestor} is a file, not a folder", param, ctx)
-        if not os.access(ancestor, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        if not os.access(ancestor, os.W_OK | os.X_OK):   # the output is renamed into it: its folder decides
             self.fail(f"{value}: cannot write there (permissions)", param, ctx)
         return value
 
