@@ -9,12 +9,13 @@ traceback ending in a ChildFailedError table) would only repeat the workers' own
 supervisor says in one line why the job stopped; any other error of torchrun's prints its traceback.
 
 With COSTSIM_WORKER_START=fork (the supervisor's choice for plans that run on CPUs) the workers
-(`-m runner.train`) are forked from the agent, which has imported torch and the worker's modules once,
-instead of each starting a new interpreter that imports them again (torchrun's own start method for a
+(`-m runner.train`) are forked from the agent, which has imported torch, the worker's modules and the
+workload's declared `imports` (the SDXL UNet's diffusers module, runner.train.preload) once, instead of each starting a new interpreter that imports them again (torchrun's own start method for a
 function entrypoint, `fork`): on every start and restart the workers begin where the imports end (a tiny
 20-step run 5.0 s to 3.2 s on 2 cores). CUDA must not be initialised before a fork, and torchrun's launch
 config asks CUDA how many GPUs there are: the agent asks NVML instead (PYTORCH_NVML_BASED_CUDA_CHECK, which
-PyTorch provides for this). GPU plans start their workers as new interpreters (exec, torchrun's way for a
+PyTorch provides for this); should an import start CUDA all the same, the agent says so and starts the
+workers as new interpreters. GPU plans start their workers as new interpreters (exec, torchrun's way for a
 command) until a forked GPU worker has been measured on a GPU host.
 """
 
@@ -69,7 +70,16 @@ def run_forked(args) -> None:
     from torch.distributed.run import config_from_args
 
     os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")   # no CUDA in this process: its children fork
-    import runner.train  # noqa: F401  the workers' imports, once, before they are forked
+    import torch
+
+    import runner.train  # the workers' imports, once, before they are forked
+    runner.train.preload(args.training_script_args)   # and their workload's (the SDXL UNet's diffusers)
+    if torch.cuda.is_initialized():   # a library started CUDA at its import: a forked worker could not use it
+        print("runner: CUDA was initialised while importing the workload; its workers start as new interpreters "
+              "(COSTSIM_WORKER_START=exec)", file=sys.stderr, flush=True)
+        from torch.distributed.run import run
+        run(args)
+        return
     if args.standalone:   # as torchrun's run() does
         args.rdzv_backend, args.rdzv_endpoint, args.rdzv_id = "c10d", "localhost:0", str(uuid.uuid4())
     if args.master_port is None:

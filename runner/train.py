@@ -35,6 +35,7 @@ from runner.state import PRIVATE_PREFIX, apply_state, rng_state, seed_rng, set_r
 from runner.store import StoreError, checkpoint_place
 from runner.telemetry import Telemetry, process_start_t
 from runner.workloads import BuildContext, WorkloadOptionError, build_workload, check_options, lean_imports, resolve
+from runner.workloads import preload as preload_workload
 
 IMPORTED_T = time.time()
 
@@ -448,6 +449,18 @@ def parse(argv: list[str] | None):
     parser.add_argument("--run-id", required=True)
     parser.add_argument("--fault", help="this attempt's drill fault, e.g. kill@30")
     return parser.parse_args(argv)
+
+
+def preload(argv: list[str]) -> list[str]:
+    """For torchrun's agent before it forks the workers (runner.torchrun): the plan's workload's declared
+    imports (`runner.workloads.preload`), so that each forked worker begins with them; the modules imported.
+    Nothing where the plan or its workload does not load: the workers then meet that and report it."""
+    try:
+        spec = load_run_spec(parse(argv).plan)
+        builder = resolve(spec.model, spec.workload_entry)
+    except (Exception, SystemExit):   # the workers' own start says what is wrong, in the run's telemetry
+        return []
+    return preload_workload(builder)
 
 
 def main(argv: list[str] | None = None, *, forked: bool = False) -> None:

@@ -474,6 +474,31 @@ print(transformers.__name__, scipy.stats.__name__, torchao.float8.__name__)
                                              "transformers scipy.stats torchao.float8"], result.stdout
 
 
+def test_the_agent_imports_the_workloads_modules_before_forking_its_workers_and_nothing_unused(tmp_path):
+    """torchrun's agent forks the workers (runner.torchrun) after runner.train.preload: the sdxl-unet plan's
+    UNet module is imported there, as the build would (its unused packages stay out, CUDA stays off); a plan
+    that does not load preloads nothing and leaves the workers to report it (a fresh interpreter each)."""
+    pytest.importorskip("diffusers")
+    from tests.sdxl_tiny import sdxl_plan
+    plan = sdxl_plan(tmp_path)
+    code = """
+import sys, torch
+import runner.train
+print(runner.train.preload(["--plan", sys.argv[1], "--run-dir", "r", "--run-id", "x"]),
+      "diffusers.models.unets.unet_2d_condition" in sys.modules, "transformers" in sys.modules,
+      "peft" in sys.modules, torch.cuda.is_initialized())
+"""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    lines = []
+    for path in (plan, tmp_path / "missing.json"):
+        result = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True,
+                                timeout=300, env=env)
+        assert result.returncode == 0, result.stderr[-2000:]
+        lines.append(result.stdout.strip())
+    assert lines == ["['diffusers.models.unets.unet_2d_condition'] True False False False",
+                     "[] False False False False"], lines
+
+
 def test_crcs_computed_while_a_file_is_written_equal_those_read_back_after(tmp_path):
     import array
     import random

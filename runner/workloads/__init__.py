@@ -89,12 +89,14 @@ Builder = Callable[[BuildContext], Built]
 
 def workload(*, options: dict[str, str] | None = None,
              check: Callable[[dict[str, str]], None] | None = None,
-             unused: tuple[str, ...] = ()) -> Callable[[Builder], Builder]:
+             unused: tuple[str, ...] = (), imports: tuple[str, ...] = ()) -> Callable[[Builder], Builder]:
     """Declares a builder's `--option` keys (key -> what it does); any other key is refused before
     any process starts, so that a typo cannot silently train something else. `check(options)`, if
     given, validates the values there too (cheaply: no GPU, no model), raising WorkloadOptionError.
     `unused` names top-level packages that a library the build imports would import when installed
     and that the workload never uses: the worker hides them while it builds (`lean_imports`).
+    `imports` names the modules the build imports that take time (a model library): workers forked
+    from torchrun's agent find them imported there, once, before the fork (`preload`).
 
         @workload(options={"weights": "a diffusers UNet folder"})
         def build(ctx): ...
@@ -103,6 +105,7 @@ def workload(*, options: dict[str, str] | None = None,
         setattr(builder, "options", dict(options or {}))   # read back with getattr: any callable may be a builder
         setattr(builder, "check", check)
         setattr(builder, "unused", tuple(unused))
+        setattr(builder, "imports", tuple(imports))
         return builder
     return mark
 
@@ -123,6 +126,16 @@ def lean_imports(builder: Builder):
         for name in hidden:
             if sys.modules.get(name, 0) is None:
                 del sys.modules[name]
+
+
+def preload(builder: Builder) -> list[str]:
+    """Import the builder's declared `imports` as its build would (under `lean_imports`); the names imported.
+    For a process that forks the workers (runner.torchrun): each begins with them imported."""
+    names = list(getattr(builder, "imports", ()))
+    with lean_imports(builder):
+        for name in names:
+            importlib.import_module(name)
+    return names
 
 
 def empty_build(make: Callable[[], torch.nn.Module], device: torch.device) -> torch.nn.Module | None:

@@ -151,8 +151,10 @@ def check(options: dict) -> None:
 
 
 # LoRA, the text encoders, scipy (diffusers' single-file loader imports it for schedulers a UNet never uses) and
-# torchao (diffusers imports it for its quantizers when installed; runtime.fp8 imports it after the build)
-@workload(options=OPTIONS, check=check, unused=("peft", "transformers", "scipy", "torchao"))
+# torchao (diffusers imports it for its quantizers when installed; runtime.fp8 imports it after the build);
+# the UNet's module, what `from diffusers import UNet2DConditionModel` imports (1-2 s warm, more from a cold disk)
+@workload(options=OPTIONS, check=check, unused=("peft", "transformers", "scipy", "torchao"),
+          imports=("diffusers.models.unets.unet_2d_condition",))
 def build(ctx: BuildContext) -> Built:
     """The SDXL UNet full fine-tune (synthetic data and random weights unless data= and weights=)."""
     import torch
