@@ -44,7 +44,7 @@ from torch.distributed.checkpoint import DefaultSavePlanner, FileSystemWriter
 from torch.distributed.checkpoint.filesystem import FileSystem
 
 from costsim.contract.jsonfiles import write_atomic
-from runner import layout, ownership
+from runner import layout, ownership, resume_check
 from runner.checkpoint_manifest import (
     CHECK_THREADS,
     CHUNK_BYTES,
@@ -177,6 +177,7 @@ class Checkpointer:
         on_one_host = int(os.environ.get("LOCAL_WORLD_SIZE", self.world_size)) == self.world_size
         self._memory = layout.memory_folder(self.root) if store is not None and on_one_host else None
         self._choice: int | BaseException | None = None
+        self.checked_by: list[str] = []   # who checked each local checkpoint rank 0 looked at, newest first
         self._chooser: threading.Thread | None = None
         if rank == 0:
             self._chooser = threading.Thread(target=self._choose_in_background, name="checkpoint-check", daemon=True)
@@ -240,8 +241,12 @@ class Checkpointer:
             self.on_event("checkpoint_skipped", step=layout.partial_step_of(partial.name), reason="partial")
             shutil.rmtree(partial, ignore_errors=True)
         local = 0
+        checked = resume_check.Verdicts.wait(self.root)   # the supervisor's check, begun at the launch
         for step in self.steps():
-            problem = verify(self.folder(step))
+            problem = checked.problem(step, self.folder(step))
+            self.checked_by.append("supervisor" if problem is not resume_check.UNKNOWN else "rank 0")
+            if problem is resume_check.UNKNOWN:   # not checked there, or changed since
+                problem = verify(self.folder(step))
             if problem is None:
                 local = step
                 self._sound.add(step)

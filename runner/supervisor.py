@@ -22,7 +22,7 @@ from costsim.contract.jsonfiles import write_atomic
 from costsim.contract.lives import lives
 from costsim.contract.plan import Plan, RunSection
 from costsim.contract.telemetry import CURRENT_PLAN, PLAN, SUMMARY, moved_since, read_events, read_job_events
-from runner import faults, layout
+from runner import faults, layout, resume_check
 from runner.launch import Node, TorchrunReportFilter, torchrun_argv
 from runner.plan import RunSpec
 from runner.telemetry import Telemetry, process_start_t
@@ -151,7 +151,8 @@ class Supervisor:
             argv = torchrun_argv(x.node, nproc_per_node=x.nproc_per_node, run_id=x.run_id,
                                  worker_args=self._worker_args(fault), min_nodes=x.min_nodes)
             self.telemetry.event("launch", attempt=len(attempts), fault=fault.encode() if fault else None)
-            self.child = subprocess.Popen(argv, env=_child_env(x), stderr=subprocess.PIPE)
+            check = self._resume_check()
+            self.child = subprocess.Popen(argv, env={**_child_env(x), **check.env}, stderr=subprocess.PIPE)
             if self.notice:   # it came while the attempt was being started: pass it on now
                 faults.notify_workers(self.child.pid)
             stderr = threading.Thread(target=TorchrunReportFilter(sys.stderr.buffer).pump, args=(self.child.stderr,),
@@ -160,6 +161,7 @@ class Supervisor:
             code = self.child.wait()
             stderr.join(timeout=5.0)   # a worker torchrun left behind may hold the pipe open
             self.child = None
+            check.close()
             if any(lease.lost.is_set() for lease in self.leases):   # another runner holds the folder now
                 return 1   # nothing more is written: the folder is the new holder's
             events = [e for e in read_events(x.run_dir) if e["t"] >= attempt_start]
@@ -197,6 +199,21 @@ class Supervisor:
             self.telemetry.event("restart", attempt=len(attempts), restarts=restarts, reason=reason, exit_code=code)
             print(f"runner: restart {restarts}: {reason} (torchrun exit {code}); resuming from the last checkpoint",
                   file=sys.stderr, flush=True)
+
+    def _resume_check(self) -> resume_check.Precheck:
+        """The check of this node's newest checkpoints for the launch, begun now, beside torchrun's start
+        (runner.resume_check). On one node only: on several, rank 0's node is the rendezvous's choice, and
+        every node's supervisor would read the shared folder's checkpoint whole."""
+        from runner.store import checkpoint_place
+        x = self.x
+        root = checkpoint_place(x.run_dir, x.spec.checkpoint_location)[0] if x.node.nnodes == 1 else None
+
+        def done(doc: dict) -> None:
+            verdicts = doc.get("verdicts") or []
+            self.telemetry.event("resume_check", duration_s=doc.get("duration_s"), error=doc.get("error"),
+                                 step=next((v["step"] for v in verdicts if v["problem"] is None), 0),
+                                 checked=[v["step"] for v in verdicts])
+        return resume_check.Precheck(root, x.run_dir, on_done=done)
 
     def _write_notice(self, started: float) -> None:
         os.read(self._wake_r, 1)   # the notice, or the exit

@@ -10,10 +10,11 @@ supervisor says in one line why the job stopped; any other error of torchrun's p
 
 With COSTSIM_WORKER_START=fork (the supervisor's choice for plans that run on CPUs) the workers
 (`-m runner.train`) are forked from the agent, which has imported torch, the worker's modules and the
-workload's declared `imports` (the SDXL UNet's diffusers module, runner.train.preload) once, instead of each starting a new interpreter that imports them again (torchrun's own start method for a
-function entrypoint, `fork`): on every start and restart the workers begin where the imports end (a tiny
-20-step run 5.0 s to 3.2 s on 2 cores). CUDA must not be initialised before a fork, and torchrun's launch
-config asks CUDA how many GPUs there are: the agent asks NVML instead (PYTORCH_NVML_BASED_CUDA_CHECK, which
+workload's declared `imports` (the SDXL UNet's diffusers module: runner.train.preload) once, instead of
+each starting a new interpreter that imports them again (torchrun's own start method for a function
+entrypoint, `fork`): on every start and restart the workers begin where the imports end (a tiny 20-step
+run 5.0 s to 3.2 s on 2 cores). CUDA must not be initialised before a fork, and torchrun's launch config
+asks CUDA how many GPUs there are: the agent asks NVML instead (PYTORCH_NVML_BASED_CUDA_CHECK, which
 PyTorch provides for this); should an import start CUDA all the same, the agent says so and starts the
 workers as new interpreters. GPU plans start their workers as new interpreters (exec, torchrun's way for a
 command) until a forked GPU worker has been measured on a GPU host.

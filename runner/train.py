@@ -107,7 +107,7 @@ class Trainer:
                              fp8_layers=speed.fp8_layers(built.model),
                              compile_cache_bytes=speed.cache_bytes(), build=build_kind, **self.split.as_dict(),
                              nodes=max(1, world_size // int(os.environ.get("LOCAL_WORLD_SIZE", world_size))),
-                             **start_phases(marks))
+                             checked_by=self.checkpointer.checked_by or None, **start_phases(marks))
         self.notice = faults.NoticeFlag()
         self.earlier_saves = earlier_saves(Path(args.run_dir)) if rank == 0 else {}
         self.garbage = speed.GarbageCollection(self.runtime.gc_every)

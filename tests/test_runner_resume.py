@@ -169,6 +169,11 @@ def test_corrupt_newest_checkpoint_is_skipped_and_the_previous_used(plan, tmp_pa
     assert "has" in skipped[150] or "CRC" in skipped[150]
     assert events(tmp_path, "checkpoint_load")[-1]["step"] == 100
     assert summary(tmp_path)["steps"] == 200
+    # the supervisor checked both beside torchrun's start (runner.resume_check); rank 0 read neither again
+    check = events(tmp_path, "resume_check", rank=None)[-1]
+    assert (check["checked"], check["step"]) == ([150, 100], 100)
+    assert events(tmp_path, "runtime")[-1]["checked_by"] == ["supervisor", "supervisor"]
+    assert not list(tmp_path.glob(".resume-check-*"))
 
 
 def test_when_every_checkpoint_is_damaged_the_run_starts_over_from_the_same_initial_weights(plan, tmp_path):

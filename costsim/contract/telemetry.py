@@ -41,6 +41,9 @@ EVENT_FIELDS: dict[str, tuple[str, tuple[str, ...]]] = {
                      "what differs, where the earlier plan.json was kept", ("changes", "superseded")),
     "launch": ("supervisor, per torchrun launch; fault: an injected one", ("attempt", "fault")),
     "restart": ("supervisor", ("attempt", "restarts", "reason", "exit_code")),
+    "resume_check": ("supervisor, per launch on one node: its check of the newest local checkpoints beside torchrun's "
+                     "start (runner.resume_check); step: the newest sound one (0: none), checked: the steps it read",
+                     ("duration_s", "step", "checked", "error")),
     "notice": ("supervisor, as a notice (SIGTERM) reaches it: the record that survives a reclaim that kills the "
                "runner before its `exit`; ended: how the life ends then (INSTANCE_ENDS; `exit`'s word wins)",
                ("ended",)),
@@ -48,9 +51,10 @@ EVENT_FIELDS: dict[str, tuple[str, tuple[str, ...]]] = {
              "reached it, if one did", ("status", "restarts", "ended", "notice_t")),
     "runtime": ("worker, per start: the settings, compiled modules, linear layers in fp8, compile cache, how the model "
                 "was built "
-                "(initialised, or empty for a checkpoint to load over), the batch split, nodes and the start's phases",
+                "(initialised, or empty for a checkpoint to load over), the batch split, nodes, the start's phases and "
+                "who checked each local checkpoint rank 0 looked at (checked_by: supervisor or rank 0, newest first)",
                 ("settings", "compiled_modules", "fp8_layers", "compile_cache_bytes", "build", *SPLIT_FIELDS, "nodes",
-                 "process_start_t", "start_phases_s")),
+                 "process_start_t", "start_phases_s", "checked_by")),
     "compile": ("worker, rank 0, after a start's first step when the model is compiled: torch.compile's counters "
                 "(frames, graphs, recompiles, AOTAutograd and FX-graph cache hits and misses) and its slowest phases",
                 ("step", "counters", "phases_s")),
