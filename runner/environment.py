@@ -57,8 +57,3 @@ def _number(value: str, kind: type, minimum: float) -> str | None:
     except ValueError:
         return allowed
     return None if math.isfinite(parsed) and parsed >= minimum else allowed
-
-
-# Experimental, for the GPU lives (scripts/gpu_sdxl_restart_bench.sh): GiB a GPU worker allocates at once after
-# its build and frees, so that the caching allocator holds them as one segment (runner.speed.reserve_memory)
-GPU_RESERVE_GB = real("COSTSIM_GPU_RESERVE_GB", 0.0, minimum=0.0)

@@ -194,16 +194,6 @@ class GarbageCollection:
             gc.callbacks.remove(self._timed)
 
 
-def reserve_memory(device: torch.device, gb: float) -> None:
-    """One allocation of `gb` GiB on `device`, freed at once: the caching allocator keeps it as one segment,
-    from which the load's and the first step's allocations are split instead of each asking CUDA for its
-    own (cudaMalloc). Experimental (COSTSIM_GPU_RESERVE_GB): whether it shortens a start is measured on the
-    H200 (docs/runner-speed.md)."""
-    if device.type == "cuda" and gb > 0:
-        block = torch.empty(int(gb * 2**30), dtype=torch.uint8, device=device)
-        del block
-
-
 def memory_report(device: torch.device) -> dict:
     """Peak memory and how often the CUDA caching allocator had to free its cache and retry (each
     retry synchronises the device: a stalled step)."""

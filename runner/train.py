@@ -26,7 +26,7 @@ from torch.nn.parallel import DistributedDataParallel
 from costsim.contract import notice as notice_rule
 from costsim.contract.telemetry import read_events
 from costsim.contract.timing import save_durations
-from runner import compile_share, environment, faults, layout, speed
+from runner import compile_share, faults, layout, speed
 from runner.checkpoint import Checkpointer, SharedStorageError
 from runner.compile_share import CompileCacheShare
 from runner.diskspace import DiskFullError, free_bytes, is_disk_full, quiet_disk_full_in_threads, refuse
@@ -79,9 +79,6 @@ class Trainer:
         with lean_imports(builder):
             built = build_workload(builder, replace(ctx, restoring=restoring))
         marks["build"] = time.time()
-        if environment.GPU_RESERVE_GB:
-            speed.reserve_memory(self.device, environment.GPU_RESERVE_GB)
-            marks["reserve"] = time.time()
         self.resume_step = self.checkpointer.agree_on_step()   # waits for rank 0's check of the checkpoint
         marks["agree"] = time.time()
         build_kind = "empty" if built.empty else "initialised"
