@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from runner import environment, layout
-from runner.checkpoint_manifest import CORES, MANIFEST
+from runner.checkpoint_manifest import MANIFEST
 
 SCHEME = "s3://"
 # multipart part size; COSTSIM_S3_PART_MB sets another, at least S3's minimum of 5 MiB (tests use 8)
@@ -34,10 +34,11 @@ PART_BYTES = int(environment.real("COSTSIM_S3_PART_MB", 64, minimum=5) * (1 << 2
 TRANSFER_THREADS = 8       # parts in flight per file (uploads)
 # ranges in flight when a checkpoint is fetched (all its files at once); COSTSIM_S3_FETCH_THREADS sets another
 FETCH_THREADS = environment.whole("COSTSIM_S3_FETCH_THREADS", 16)
-# processes they are shared among (COSTSIM_S3_FETCH_PROCESSES; 1: the caller's own): 4, one for every 4 cores
-# at most: on 2 cores 4 processes fetched at 0.35-0.37x of the store's bound and 1 at 0.64-0.81x
-# (scripts/bench_store_read.py; data/measurements/2026-12-03-store-read-local)
-FETCH_PROCESSES = environment.whole("COSTSIM_S3_FETCH_PROCESSES", max(1, min(4, CORES // 4)))
+# processes they are shared among (COSTSIM_S3_FETCH_PROCESSES; 1, the default: the caller's own). One process
+# fetched faster wherever both were measured (scripts/bench_store_read.py): on 2 cores 0.64-0.81x of the store's
+# bound against 0.35-0.37x with 4 (data/measurements/2026-12-03-store-read-local), on the 16-core H200 host 0.55x
+# and 0.66x against 0.49x and 0.57x (2026-12-03-h200-async-streaming, 2026-12-04-h200-resume-check)
+FETCH_PROCESSES = environment.whole("COSTSIM_S3_FETCH_PROCESSES", 1)
 PROCESS_BYTES = 1 << 30    # a fetch process for each GiB at most: a small checkpoint is fetched in the caller's
 READ_BLOCK = 8 << 20       # what one read of a range's body takes at a time
 

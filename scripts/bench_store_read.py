@@ -176,6 +176,8 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=4, help="its files (the runner writes 4 per rank)")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--threads", type=int, default=store_module.FETCH_THREADS, help="ranges in flight")
+    parser.add_argument("--processes", type=int, default=4, help="the processes of the `memory` variant's fetch "
+                        "(`memory-1`: one)")
     parser.add_argument("--endpoint", help="an S3 endpoint to use instead of starting SeaweedFS here")
     parser.add_argument("--bucket", default="bench")
     parser.add_argument("--store-dir", type=Path, help="SeaweedFS's data folder (default: a temporary one)")
@@ -221,7 +223,7 @@ def main() -> None:
         # which the bound, dropping its bytes as read, never pays: timed with the fetch until 2026-12-03).
         removals: dict[str, list[float]] = {}   # file system -> seconds to remove a fetched copy
 
-        def fetch(into: Path, processes: int = store_module.FETCH_PROCESSES) -> float:
+        def fetch(into: Path, processes: int = args.processes) -> float:
             target = into / "fetched"
             started = time.perf_counter()
             problem = store.fetch(1, target, threads=args.threads, processes=processes)
@@ -274,8 +276,8 @@ def main() -> None:
               f"(median), store {os.environ['AWS_ENDPOINT_URL']}")
         labels = {"bound": "the store's read bound (ranged GETs, bytes dropped)",
                   "memory": f"fetch into memory ({filesystem_type(memory)} {args.memory_dir}), "
-                            f"{store_module.FETCH_PROCESSES} processes",
-                  "memory-1": "the same in one process (the threads share its interpreter)",
+                            f"{args.processes} processes",
+                  "memory-1": "the same in one process (the runner's default unless COSTSIM_S3_FETCH_PROCESSES)",
                   "disk": f"fetch onto the disk ({filesystem_type(disk)} {disk})",
                   "download": "earlier path: transfer manager, file by file, then the check read back",
                   "writes": f"the fetch's writes alone ({filesystem_type(memory)}), {args.threads} threads over the "
