@@ -287,7 +287,7 @@ def _child_env(x: Execution) -> dict:
     env.setdefault("OMP_NUM_THREADS", "1")
     env["PYTHONUNBUFFERED"] = "1"
     # Workers forked from torchrun's agent after its imports (runner.torchrun) where the plan runs on CPUs; GPU
-    # plans start theirs as new interpreters until a forked GPU worker has been measured on a GPU host
+    # plans start theirs as new interpreters: forked, they were ready no sooner on the H200 (docs/runner-speed.md)
     env.setdefault("COSTSIM_WORKER_START", "fork" if x.spec.cpu else "exec")
     from runner.workerenv import bytecode_env, worker_env
     return bytecode_env(x.run_dir, worker_env(x.spec.runtime, x.run_dir, env))

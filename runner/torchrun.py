@@ -17,7 +17,8 @@ run 5.0 s to 3.2 s on 2 cores). CUDA must not be initialised before a fork, and 
 asks CUDA how many GPUs there are: the agent asks NVML instead (PYTORCH_NVML_BASED_CUDA_CHECK, which
 PyTorch provides for this); should an import start CUDA all the same, the agent says so and starts the
 workers as new interpreters. GPU plans start their workers as new interpreters (exec, torchrun's way for a
-command) until a forked GPU worker has been measured on a GPU host.
+command): on the H200 a forked worker was ready for the load no sooner, the agent's imports before the fork
+taking as long as an exec'd worker's start, imports and build (docs/runner-speed.md).
 """
 
 from __future__ import annotations

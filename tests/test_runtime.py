@@ -26,6 +26,7 @@ EMPTY = ROOT / "data" / "measurements" / "2026-12-02-h200-empty-build"
 ABANDON = ROOT / "data" / "measurements" / "2026-12-03-h200-notice-abandon"
 GPU_COUNT = ROOT / "data" / "measurements" / "2026-12-03-h200-gpu-count"
 STREAMING = ROOT / "data" / "measurements" / "2026-12-03-h200-async-streaming"
+RESUME_CHECK = ROOT / "data" / "measurements" / "2026-12-04-h200-resume-check"
 FINETUNE = ROOT / "data" / "measurements" / "2026-11-30-h200-sdxl-finetune"
 
 
@@ -133,12 +134,14 @@ def test_shipped_h200_profile_is_the_calibration_of_the_measured_runs():
     # resumes with the workers' bytecode kept (2026-12-02, one machine), two a day later (another) and three on a
     # third machine, counted from runner execute's own start, and one each on a fourth and a fifth, async saves streamed
     streamed = [load_run(str(STREAMING / "ab" / "run")), load_run(str(STREAMING / "second" / "ab" / "run"))]
-    noticed = calibrate([load_run(str(ABANDON / "blocking" / "run")), *streamed], profile)
+    # ... and three more machines' lives with the supervisor's check of the checkpoint (2026-12-04)
+    checked = [load_run(str(RESUME_CHECK / name / "run")) for name in ("first", "second", "third")]
+    noticed = calibrate([load_run(str(ABANDON / "blocking" / "run")), *streamed, *checked], profile)
     assert noticed.after.checkpoint_save_s == pytest.approx(blocks.checkpoint_save_s, abs=0.05)
     assert lives.after.checkpoint_save_s > blocks.checkpoint_save_s + 3
     bytecode = calibrate([load_run(str(EMPTY / "third" / "run")), load_run(str(ABANDON / "blocking" / "run")),
-                          load_run(str(ABANDON / "default" / "run")), load_run(str(GPU_COUNT / "run")), *streamed],
-                         profile)
+                          load_run(str(ABANDON / "default" / "run")), load_run(str(GPU_COUNT / "run")), *streamed,
+                          *checked], profile)
     assert bytecode.after.restart_s == pytest.approx(blocks.restart_s, abs=0.05)
     empty = calibrate([load_run(str(EMPTY / "run")), load_run(str(EMPTY / "second" / "run"))], profile)
     fast = calibrate([load_run(str(FAST / "second" / "run"))], profile)
