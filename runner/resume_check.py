@@ -53,6 +53,16 @@ def newest_sound(root: Path) -> list[dict]:
     return verdicts
 
 
+PREFIX = ".resume-check-"
+
+
+def remove_stale(run_dir: Path) -> None:
+    """Verdicts' files a runner killed outright left behind (one runner holds a run folder at a time: none is
+    in use when the next starts)."""
+    for path in Path(run_dir).glob(PREFIX + "*.json"):
+        path.unlink(missing_ok=True)
+
+
 class Precheck:
     """The supervisor's check of the checkpoints under `root` for one launch, in a thread. The verdicts' file
     is made and locked (flock) before the launch, written while locked, and unlocked when the check ends
@@ -62,7 +72,7 @@ class Precheck:
     after the unlock; `close()` waits for the thread and removes the file."""
 
     def __init__(self, root: Path | None, run_dir: Path, on_done: Callable[[dict], None] | None = None):
-        self.path = Path(run_dir) / f".resume-check-{uuid.uuid4().hex[:12]}.json"
+        self.path = Path(run_dir) / f"{PREFIX}{uuid.uuid4().hex[:12]}.json"
         self.on_done = on_done
         self.env: dict[str, str] = {}
         self._thread: threading.Thread | None = None

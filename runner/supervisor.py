@@ -135,6 +135,7 @@ class Supervisor:
         signal.signal(signal.SIGTERM, self._on_sigterm)
         for lease in self.leases:
             lease.start(functools.partial(self._on_lease_lost, lease.where))
+        resume_check.remove_stale(x.run_dir)
         # The instance's life as the market sees it (costsim calibrate --market): from here to `exit`.
         self.telemetry.event("instance", offering=x.spec.offering, market=x.spec.market, host=socket.gethostname(),
                              process_start_t=process_start_t())

@@ -161,6 +161,7 @@ def test_corrupt_newest_checkpoint_is_skipped_and_the_previous_used(plan, tmp_pa
     partial = tmp_path / "checkpoints" / ".step-175.tmp"
     shutil.copytree(tmp_path / "checkpoints" / "step-100", partial)              # a save cut short
     (partial / "manifest.json").unlink()
+    (tmp_path / ".resume-check-0123456789ab.json").write_text("{}")   # left by a runner killed outright
     result = execute(plan, tmp_path, "--steps", "200", "--seed", "3")
     assert result.returncode == 0, result.stderr[-3000:]
     assert "skipping checkpoint step-150" in result.stderr
