@@ -773,7 +773,8 @@ def _if_right(r) -> str:
 @click.option("--workdir", type=click.Path(file_okay=False, exists=True), help="SkyPilot: the costsim repository "
               "the nodes install from (default: the one this costsim runs from)")
 @click.option("--shared-dir", default="$HOME/costsim-runs", show_default=True,
-              help="Slurm: a folder every node sees, for run folders and checkpoints")
+              help="Slurm: a folder every node sees, for run folders and checkpoints (a relative one is made "
+              "absolute; it may begin with an environment variable of the nodes, e.g. $HOME)")
 @click.option("--time-limit", type=DURATION, help="Slurm: each run's time limit (default: the shorter of the "
               "plan's deadline and its P90 finish x 1.25 + 30 min)")
 def export_command(plan, target, out, bucket, workdir, shared_dir, time_limit):

@@ -197,6 +197,7 @@ def slurm_script(source: PlanFile, *, shared_dir: str = "$HOME/costsim-runs", po
     """A Slurm batch script: nodes, GPUs, a time limit, requeue on preemption, srun per node."""
     plan, plan_file = source.plan, str(source.path)
     r, w = plan.resources, plan.workload
+    shared_dir = script_folder(shared_dir)
     limit_s, why = time_limit_s(plan, plan_file, time_limit)
     if r.nodes > 1:   # every node must read the plan and the checkpoints (the plan's location, else the run folder's)
         c = plan.checkpoint
@@ -228,7 +229,7 @@ def slurm_script(source: PlanFile, *, shared_dir: str = "$HOME/costsim-runs", po
              "# its address as Slurm knows it (NodeAddr: the node's name, unless the cluster says otherwise)",
              'export MASTER_ADDR="$(scontrol show node "$FIRST" -o | tr " " "\\n" | sed -n "s/^NodeAddr=//p")"',
              f"export MASTER_PORT={int(port)}",
-             f"RUN_DIR={shared_dir}/runs/$SLURM_JOB_ID   # shared storage: a requeued job resumes here",
+             f'RUN_DIR="{shared_dir}/runs/$SLURM_JOB_ID"   # shared storage: a requeued job resumes here',
              "# the plan where it was exported: every node reads it through the shared filesystem",
              f'srun --kill-on-bad-exit=0 runner execute {shlex.quote(plan_file)} --run-dir "$RUN_DIR"',
              ""]
@@ -244,6 +245,23 @@ _BlockDumper.add_representer(str, lambda dumper, value: dumper.represent_scalar(
 
 
 NODE_LOCAL = ("/tmp", "/scratch", "/local", "/mnt/local", "/dev/shm", "/var/tmp")
+
+
+def script_folder(text: str, flag: str = "--shared-dir") -> str:
+    """A folder as a batch script names it inside double quotes: absolute, or under an environment variable
+    ($HOME/runs, ~/runs as $HOME/runs); a relative one is made absolute here, since the job may be submitted
+    from another folder. What the shell would read as more than a path (quotes, backslashes, backticks, a
+    command's substitution) is an InputError."""
+    special = next((c for c in ('"', "`", "\\", "$(", "\n") if c in text), None)
+    if not text.strip() or special is not None:
+        raise InputError(flag, flag.lstrip("-").replace("-", "_"),
+                         f"{text!r}: {'empty' if special is None else repr(special) + ' is not allowed'}; give a "
+                         "folder's path, which may begin with an environment variable such as $HOME")
+    if text == "~" or text.startswith("~/"):
+        return "$HOME" + text[1:]
+    if text.startswith(("/", "$")):
+        return text
+    return str(Path(text).resolve())
 
 
 def _node_local(location: str) -> bool:

@@ -300,3 +300,22 @@ def test_exported_slurm_script_runs_on_a_one_host_slurm(tmp_path):
         subprocess.run(["pkill", "-x", "slurmd"], check=False)
     assert result.returncode == 0, (result.stdout[-2000:], result.stderr[-2000:])
     assert "slurm job finished: 3000 steps, status done" in result.stdout
+
+
+def test_the_slurm_scripts_run_folder_is_a_path_wherever_the_job_is_submitted(sdxl_plan, tmp_path, run_cli,
+                                                                               monkeypatch):
+    """--shared-dir as the script's shell reads it: a relative folder made absolute (sbatch may be run from
+    elsewhere), ~ as $HOME, a variable kept; anything the shell would run or unquote refused in one line."""
+    one = _one_node(sdxl_plan, tmp_path / "one.json")
+    monkeypatch.chdir(tmp_path)
+    scripts = {given: run_cli("export", str(one), "--to", "slurm", "--shared-dir", given)
+               for given in ("runs", "~/runs", "$SCRATCH/team runs", "/shared")}
+    assert all(r.exit_code == 0 for r in scripts.values()), {g: r.stderr for g, r in scripts.items()}
+    run_dirs = [next(line for line in r.stdout.splitlines() if line.startswith("RUN_DIR=")) for r in scripts.values()]
+    assert [line.split("   #")[0] for line in run_dirs] == [
+        f'RUN_DIR="{tmp_path.resolve()}/runs/runs/$SLURM_JOB_ID"', 'RUN_DIR="$HOME/runs/runs/$SLURM_JOB_ID"',
+        'RUN_DIR="$SCRATCH/team runs/runs/$SLURM_JOB_ID"', 'RUN_DIR="/shared/runs/$SLURM_JOB_ID"']
+    for bad in ('/shared/$(touch /tmp/x)', '/a"b', "/a`id`", ""):
+        result = run_cli("export", str(one), "--to", "slurm", "--shared-dir", bad)
+        assert result.exit_code == 2 and result.stderr.startswith("error: --shared-dir: ") and \
+            len(result.stderr.strip().splitlines()) == 1, (bad, result.stderr)
