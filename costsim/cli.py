@@ -411,26 +411,16 @@ def _print_trials(trials: list[dict], traces: list[str], fmt: str) -> None:
 def _trace_files(paths: list[str]) -> list[str]:
     """Traces as given; a folder stands for the *.json files in it, in name order, and a bundle
     (FILE.json.gz) for each of its windows (FILE.json.gz#N)."""
-    from costsim.io.specs import trace_bundle_size
+    from costsim.io.specs import trace_bundle_size, traces_in
     files = []
     for path in paths:
-        folder = Path(path)
-        if folder.is_dir():
-            found = sorted((str(p) for p in folder.glob("*.json")), key=_natural)
-            if not found:   # no traces would mean the model's draws, under a line that says traces
-                raise InputError(path, "folder", "no *.json capacity traces in it")
-            files += found
+        if Path(path).is_dir():
+            files += [str(p) for p in traces_in(path)]
         elif (size := trace_bundle_size(path)) is not None:
             files += [f"{path}#{i}" for i in range(size)]
         else:
             files.append(path)
     return files
-
-
-def _natural(name: str) -> tuple:
-    """10.json after 9.json."""
-    stem = Path(name).stem
-    return (0, int(stem), name) if stem.isdigit() else (1, 0, name)
 
 
 def _fmt(value) -> str:

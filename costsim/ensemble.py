@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from costsim.errors import InputError
+from costsim.io.specs import traces_in
 from costsim.market_fit import Span, family_mean_s, fit_outage_families, fit_weibull
 from costsim.sim.market import ArrayTimeline, HazardModel, Timeline, drawn_stretches, intersect
 
@@ -247,9 +248,7 @@ def groups_from_paths(paths: list[str], period: str = "yours") -> tuple[GroupSpe
     for path in paths:
         p = Path(path)
         if p.is_dir():
-            files = sorted(p.glob("*.json"))
-            if not files:
-                raise InputError(path, "folder", "no *.json capacity traces in it")
+            files = traces_in(p)
             out += [GroupSpec(name=f"{p.name}/{_short(f.stem)}", period=period, paths=(str(f),)) for f in files]
         elif p.is_file():
             out.append(GroupSpec(name=_short(p.name.removesuffix(".gz").removesuffix(".json")), period=period,

@@ -391,6 +391,17 @@ def owned_offering(sku: str, nodes: int, skus: dict, source: str) -> Offering:
 BUNDLE_SUFFIX = ".json.gz"   # many windows in one file; FILE.json.gz#N names window N
 
 
+def traces_in(folder: str | Path) -> list[Path]:
+    """A folder's capacity traces (its *.json files) in name order, 10.json after 9.json; an InputError where
+    it holds none (no traces would mean the model's draws, under a line that says traces)."""
+    def natural(path: Path) -> tuple:
+        return (0, int(path.stem), path.name) if path.stem.isdigit() else (1, 0, path.name)
+    found = sorted(Path(folder).glob("*.json"), key=natural)
+    if not found:
+        raise InputError(str(folder), "folder", "no *.json capacity traces in it")
+    return found
+
+
 def trace_bundle_size(path: str | Path) -> int | None:
     """How many windows a bundle holds (None for a plain trace file)."""
     return len(_bundle(Path(path))["windows"]) if str(path).endswith(BUNDLE_SUFFIX) else None
