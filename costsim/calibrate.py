@@ -181,6 +181,10 @@ def calibrate(runs: list[Run], profile: Profile) -> Calibration:
         if run.steps != run.plan.job_steps:
             notes.append(f"{run.name} ran {run.steps} of its plan's {run.plan.job_steps} steps: "
                          "its wall time is not compared with the plan's")
+        if run.restart_s and not restarts_as_priced(run):
+            notes.append(f"{run.name}'s plan prices a restart with the checkpoint's fetch from its object store, "
+                         "which a run's restart leaves out (the fetch is compared as the store's read rate): its "
+                         "restart is not compared with the plan's")
         if run.damaged_lines:
             notes.append(f"{run.name}'s telemetry has {len(run.damaged_lines)} damaged line(s), passed over")
         restarts, lost = run.summary.get("restarts", 0), run.summary.get("lost_steps", 0)
@@ -270,6 +274,13 @@ def predicted_wall_s(p: GpuProfile, run: Run) -> float:
     return p.startup_s + run.steps * step_s + run.interval_saves * per_save + final + failures_s
 
 
+def restarts_as_priced(run: Run) -> bool:
+    """Whether a run's measured restarts are what its plan's restart prices. With object storage the plan
+    prices a new node's restart with the checkpoint's fetch (costsim.storage), and a run's restart leaves any
+    fetch out (costsim.contract.timing; the fetches are compared as the store's read rate)."""
+    return run.plan.checkpoint.storage_kind != "object"
+
+
 def report_rows(c: Calibration) -> list[dict]:
     """Per run: the plan's prediction, the refitted one and the measurement."""
     rows = []
@@ -293,7 +304,8 @@ def report_rows(c: Calibration) -> list[dict]:
             # synchronous save is no measurement of it), a synchronous plan's save against sync saves
             "checkpoint_stall_s": {"plan": pred.checkpoint_stall_s if async_mode else pred.checkpoint_save_s,
                                    "measured": _median(run.async_cost_s if async_mode else run.sync_save_s)},
-            "restart_s": {"plan": pred.restart_s, "measured": _median(run.restart_s)},
+            "restart_s": {"plan": pred.restart_s if restarts_as_priced(run) else None,
+                          "measured": _median(run.restart_s)},
             **_store_rows(run),
             "loo_step_error": c.loo_step_error.get(run.name),
         })

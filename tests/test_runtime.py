@@ -314,3 +314,22 @@ def test_a_run_cut_short_is_not_compared_with_its_plans_makespan():
     row, = report_rows(result)
     assert row["wall_s"]["plan"] is None and row["wall_s"]["measured"] == run.wall_s
     assert any("ran 110 of its plan's" in note for note in result.notes)
+
+
+def test_a_restart_is_not_compared_with_a_plans_restart_that_includes_the_object_stores_fetch():
+    """The plan as written keeps its checkpoints in an object store: its restart is a new node's, the fetch
+    included (costsim.storage); a run's measured restart leaves any fetch out. Plans whose checkpoints stay on
+    the node or in a shared folder compare theirs."""
+    from costsim.calibrate import report_rows
+    profile = cio.load_profile("sdxl-unet")
+    run = load_run(str(RESUME_CHECK / "second" / "run"))
+    assert run.plan.checkpoint.storage_kind == "object" and len(run.restart_s) == 3
+    result = calibrate([run], profile)
+    row, = report_rows(result)
+    assert row["restart_s"]["plan"] is None
+    assert row["restart_s"]["measured"] == pytest.approx(statistics.median(run.restart_s))
+    assert any("fetch from its object store" in note for note in result.notes)
+    shared = load_run(str(READER / "drill"))
+    assert shared.plan.checkpoint.storage_kind != "object" and shared.restart_s
+    row, = report_rows(calibrate([shared], profile))
+    assert row["restart_s"]["plan"] == shared.plan.prediction.restart_s
