@@ -247,14 +247,14 @@ _BlockDumper.add_representer(str, lambda dumper, value: dumper.represent_scalar(
 NODE_LOCAL = ("/tmp", "/scratch", "/local", "/mnt/local", "/dev/shm", "/var/tmp")
 
 
-def script_folder(text: str, flag: str = "--shared-dir") -> str:
-    """A folder as a batch script names it inside double quotes: absolute, or under an environment variable
+def script_folder(text: str) -> str:
+    """--shared-dir as a batch script names it inside double quotes: absolute, or under an environment variable
     ($HOME/runs, ~/runs as $HOME/runs); a relative one is made absolute here, since the job may be submitted
     from another folder. What the shell would read as more than a path (quotes, backslashes, backticks, a
     command's substitution) is an InputError."""
     special = next((c for c in ('"', "`", "\\", "$(", "\n") if c in text), None)
     if not text.strip() or special is not None:
-        raise InputError(flag, flag.lstrip("-").replace("-", "_"),
+        raise InputError("--shared-dir", "shared_dir",
                          f"{text!r}: {'empty' if special is None else repr(special) + ' is not allowed'}; give a "
                          "folder's path, which may begin with an environment variable such as $HOME")
     if text == "~" or text.startswith("~/"):

@@ -1,7 +1,7 @@
 """The resume's checkpoint check, started by the supervisor as it launches the workers (no torch here).
 
 Before a resume, rank 0 checks the newest checkpoint: every file's CRC-32 against the manifest, 30.8 GB read
-for the SDXL fine-tune's (2.5-3 s from the H200 host's page cache, more from a disk). Rank 0 starts it once
+for the SDXL fine-tune's (2.1-2.8 s from the H200 host's page cache, more from a disk). Rank 0 starts it once
 its process group is up, 2-6 s after `runner execute` (torchrun, the imports): with workers forked after
 the imports, the start then waited 2.2 s for it at the agreement on the step. The supervisor starts the same
 check as it launches torchrun, in a thread, and writes its verdicts into a file of the run folder that the
@@ -25,6 +25,7 @@ from runner import layout
 from runner.checkpoint_manifest import MANIFEST, verify
 
 ENV = "COSTSIM_RESUME_CHECK"   # the verdicts' file
+PREFIX = ".resume-check-"      # its name in the run folder: PREFIX<random>.json
 UNKNOWN = object()   # Verdicts.problem's answer for a checkpoint the supervisor did not check as it is now
 
 
@@ -51,9 +52,6 @@ def newest_sound(root: Path) -> list[dict]:
         if problem is None:
             break
     return verdicts
-
-
-PREFIX = ".resume-check-"
 
 
 def remove_stale(run_dir: Path) -> None:
@@ -118,8 +116,7 @@ class Verdicts:
 
     def __init__(self, root: Path, doc: dict | None):
         same_root = isinstance(doc, dict) and doc.get("root") == str(Path(root).resolve())
-        self.by_step = {v["step"]: v for v in doc.get("verdicts", [])} if same_root and doc else {}
-        self.duration_s = doc.get("duration_s") if isinstance(doc, dict) else None
+        self.by_step = {v["step"]: v for v in doc.get("verdicts", [])} if isinstance(doc, dict) and same_root else {}
 
     @classmethod
     def wait(cls, root: Path, env=os.environ) -> Verdicts:

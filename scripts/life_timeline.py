@@ -26,6 +26,11 @@ def describe(life: list[dict]) -> str:
             parts.append(f"runner execute's checks done at {at(e)}")
         elif kind == "launch" and e.get("attempt") == 0:
             parts.append(f"torchrun launched at {at(e)}")
+        elif kind == "resume_check" and e.get("checked"):
+            checked_by = next((x.get("checked_by") for x in life if x["event"] == "runtime" and x.get("rank") == 0), None)
+            parts.append(f"the supervisor's check of step(s) {', '.join(map(str, e['checked']))} took "
+                         f"{e.get('duration_s', 0):.1f} s, ended at {at(e)} (checked_by "
+                         f"{', '.join(checked_by) if checked_by else '-'})")
         elif kind == "runtime" and e.get("rank") == 0:
             worker = e.get("process_start_t")
             if worker:
