@@ -46,13 +46,16 @@ def describe(life: list[dict]) -> str:
             parts.append(f"fetch step-{e['step']} {e['bytes'] / 1e9:.2f} GB into {e.get('into', 'disk')} in "
                          f"{e['duration_s']:.1f} s ({e['bytes'] / e['duration_s'] / 1e9:.2f} GB/s) at {at(e)}")
         elif kind == "checkpoint_load" and e.get("rank") == 0:
-            parts.append(f"load {e['duration_s']:.1f} s, ended at {at(e)}")
+            beside = f" (a warm-up beside it {e['beside_s']:.1f} s, the read {e['read_s']:.1f} s)" \
+                if e.get("beside_s") else ""
+            parts.append(f"load {e['duration_s']:.1f} s{beside}, ended at {at(e)}")
         elif kind == "compile" and e.get("rank") == 0:
             counters = e.get("counters") or {}
             parts.append("compile: " + ", ".join(f"{k} {v}" for k, v in counters.items() if "cache" in k))
     steps = [e for e in life if e["event"] == "step" and e.get("rank") == 0]
     if steps:
-        parts.append(f"first step (step {steps[0]['step']}) ended at {at(steps[0])}"
+        took = f" ({steps[0]['step_time_s']:.1f} s)" if steps[0].get("step_time_s") else ""
+        parts.append(f"first step (step {steps[0]['step']}) ended at {at(steps[0])}{took}"
                      + (f", the second at {at(steps[1])}" if len(steps) > 1 else ""))
     return "\n    ".join(parts)
 
