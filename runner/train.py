@@ -116,6 +116,7 @@ class Trainer:
         self.saved_step = 0   # the newest checkpoint this life loaded or started to save
         self.last_loss: torch.Tensor | None = None   # the last step's loss on this rank, kept on the device
         self.warm_up_s: float | None = None   # the warm-up beside a resume's load, when there was one
+        self.warm_up_phases_s: dict[str, float] | None = None   # its parts, each the seconds to its end
         self.compile_cache_in_place = False
 
     def _compile_share(self, store, local_rank: int) -> CompileCacheShare | None:
@@ -184,14 +185,20 @@ class Trainer:
         autocast = (torch.autocast(self.device.type, dtype=built.autocast_dtype) if built.autocast_dtype
                     else contextlib.nullcontext())
         no_sync = model.no_sync() if isinstance(model, DistributedDataParallel) else contextlib.nullcontext()
+        marks = {"cache": time.perf_counter()}
         with autocast, speed.attention(self.runtime), no_sync:
             loss = built.loss(model, built.batch(self.split.indices(self.resume_step, self.rank, 0)))
+        marks["forward"] = time.perf_counter()
         loss.backward()
+        marks["backward"] = time.perf_counter()
         built.optimizer.zero_grad(set_to_none=True)
         del loss
         if self.device.type == "cuda":
             torch.cuda.current_stream(self.device).synchronize()   # its own GPU work, not the load's copies
-        self.warm_up_s = time.perf_counter() - started
+        marks["device"] = time.perf_counter()
+        self.warm_up_s = marks["device"] - started
+        ends = list(marks.values())
+        self.warm_up_phases_s = {name: round(end - begin, 3) for name, begin, end in zip(marks, [started, *ends], ends)}
 
     def compile_cache_ready(self) -> None:
         """Every rank compiles from the node's cache once it is in place (fetched from the store, if shared)."""
@@ -261,7 +268,7 @@ class Trainer:
         self.compile_cache_ready()
         self.telemetry.event("start", step=self.step, total_steps=self.total_steps, pid=os.getpid(),
                              node=int(os.environ.get("GROUP_RANK", 0)), global_batch=self.spec.global_batch,
-                             warm_up_s=self.warm_up_s)
+                             warm_up_s=self.warm_up_s, warm_up_phases_s=self.warm_up_phases_s)
         spec, started = self.spec, time.monotonic()
         last_checkpoint, last_step_end, last_progress = time.monotonic(), time.monotonic(), time.monotonic()
         next_sync, first_step, first_end = self.step + 1, self.step, time.monotonic()

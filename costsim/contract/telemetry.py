@@ -58,8 +58,9 @@ EVENT_FIELDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "compile": ("worker, rank 0, after a start's first step when the model is compiled: torch.compile's counters "
                 "(frames, graphs, recompiles, AOTAutograd and FX-graph cache hits and misses) and its slowest phases",
                 ("step", "counters", "phases_s")),
-    "start": ("worker, per start: the step it resumed from; warm_up_s: the warm-up beside the load, if one ran",
-              ("step", "total_steps", "pid", "node", "global_batch", "warm_up_s")),
+    "start": ("worker, per start: the step it resumed from; warm_up_s: the warm-up beside the load, if one ran, and "
+              "its parts (cache: waiting for the compile cache; forward, backward; device: the GPU's work after them)",
+              ("step", "total_steps", "pid", "node", "global_batch", "warm_up_s", "warm_up_phases_s")),
     "step": ("worker, rank 0, per optimizer step (buffered)", ("step", "step_time_s", "samples")),
     "progress": ("worker, rank 0, periodically", ("step", "loss_rank0", *MEMORY_FIELDS)),
     "validation": ("worker: the unweighted noise-prediction error on held-out data", ("step", "loss", "samples",
