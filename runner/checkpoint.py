@@ -358,39 +358,21 @@ class Checkpointer:
             dist.broadcast(choice, src=0, group=self._group)
         return int(choice.item())
 
-    def load(self, step: int, state: dict, beside: Callable[[], object] | None = None) -> None:
-        """Load `step` into `state` in place: each rank reads its share, then receives the others'.
-
-        `beside`: work for the calling thread while a thread of its own reads this rank's share (the trainer's
-        warm-up); the broadcast of the shares comes after both, so `beside` may use the default process group
-        (the read's collectives are on the checkpointer's gloo group). Its seconds go into the event."""
+    def load(self, step: int, state: dict) -> None:
+        """Load `step` into `state` in place: each rank reads its share, then receives the others'."""
         started = time.perf_counter()
         folder = self.folder(step)
         owned, mine = self._share(state)
-
-        def read() -> float:
-            dcp.load(mine, storage_reader=SafeFileSystemReader(str(folder)), planner=SafeLoadPlanner(),
-                     process_group=self._group)
-            ownership.merge(state, mine)
-            return time.perf_counter() - started
-
-        beside_s = None
-        if beside is None:
-            read_s = read()
-        else:
-            # should `beside` fail, leaving the block waits for the read before its error goes on
-            with ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint-read") as pool:
-                reading = pool.submit(read)
-                beside()
-                beside_s = time.perf_counter() - started
-                read_s = reading.result()   # the read's own error, if it failed
+        dcp.load(mine, storage_reader=SafeFileSystemReader(str(folder)), planner=SafeLoadPlanner(),
+                 process_group=self._group)
+        ownership.merge(state, mine)
+        read_s = time.perf_counter() - started
         if self.world_size > 1:
             ownership.broadcast(state, owned)
             if torch.cuda.is_available():
                 torch.cuda.synchronize()
         self.on_event("checkpoint_load", step=step, duration_s=time.perf_counter() - started, read_s=read_s,
-                      bytes=_folder_bytes(folder), owned_bytes=ownership.owned_bytes(state, owned, self.rank),
-                      beside_s=beside_s)
+                      bytes=_folder_bytes(folder), owned_bytes=ownership.owned_bytes(state, owned, self.rank))
         if self._memory is not None and folder.parent == self._memory:   # every rank has read it: memory back
             if self._group is not None and self.world_size > 1:
                 dist.barrier(group=self._group)

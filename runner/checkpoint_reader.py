@@ -349,10 +349,6 @@ class _Staging:
         return _view(raw, record)
 
     def copy(self, target: torch.Tensor, tensor: torch.Tensor) -> None:
-        # Through .data, which has a version counter of its own: the copy is not an in-place change that
-        # autograd checks, as the bytes read into a CPU target's memory are not. A warm-up's backward beside the
-        # load (runner.train) holds weights it saw half-loaded; its result is thrown away.
-        target = target.data
         if target.device.type == "cuda" and tensor.is_pinned():
             if self.stream is None:
                 self.stream = torch.cuda.Stream(device=target.device)

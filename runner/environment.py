@@ -37,7 +37,6 @@ def check() -> None:
     import runner.lease  # noqa: F401  the modules that read settings when imported: each is known below
     import runner.store  # noqa: F401
     import runner.torchrun  # noqa: F401
-    import runner.workerenv  # noqa: F401
     for name, problem_of in _KNOWN.items():
         value = os.environ.get(name)
         problem = None if value is None else problem_of(value)

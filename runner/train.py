@@ -34,7 +34,6 @@ from runner.plan import load_run_spec
 from runner.state import PRIVATE_PREFIX, apply_state, rng_state, seed_rng, set_rng_state, state_sha256, training_state
 from runner.store import StoreError, checkpoint_place
 from runner.telemetry import Telemetry, process_start_t
-from runner.workerenv import WARM_UP
 from runner.workloads import BuildContext, WorkloadOptionError, build_workload, check_options, lean_imports, resolve
 from runner.workloads import preload as preload_workload
 
@@ -115,9 +114,6 @@ class Trainer:
         self.step = 0
         self.saved_step = 0   # the newest checkpoint this life loaded or started to save
         self.last_loss: torch.Tensor | None = None   # the last step's loss on this rank, kept on the device
-        self.warm_up_s: float | None = None   # the warm-up beside a resume's load, when there was one
-        self.warm_up_phases_s: dict[str, float] | None = None   # its parts, each the seconds to its end
-        self.compile_cache_in_place = False
 
     def _compile_share(self, store, local_rank: int) -> CompileCacheShare | None:
         """torch.compile's caches through the store (runner.compile_share), when the run shares them: each
@@ -154,59 +150,11 @@ class Trainer:
                     raise WorkloadOptionError(f"the checkpoint of step {step} has no {name!r} state (saved by a run "
                                               f"without it): resume with the options it ran with, or start a new "
                                               "run folder")
-            self.checkpointer.load(step, state, beside=self.warm_up if self.warms_up() else None)
+            self.checkpointer.load(step, state)
             self.step = apply_state(state, self.model, self.built.optimizer, self.built.scheduler, self.rank)
             self.saved_step = self.step
             if own_rng not in state:
                 seed_rng(self.spec.seed, self.rank, self.step)
-
-    def warms_up(self) -> bool:
-        """Whether this resume warms up beside the checkpoint's load (COSTSIM_WARM_UP: `auto`, on a GPU, where the
-        first step's one-time costs are; `1` on any device; `0` never). Never with buffers in the model: a forward
-        may change them (batch norm's running statistics) while the load writes them."""
-        if WARM_UP == "0" or (WARM_UP == "auto" and self.device.type != "cuda"):
-            return False
-        if next(self.built.model.buffers(), None) is not None:
-            self.warn("no warm-up beside the checkpoint's load: the model has buffers, which a forward may change "
-                      "while the load writes them")
-            return False
-        return True
-
-    def warm_up(self) -> None:
-        """Beside the checkpoint's load: the first micro-batch's forward and backward as train_step runs it, its
-        gradients dropped, so that what a process's first step pays once (Dynamo's tracing and the compiled
-        kernels from the caches, cuBLAS and cuDNN's first calls, the allocator's growth) is paid while the
-        checkpoint is read. The weights it sees are half-loaded and its result is thrown away; the random state
-        it drew from is the checkpoint's once the load is applied (apply_state), the optimizer is not touched,
-        and under DDP it runs as a micro-batch that does not synchronise (no collective beside the load's)."""
-        started = time.perf_counter()
-        self.compile_cache_ready()   # or the compile would start from an empty cache
-        built, model = self.built, self.model
-        autocast = (torch.autocast(self.device.type, dtype=built.autocast_dtype) if built.autocast_dtype
-                    else contextlib.nullcontext())
-        no_sync = model.no_sync() if isinstance(model, DistributedDataParallel) else contextlib.nullcontext()
-        marks = {"cache": time.perf_counter()}
-        with autocast, speed.attention(self.runtime), no_sync:
-            loss = built.loss(model, built.batch(self.split.indices(self.resume_step, self.rank, 0)))
-        marks["forward"] = time.perf_counter()
-        loss.backward()
-        marks["backward"] = time.perf_counter()
-        built.optimizer.zero_grad(set_to_none=True)
-        del loss
-        if self.device.type == "cuda":
-            torch.cuda.current_stream(self.device).synchronize()   # its own GPU work, not the load's copies
-        marks["device"] = time.perf_counter()
-        self.warm_up_s = marks["device"] - started
-        ends = list(marks.values())
-        self.warm_up_phases_s = {name: round(end - begin, 3) for name, begin, end in zip(marks, [started, *ends], ends)}
-
-    def compile_cache_ready(self) -> None:
-        """Every rank compiles from the node's cache once it is in place (fetched from the store, if shared)."""
-        if self.compile_share is not None and not self.compile_cache_in_place:
-            self.compile_share.wait_fetch()
-            if self.world_size > 1:
-                dist.barrier()
-        self.compile_cache_in_place = True
 
     def train_step(self) -> bool:
         """One optimizer step over `accumulation` micro-batches. With `agree_within` (steps longer than the
@@ -265,10 +213,12 @@ class Trainer:
 
     def train(self) -> int:
         self.restore()
-        self.compile_cache_ready()
+        if self.compile_share is not None:   # every rank compiles from the node's cache once it is in place
+            self.compile_share.wait_fetch()
+            if self.world_size > 1:
+                dist.barrier()
         self.telemetry.event("start", step=self.step, total_steps=self.total_steps, pid=os.getpid(),
-                             node=int(os.environ.get("GROUP_RANK", 0)), global_batch=self.spec.global_batch,
-                             warm_up_s=self.warm_up_s, warm_up_phases_s=self.warm_up_phases_s)
+                             node=int(os.environ.get("GROUP_RANK", 0)), global_batch=self.spec.global_batch)
         spec, started = self.spec, time.monotonic()
         last_checkpoint, last_step_end, last_progress = time.monotonic(), time.monotonic(), time.monotonic()
         next_sync, first_step, first_end = self.step + 1, self.step, time.monotonic()

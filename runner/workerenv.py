@@ -7,11 +7,6 @@ import importlib.util
 from pathlib import Path
 
 from costsim.runtime import Runtime
-from runner import environment
-
-# A resume's warm-up beside the checkpoint's load (runner.train.Trainer.warm_up): `auto`, on a GPU; `1`, on any
-# device (the CPU tests); `0`, never (a benchmark's baseline)
-WARM_UP = environment.choice("COSTSIM_WARM_UP", "auto", ("auto", "1", "0"))
 
 
 def worker_env(runtime: Runtime, run_dir: Path, env: dict) -> dict:

@@ -46,11 +46,7 @@ def describe(life: list[dict]) -> str:
             parts.append(f"fetch step-{e['step']} {e['bytes'] / 1e9:.2f} GB into {e.get('into', 'disk')} in "
                          f"{e['duration_s']:.1f} s ({e['bytes'] / e['duration_s'] / 1e9:.2f} GB/s) at {at(e)}")
         elif kind == "checkpoint_load" and e.get("rank") == 0:
-            beside = f" (a warm-up beside it {e['beside_s']:.1f} s, the read {e['read_s']:.1f} s)" \
-                if e.get("beside_s") else ""
-            parts.append(f"load {e['duration_s']:.1f} s{beside}, ended at {at(e)}")
-        elif kind == "start" and e.get("rank") == 0 and e.get("warm_up_phases_s"):
-            parts.append("warm-up [" + ", ".join(f"{k} {v:.1f}" for k, v in e["warm_up_phases_s"].items()) + "]")
+            parts.append(f"load {e['duration_s']:.1f} s, ended at {at(e)}")
         elif kind == "compile" and e.get("rank") == 0:
             counters = e.get("counters") or {}
             parts.append("compile: " + ", ".join(f"{k} {v}" for k, v in counters.items() if "cache" in k))

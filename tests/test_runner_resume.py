@@ -55,19 +55,6 @@ def test_three_sigkills_resume_to_the_same_final_state(plan, clean, tmp_path):
     assert instance["process_start_t"] <= instance["t"] < worker["process_start_t"]
 
 
-def test_resumes_that_warm_up_beside_the_load_end_in_the_uninterrupted_state(plan, clean, tmp_path, monkeypatch):
-    # The warm-up (a micro-batch's forward and backward on the half-loaded model, under DDP's no_sync) runs
-    # while a thread reads the checkpoint; what it touched must be the checkpoint's again before step one.
-    monkeypatch.setenv("COSTSIM_WARM_UP", "1")   # on the CPU too (auto: on a GPU only)
-    result = execute(plan, tmp_path, "--steps", STEPS, "--seed", "3", "--inject-preemptions", "2")
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert summary(tmp_path)["final_state_sha256"] == clean["final_state_sha256"]
-    for rank in (0, 1):
-        loads, starts = events(tmp_path, "checkpoint_load", rank=rank), events(tmp_path, "start", rank=rank)
-        assert len(loads) == 2 and all(0 < e["beside_s"] <= e["duration_s"] for e in loads)
-        assert "warm_up_s" not in starts[0] and all(e["warm_up_s"] > 0 for e in starts[1:])
-
-
 def test_sigterm_notice_checkpoints_and_loses_no_step(plan, clean, tmp_path):
     result = execute(plan, tmp_path, "--steps", STEPS, "--seed", "3", "--inject-preemptions", "term@130")
     assert result.returncode == 0, result.stderr[-3000:]

@@ -58,9 +58,7 @@ EVENT_FIELDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "compile": ("worker, rank 0, after a start's first step when the model is compiled: torch.compile's counters "
                 "(frames, graphs, recompiles, AOTAutograd and FX-graph cache hits and misses) and its slowest phases",
                 ("step", "counters", "phases_s")),
-    "start": ("worker, per start: the step it resumed from; warm_up_s: the warm-up beside the load, if one ran, and "
-              "its parts (cache: waiting for the compile cache; forward, backward; device: the GPU's work after them)",
-              ("step", "total_steps", "pid", "node", "global_batch", "warm_up_s", "warm_up_phases_s")),
+    "start": ("worker, per start: the step it resumed from", ("step", "total_steps", "pid", "node", "global_batch")),
     "step": ("worker, rank 0, per optimizer step (buffered)", ("step", "step_time_s", "samples")),
     "progress": ("worker, rank 0, periodically", ("step", "loss_rank0", *MEMORY_FIELDS)),
     "validation": ("worker: the unweighted noise-prediction error on held-out data", ("step", "loss", "samples",
@@ -81,8 +79,7 @@ EVENT_FIELDS: dict[str, tuple[str, tuple[str, ...]]] = {
                       "op fetch (local rank 0 of a node whose cache is empty; reason when none came) or upload "
                       "(rank 0, after a life's first step compiled something new)",
                       ("op", "key", "bytes", "files", "duration_s", "reason")),
-    "checkpoint_load": ("worker; beside_s: the work done beside the read (a warm-up), if any",
-                        ("step", "duration_s", "read_s", "bytes", "owned_bytes", "beside_s")),
+    "checkpoint_load": ("worker", ("step", "duration_s", "read_s", "bytes", "owned_bytes")),
     "checkpoint_skipped": ("worker; reason: partial, or what failed its check", ("step", "reason")),
     "checkpoint_removed": ("worker, rank 0: an older checkpoint removed to make room for a save or the export",
                            ("step", "duration_s", "bytes", "reason")),
