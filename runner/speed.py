@@ -238,6 +238,40 @@ def compile_report() -> dict:
     return {"counters": kept, "phases_s": {n: round(phases[n], 3) for n in slowest}}
 
 
+# COSTSIM_PROFILE_FIRST_STEP=FILE: rank 0's first step of each start under cProfile, its statistics written to
+# FILE (a diagnostic: what the first step after a resume spends beyond a steady one is interpreter time,
+# data/measurements/2026-12-04-h200-warm-up)
+PROFILE_FIRST_STEP_ENV = "COSTSIM_PROFILE_FIRST_STEP"
+
+
+@contextlib.contextmanager
+def profiled(path: str | None, heading: str):
+    """The block under cProfile (the calling thread only), its slowest functions appended to `path` as text:
+    by cumulative time, then by own time. None: nothing. A file that cannot be written is a warning on
+    stderr, never a failed step."""
+    if not path:
+        yield
+        return
+    import cProfile
+    import pstats
+    import sys
+    profile = cProfile.Profile()
+    profile.enable()
+    try:
+        yield
+    finally:
+        profile.disable()
+        try:
+            with open(path, "a") as out:
+                out.write(f"== {heading}\n")
+                stats = pstats.Stats(profile, stream=out)
+                stats.sort_stats("cumulative").print_stats(60)
+                stats.sort_stats("tottime").print_stats(40)
+        except OSError as exc:
+            print(f"runner: warning: {PROFILE_FIRST_STEP_ENV}={path}: {exc.strerror or exc}", file=sys.stderr,
+                  flush=True)
+
+
 def cache_bytes(env=os.environ) -> int:
     from runner.compile_share import folder_bytes
     root = env.get("TORCHINDUCTOR_CACHE_DIR")

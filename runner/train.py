@@ -229,7 +229,10 @@ class Trainer:
                 faults.fire(self.fault, local_rank=int(os.environ.get("LOCAL_RANK", 0)),
                             local_world_size=int(os.environ.get("LOCAL_WORLD_SIZE", 1)))
                 self.fault = None
-            if not self.train_step():   # a notice between micro-batches: the step is abandoned
+            profile = os.environ.get(speed.PROFILE_FIRST_STEP_ENV) if self.step == first_step and self.rank == 0 else None
+            with speed.profiled(profile, f"run {self.telemetry.base['run']}: the first step after step {self.step}"):
+                stepped = self.train_step()
+            if not stepped:   # a notice between micro-batches: the step is abandoned
                 return self.stop_for_notice(self.steady_step_s(started, first_step, first_end))
             self.step += 1
             self.garbage.step(self.step)

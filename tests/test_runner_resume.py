@@ -251,6 +251,18 @@ def test_a_single_process_run_without_ddp_resumes_exactly(plan, tmp_path):
     assert [e["world_size"] for e in events(drill, "start")] == [1, 1]
 
 
+def test_the_first_step_of_each_start_can_be_profiled(plan, tmp_path, monkeypatch):
+    # COSTSIM_PROFILE_FIRST_STEP: rank 0's first step of each life under cProfile, appended to one file
+    profile = tmp_path / "first-step.txt"
+    monkeypatch.setenv("COSTSIM_PROFILE_FIRST_STEP", str(profile))
+    result = execute(plan, tmp_path / "run", "--steps", "60", "--nproc-per-node", "1", "--inject-preemptions", "kill@55")
+    assert result.returncode == 0, result.stderr[-3000:]
+    text = profile.read_text()
+    headings = [line for line in text.splitlines() if line.startswith("== run ")]
+    assert [h.rsplit(" ", 1)[1] for h in headings] == ["0", "50"]   # the fresh start's, then the resume's
+    assert text.count("train_step") >= 2 and "cumulative" in text
+
+
 def test_a_torn_telemetry_line_between_lives_stops_nothing(plan, clean, tmp_path):
     """A life killed mid-line leaves a torn line; the next life appends after it. The job goes on to the
     same final state (its supervisor used to stop on the line), and `runner report` and `costsim
