@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from costsim.errors import InputError
 from costsim.io import data_dir
 from costsim.io.specs import load_trace, traces_in
 
@@ -28,13 +29,20 @@ def main() -> None:
     args = parser.parse_args()
     pooled_x: list[float] = []
     pooled_y: list[float] = []
+    try:
+        paths = traces_in(args.folder)
+        traces = [(path, *load_trace(path)) for path in paths]
+    except InputError as exc:
+        raise SystemExit(f"recent_capacity_signal: {exc}") from None
     print(f"{'trace':<28} {'windows':>7} {'next share':>10} {'corr':>6}")
-    for path in traces_in(args.folder):
-        ticks, gap_s = load_trace(path)
+    for path, ticks, gap_s in traces:
         up = 1.0 - np.asarray(ticks, dtype=float)   # ticks: 0 = spot could be had, 1 = not
         per_h = 3600.0 / gap_s
         past, future, stride = (int(h * per_h) for h in (args.past, args.future, args.stride))
-        starts = range(past, len(up) - future + 1, stride)
+        starts = range(past, len(up) - future + 1, max(stride, 1))
+        if not starts:
+            raise SystemExit(f"recent_capacity_signal: {path}: {len(up) / per_h:.0f} h, shorter than --past plus "
+                             "--future")
         x = np.array([up[t - past:t].mean() for t in starts])
         y = np.array([up[t:t + future].mean() for t in starts])
         pooled_x += x.tolist()
