@@ -275,3 +275,28 @@ def test_the_block_standard_error_is_near_the_true_spread_of_a_mean_over_overlap
     truth = float(np.std(means, ddof=1))
     assert 0.65 <= np.mean(blocked) / truth <= 1.2
     assert np.mean(independent) / truth < 0.4
+
+
+def test_a_windows_past_share_counts_the_capacity_before_its_start():
+    """scripts/recent_capacity_forecast.py weighs windows by the share of the day before them with capacity:
+    capacity [0, 10 h) and [30 h, 100 h), windows 36 h long every 6 h, 24 h looked back."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "recent_capacity_forecast.py"
+    loaded = importlib.util.spec_from_file_location("recent_capacity_forecast", path)
+    assert loaded is not None and loaded.loader is not None
+    module = importlib.util.module_from_spec(loaded)
+    loaded.loader.exec_module(module)
+    h = 3600.0
+    window = ensemble.Window(starts=np.array([0.0, 30 * h]), ends=np.array([10 * h, 100 * h]), length_s=100 * h,
+                             slide=True)
+    group = ensemble.Group(name="g", period="p", windows=(window,), fit=None)   # windows only: no fit needed
+    shares = module.past_shares(group, 36 * h, 6 * h, 24 * h)
+    assert len(shares) == len(replay_timelines(group, 36 * h, 6 * h, 1)) == 11   # offsets 0, 6 h ... 60 h
+    assert np.isnan(shares[:4]).all()   # offsets 0-18 h: less than a day before them
+    assert shares[4:7].tolist() == pytest.approx([10 / 24, 4 / 24, 6 / 24])   # 24 h, 30 h, 36 h
+    assert shares[-1] == pytest.approx(1.0)   # 60 h: [36 h, 60 h) all up
+    bundle = ensemble.Group(name="b", period="p", windows=(ensemble.Window(
+        starts=np.array([0.0]), ends=np.array([h]), length_s=40 * h),), fit=None)
+    assert np.isnan(module.past_shares(bundle, 36 * h, 6 * h, 24 * h)).all()   # a bundle's window has no past

@@ -1,0 +1,123 @@
+"""Would a plan that knows the last day's capacity where it runs state P(deadline) closer to each group's truth?
+
+An offline check for issue #39's per-group goal, before any planner change. The flagship's spot-only
+configuration (the shipped SDXL workload on H200, one node, the plan's own figures) is replayed on every real
+window of every long trace of the shipped market (windows `--stride` apart, as `costsim validate` does), and
+each window's past share (of the `--past` hours before its start, the share with capacity) is recorded. Then,
+leaving each group out in turn, its windows' P(deadline) is stated two ways from the other groups' windows
+only, each group weighing the same as in the ensemble:
+
+- blind: the share of the other groups' windows that met the deadline (what a replay-only market that does not
+  know the group states, the same for every window);
+- recent: the same share, each window weighed by a Gaussian kernel (bandwidth `--bandwidth`) of how far its
+  past share is from the held-out window's own past share (what a plan given the last day would state).
+
+Per group it prints the realised share and each statement's error (stated - realised); the per-group goal is
+|error| <= 0.05. A bundle's windows (the 2022 period) have no past and are left out. No planner change: this
+says whether one is worth building.
+
+    PYTHONPATH=. python3 scripts/recent_capacity_forecast.py [--past 24h] [--bandwidth 0.1] [--trials 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import numpy as np
+
+from costsim import ensemble, io
+from costsim.catalog import offerings_for
+from costsim.errors import InputError
+from costsim.io.catalog import load_catalog
+from costsim.planner import PlanOptions, plan
+from costsim.units import parse_duration_s
+from costsim.validate import market_for_validation, market_of, realised, replay_timelines
+
+GOAL = 0.05
+
+
+def past_shares(group: ensemble.Group, horizon_s: float, stride_s: float, past_s: float) -> np.ndarray:
+    """For each window of `replay_timelines(group, ...)` (same order), the share of the `past_s` before its start
+    with capacity; NaN where the window has no such past (a bundle's, or one that starts too early)."""
+    out: list[float] = []
+    for window in group.windows:
+        if not window.slide:
+            out.append(float("nan"))
+            continue
+        for offset in np.arange(0.0, max(window.length_s - horizon_s, 0.0) + 1e-9, stride_s).tolist():
+            if offset < past_s:
+                out.append(float("nan"))
+                continue
+            lo, hi = offset - past_s, offset
+            up = np.clip(np.minimum(window.ends, hi) - np.maximum(window.starts, lo), 0.0, None).sum()
+            out.append(float(up / past_s))
+    return np.array(out)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--past", default="24h", help="how far back a window's past share looks")
+    parser.add_argument("--stride", default="6h", help="real windows start this far apart")
+    parser.add_argument("--bandwidth", type=float, default=0.1, help="the kernel's width, in past share")
+    parser.add_argument("--trials", type=int, default=200, help="the plan's trials (its figures, not its market)")
+    args = parser.parse_args()
+    try:
+        past_s = parse_duration_s(args.past, source="--past", field="past")
+        stride_s = parse_duration_s(args.stride, source="--stride", field="stride")
+    except InputError as exc:
+        sys.exit(f"recent_capacity_forecast: {exc}")
+    if not args.bandwidth > 0:
+        sys.exit(f"recent_capacity_forecast: --bandwidth {args.bandwidth}: allowed a number > 0")
+
+    spec = io.load_workload("sdxl")
+    profile = io.load_profile_for(spec.model, spec.profile)
+    offerings = market_for_validation(offerings_for(spec, ("H200",), load_catalog(None)), "ensemble", (), None)
+    result = plan(spec, profile, offerings, PlanOptions(trials=args.trials, seed=0, policies=("spot-only",),
+                                                         nodes=(1,)))
+    chosen = result.chosen or result.ranked[0]
+    config = chosen.configured.config
+    horizon_s = config.params.horizon_s
+    print(f"replaying {chosen.configured.candidate.label} (deadline {result.deadline_s / 3600:.1f} h) on every "
+          f"window {args.stride} apart; past {args.past}, bandwidth {args.bandwidth:g}", file=sys.stderr)
+
+    groups: dict[str, tuple[np.ndarray, np.ndarray]] = {}   # name -> (met, past share) of its windows with a past
+    for group_spec in market_of(offerings).groups:
+        group = ensemble.build_group(group_spec)
+        shares = past_shares(group, horizon_s, stride_s, past_s)
+        if group.windows and not any(window.slide for window in group.windows):
+            print(f"{group.name}: a bundle's windows have no past: left out", file=sys.stderr)
+            continue
+        _, _, met = realised(config, replay_timelines(group, horizon_s, stride_s, 1))
+        keep = ~np.isnan(shares)
+        if keep.any():
+            groups[group.name] = (met[keep].astype(float), shares[keep])
+    if len(groups) < 2:
+        sys.exit(f"recent_capacity_forecast: {len(groups)} group(s) have windows with {args.past} of past before "
+                 "them: leaving one out needs two; give a shorter --past")
+
+    print(f"{'left out':<22} {'windows':>7} {'realised':>8} {'blind':>7} {'error':>7} {'recent':>7} {'error':>7}")
+    rows = []
+    for name, (met, shares) in groups.items():
+        others = [groups[o] for o in groups if o != name]
+        blind = float(np.mean([m.mean() for m, _ in others]))
+        stated = []
+        for share in shares:
+            num = den = 0.0
+            for m, s in others:
+                kernel = np.exp(-0.5 * ((s - share) / args.bandwidth) ** 2) / len(m)   # each group weighs the same
+                num += float(np.sum(kernel * m))
+                den += float(np.sum(kernel))
+            stated.append(num / den if den > 0 else blind)
+        recent = float(np.mean(stated))
+        truth = float(met.mean())
+        rows.append((blind - truth, recent - truth))
+        print(f"{name:<22} {len(met):>7} {truth:>8.3f} {blind:>7.3f} {blind - truth:>+7.3f} {recent:>7.3f} "
+              f"{recent - truth:>+7.3f}")
+    blind_errors, recent_errors = (np.abs([r[i] for r in rows]) for i in (0, 1))
+    print(f"mean |error|: blind {blind_errors.mean():.3f}, recent {recent_errors.mean():.3f}; groups within "
+          f"{GOAL}: blind {int((blind_errors <= GOAL).sum())} of {len(rows)}, recent {int((recent_errors <= GOAL).sum())}")
+
+
+if __name__ == "__main__":
+    main()
