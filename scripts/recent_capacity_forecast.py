@@ -69,6 +69,8 @@ def main() -> None:
         sys.exit(f"recent_capacity_forecast: {exc}")
     if not args.bandwidth > 0:
         sys.exit(f"recent_capacity_forecast: --bandwidth {args.bandwidth}: allowed a number > 0")
+    if args.trials < 1:
+        sys.exit(f"recent_capacity_forecast: --trials {args.trials}: allowed a whole number >= 1")
 
     spec = io.load_workload("sdxl")
     profile = io.load_profile_for(spec.model, spec.profile)
