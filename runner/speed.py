@@ -245,13 +245,10 @@ PROFILE_FIRST_STEP_ENV = "COSTSIM_PROFILE_FIRST_STEP"
 
 
 @contextlib.contextmanager
-def profiled(path: str | None, heading: str):
+def profiled(path: str, heading: str):
     """The block under cProfile (the calling thread only), its slowest functions appended to `path` as text:
-    by cumulative time, then by own time. None: nothing. A file that cannot be written is a warning on
-    stderr, never a failed step."""
-    if not path:
-        yield
-        return
+    by cumulative time, then by own time. A file that cannot be written is a warning on stderr, never a failed
+    step."""
     import cProfile
     import pstats
     import sys

@@ -222,6 +222,7 @@ class Trainer:
         spec, started = self.spec, time.monotonic()
         last_checkpoint, last_step_end, last_progress = time.monotonic(), time.monotonic(), time.monotonic()
         next_sync, first_step, first_end = self.step + 1, self.step, time.monotonic()
+        profile_to = os.environ.get(speed.PROFILE_FIRST_STEP_ENV) if self.rank == 0 else None   # a diagnostic
         while self.step < self.total_steps:
             if self.fault and self.step == self.fault.step:
                 self.telemetry.event("preempted", step=self.step, kind=f"injected-{self.fault.kind}")
@@ -229,8 +230,10 @@ class Trainer:
                 faults.fire(self.fault, local_rank=int(os.environ.get("LOCAL_RANK", 0)),
                             local_world_size=int(os.environ.get("LOCAL_WORLD_SIZE", 1)))
                 self.fault = None
-            profile = os.environ.get(speed.PROFILE_FIRST_STEP_ENV) if self.step == first_step and self.rank == 0 else None
-            with speed.profiled(profile, f"run {self.telemetry.base['run']}: the first step after step {self.step}"):
+            if profile_to and self.step == first_step:
+                with speed.profiled(profile_to, f"run {self.telemetry.base['run']}: the first step after step {self.step}"):
+                    stepped = self.train_step()
+            else:
                 stepped = self.train_step()
             if not stepped:   # a notice between micro-batches: the step is abandoned
                 return self.stop_for_notice(self.steady_step_s(started, first_step, first_end))
