@@ -238,17 +238,18 @@ def compile_report() -> dict:
     return {"counters": kept, "phases_s": {n: round(phases[n], 3) for n in slowest}}
 
 
-# COSTSIM_PROFILE_FIRST_STEP=FILE: rank 0's first step of each start under cProfile, its statistics written to
-# FILE (a diagnostic: what the first step after a resume spends beyond a steady one is interpreter time,
-# data/measurements/2026-12-04-h200-warm-up)
+# COSTSIM_PROFILE_FIRST_STEP=FILE: rank 0's first step of each start under cProfile, and the step after it (a
+# steady one: the baseline), their statistics appended to FILE as text and dumped beside it as FILE.<pid>.<step>.prof
+# for `scripts/profile_diff.py` (a diagnostic: what the first step after a resume spends beyond a steady one is
+# interpreter time, data/measurements/2026-12-04-h200-warm-up)
 PROFILE_FIRST_STEP_ENV = "COSTSIM_PROFILE_FIRST_STEP"
 
 
 @contextlib.contextmanager
-def profiled(path: str, heading: str):
+def profiled(path: str, heading: str, dump: str | None = None):
     """The block under cProfile (the calling thread only), its slowest functions appended to `path` as text:
-    by cumulative time, then by own time. A file that cannot be written is a warning on stderr, never a failed
-    step."""
+    by cumulative time, then by own time; the raw statistics to `dump` if given (pstats' format). A file that
+    cannot be written is a warning on stderr, never a failed step."""
     import cProfile
     import pstats
     import sys
@@ -264,6 +265,8 @@ def profiled(path: str, heading: str):
                 stats = pstats.Stats(profile, stream=out)
                 stats.sort_stats("cumulative").print_stats(60)
                 stats.sort_stats("tottime").print_stats(40)
+            if dump:
+                profile.dump_stats(dump)
         except OSError as exc:
             print(f"runner: warning: {PROFILE_FIRST_STEP_ENV}={path}: {exc.strerror or exc}", file=sys.stderr,
                   flush=True)

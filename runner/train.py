@@ -230,8 +230,11 @@ class Trainer:
                 faults.fire(self.fault, local_rank=int(os.environ.get("LOCAL_RANK", 0)),
                             local_world_size=int(os.environ.get("LOCAL_WORLD_SIZE", 1)))
                 self.fault = None
-            if profile_to and self.step == first_step:
-                with speed.profiled(profile_to, f"run {self.telemetry.base['run']}: the first step after step {self.step}"):
+            if profile_to and self.step in (first_step, first_step + 1):   # the first step, and a steady one
+                which = "the first step" if self.step == first_step else "the steady step"
+                dump = f"{profile_to}.{os.getpid()}.{self.step + 1}.prof"   # a life's own: a resume may redo a step
+                with speed.profiled(profile_to, f"run {self.telemetry.base['run']}: {which} after step {self.step} "
+                                    f"({dump})", dump=dump):
                     stepped = self.train_step()
             else:
                 stepped = self.train_step()

@@ -252,15 +252,27 @@ def test_a_single_process_run_without_ddp_resumes_exactly(plan, tmp_path):
 
 
 def test_the_first_step_of_each_start_can_be_profiled(plan, tmp_path, monkeypatch):
-    # COSTSIM_PROFILE_FIRST_STEP: rank 0's first step of each life under cProfile, appended to one file
+    # COSTSIM_PROFILE_FIRST_STEP: rank 0's first step of each life and the steady step after it under cProfile,
+    # appended to one file and dumped beside it for scripts/profile_diff.py
+    import subprocess
+    import sys
     profile = tmp_path / "first-step.txt"
     monkeypatch.setenv("COSTSIM_PROFILE_FIRST_STEP", str(profile))
     result = execute(plan, tmp_path / "run", "--steps", "60", "--nproc-per-node", "1", "--inject-preemptions", "kill@55")
     assert result.returncode == 0, result.stderr[-3000:]
     text = profile.read_text()
-    headings = [line for line in text.splitlines() if line.startswith("== run ")]
-    assert [h.rsplit(" ", 1)[1] for h in headings] == ["0", "50"]   # the fresh start's, then the resume's
-    assert text.count("train_step") >= 2 and "cumulative" in text
+    headings = [line.split(": ", 1)[1] for line in text.splitlines() if line.startswith("== run ")]
+    assert [h.split(" (")[0] for h in headings] == [
+        "the first step after step 0", "the steady step after step 1",   # the fresh start's,
+        "the first step after step 50", "the steady step after step 51"]   # then the resume's
+    assert text.count("train_step") >= 4 and "cumulative" in text
+    dumps = [h.split(" (")[1].rstrip(")") for h in headings]
+    assert sorted(dumps) == sorted(str(p) for p in tmp_path.glob("first-step.txt.*.prof")) and len(set(dumps)) == 4
+    diff = subprocess.run([sys.executable, "scripts/profile_diff.py", dumps[2], dumps[3], "--top", "5"],
+                          capture_output=True, text=True, timeout=60)
+    assert diff.returncode == 0, diff.stderr
+    rows = [line for line in diff.stdout.splitlines() if line.split() and line.split()[0][0] in "+-"]
+    assert len(rows) == 10 and "train_step" in diff.stdout
 
 
 def test_a_torn_telemetry_line_between_lives_stops_nothing(plan, clean, tmp_path):
