@@ -97,7 +97,14 @@ def worker(*argv: str) -> None:
         signal.signal(sig, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     from runner import train
-    train.main(list(argv), forked=True)
+    try:
+        train.main(list(argv), forked=True)
+    except (SystemExit, KeyboardInterrupt):
+        raise
+    except BaseException:   # a new interpreter prints its traceback; torch's fork sends it only to the agent
+        traceback.print_exc()
+        sys.stderr.flush()
+        raise
 
 
 if __name__ == "__main__":

@@ -127,6 +127,19 @@ def test_the_launcher_exits_with_torchruns_status_and_without_its_report(tmp_pat
     assert done.returncode == 0 and "worker: done" in done.stdout
 
 
+def test_a_forked_workers_unexpected_error_prints_its_traceback(tmp_path):
+    """A forked worker's exception reaches torchrun's agent as a record that the supervisor's filter drops (the
+    test below), so the worker prints its own traceback, as a new interpreter would, and still fails."""
+    (tmp_path / "bad.json").write_text('{"not": "a plan"}')
+    code = ("from runner.torchrun import worker; "
+            "worker('--plan', 'bad.json', '--run-dir', 'run', '--run-id', 'x')")
+    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert result.returncode == 1
+    assert result.stderr.count("Traceback (most recent call last)") == 2   # the worker's own, then the interpreter's
+    assert "bad.json: schema" in result.stderr
+
+
 def test_torchrun_argv_is_a_list_without_a_shell():
     argv = torchrun_argv(Node(nnodes=2, node_rank=1, endpoint="h0:29500", run_id=None, source="flags"),
                          nproc_per_node=8, run_id="r1", worker_args=["--plan", "p.json; rm -rf /"])
