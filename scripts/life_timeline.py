@@ -47,6 +47,11 @@ def describe(life: list[dict]) -> str:
                          f"{e['duration_s']:.1f} s ({e['bytes'] / e['duration_s'] / 1e9:.2f} GB/s) at {at(e)}")
         elif kind == "checkpoint_load" and e.get("rank") == 0:
             parts.append(f"load {e['duration_s']:.1f} s, ended at {at(e)}")
+        elif kind == "prewarm" and e.get("recorded") is not None:
+            parts.append(f"prewarm: recorded the {e['recorded']} modules this first step imported")
+        elif kind == "prewarm":
+            parts.append(f"prewarm: imported {e['imported']} of {e['modules']} listed modules ({e['failed']} failed) "
+                         f"in {e['seconds']:.1f} s beside the load; the first step waited {e['waited_s']:.1f} s")
         elif kind == "compile" and e.get("rank") == 0:
             counters = e.get("counters") or {}
             parts.append("compile: " + ", ".join(f"{k} {v}" for k, v in counters.items() if "cache" in k))

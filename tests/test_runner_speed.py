@@ -226,12 +226,17 @@ def test_compiled_run_resumes_exactly_and_restarts_from_its_compile_cache(tmp_pa
     plan = sdxl_plan(tmp_path, runtime={"compile": "blocks", "channels_last": True})
     args = ("--option", f"config={TINY_UNET}", "--steps", "8", "--seed", "4")
     drill, clean = tmp_path / "drill", tmp_path / "clean"
-    result = execute(plan, drill, *args, "--inject-preemptions", "kill@6", timeout=600)
+    result = execute(plan, drill, *args, "--inject-preemptions", "kill@4,kill@6", timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     starts = events(drill, "runtime")
-    assert [e["settings"]["compile"] for e in starts] == ["blocks", "blocks"] and starts[0]["compiled_modules"] > 0
+    assert [e["settings"]["compile"] for e in starts] == ["blocks"] * 3 and starts[0]["compiled_modules"] > 0
     assert starts[0]["compile_cache_bytes"] == 0 < starts[1]["compile_cache_bytes"]   # the restart finds the cache
-    assert (drill / "compile-cache").is_dir() and summary(drill)["restarts"] == 1
+    assert (drill / "compile-cache").is_dir() and summary(drill)["restarts"] == 2
+    # runner.prewarm: the first resume records what its first step imported, the second imports it beside its
+    # checkpoint's read (the fresh start, which compiled, records nothing)
+    recorded, warmed = events(drill, "prewarm")
+    assert recorded["recorded"] > 0 and "modules" not in recorded
+    assert warmed["modules"] == recorded["recorded"] and warmed["failed"] == 0 and warmed["seconds"] >= 0
     # The run straight through, on the drill's cache (a user's TORCHINDUCTOR_CACHE_DIR wins over the run
     # folder's): it compiles nothing cold, and ends in the same state as the killed and resumed run.
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(drill / "compile-cache"))

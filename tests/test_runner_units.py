@@ -801,3 +801,37 @@ def test_a_gpu_that_cuda_does_not_show_the_worker_is_one_configuration_line():
     with pytest.raises(RuntimeConfigError, match=rf"GPU {shown} asked for, and CUDA shows this process {shown}: "
                                                  rf".*--nproc-per-node {max(shown, 1)}"):
         check_device(Runtime(), torch.device("cuda", shown))
+
+
+def test_prewarm_records_a_steps_imports_and_imports_them_later(tmp_path):
+    """runner.prewarm: the modules imported since a snapshot are written (importable ones only: a module made
+    from a compile cache's file has no spec); a later start imports the file's names on a thread, passing over
+    lines that are not module names and counting the names that fail."""
+    import types
+
+    from runner import prewarm
+    (tmp_path / "mods").mkdir()
+    for name in ("prewarm_probe_a", "prewarm_probe_b"):
+        (tmp_path / "mods" / f"{name}.py").write_text("VALUE = 1\n")
+    sys.path.insert(0, str(tmp_path / "mods"))
+    try:
+        before = set(sys.modules)
+        import prewarm_probe_a  # noqa: F401 - imported since the snapshot: recorded
+        sys.modules["costsim_kernel_0123abcd"] = types.ModuleType("costsim_kernel_0123abcd")   # as Inductor's kernels
+        path = tmp_path / "cache" / prewarm.IMPORTS_FILE
+        assert prewarm.record(path, before) >= 1
+        names = path.read_text().split()
+        assert "prewarm_probe_a" in names and "costsim_kernel_0123abcd" not in names
+        path.write_text("prewarm_probe_b\nos; rm -rf /\n__import__('os')\nno_such_module_here\n")
+        assert prewarm.read_names(path) == ["prewarm_probe_b", "no_such_module_here"]
+        warming = prewarm.Prewarm(prewarm.read_names(path)).start()
+        assert warming.wait() >= 0 and "prewarm_probe_b" in sys.modules
+    finally:
+        sys.path.remove(str(tmp_path / "mods"))
+        for name in ("costsim_kernel_0123abcd", "prewarm_probe_a", "prewarm_probe_b"):
+            sys.modules.pop(name, None)
+    report = warming.report()
+    assert report["imported"] == 1 and report["failed"] == 1 and report["failed_examples"] == ["no_such_module_here"]
+    assert prewarm.read_names(tmp_path / "missing.txt") == []
+    assert prewarm.imports_file({"TORCHINDUCTOR_CACHE_DIR": "/x"}) == Path("/x") / prewarm.IMPORTS_FILE
+    assert prewarm.imports_file({}) is None and not prewarm.enabled({"COSTSIM_PREWARM": "0"})

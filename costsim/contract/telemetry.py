@@ -58,6 +58,11 @@ EVENT_FIELDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "compile": ("worker, rank 0, after a start's first step when the model is compiled: torch.compile's counters "
                 "(frames, graphs, recompiles, AOTAutograd and FX-graph cache hits and misses) and its slowest phases",
                 ("step", "counters", "phases_s")),
+    "prewarm": ("worker, rank 0, after a compiled start's first step: recorded, the modules a resume's first step "
+                "imported (written for later starts); or what a later start imported beside its checkpoint's read "
+                "(runner.prewarm): modules listed, imported, failed, seconds, and waited_s, the first step's wait "
+                "for it", ("step", "recorded", "modules", "imported", "failed", "failed_examples", "seconds",
+                           "waited_s")),
     "start": ("worker, per start: the step it resumed from", ("step", "total_steps", "pid", "node", "global_batch")),
     "step": ("worker, rank 0, per optimizer step (buffered)", ("step", "step_time_s", "samples")),
     "progress": ("worker, rank 0, periodically", ("step", "loss_rank0", *MEMORY_FIELDS)),
