@@ -20,13 +20,13 @@ put code in the job: runner.compile_share.) `COSTSIM_PREWARM=0` turns it off.
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import os
 import re
 import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from importlib.machinery import PathFinder
 from pathlib import Path
 
 IMPORTS_FILE = "first-step-imports.txt"
@@ -69,9 +69,9 @@ def record(path: Path, before: set[str]) -> int:
         if getattr(sys.modules.get(name), "__spec__", None) is None:
             return False
         top = name.partition(".")[0]
-        if top not in findable:
-            try:
-                findable[top] = importlib.util.find_spec(top) is not None
+        if top not in findable:   # on the import path (find_spec would answer from sys.modules: Triton's
+            try:                  # cuda_utils is loaded from its cache folder under a top-level name)
+                findable[top] = top in sys.builtin_module_names or PathFinder.find_spec(top) is not None
             except (ImportError, ValueError):
                 findable[top] = False
         return findable[top]

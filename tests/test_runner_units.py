@@ -805,8 +805,10 @@ def test_a_gpu_that_cuda_does_not_show_the_worker_is_one_configuration_line():
 
 def test_prewarm_records_a_steps_imports_and_imports_them_later(tmp_path):
     """runner.prewarm: the modules imported since a snapshot are written (importable ones only: a module made
-    from a compile cache's file has no spec); a later start imports the file's names on a thread, passing over
-    lines that are not module names and counting the names that fail."""
+    from a compile cache's file has no spec, Triton's cuda_utils comes from outside the import path); a later
+    start imports the file's names on a thread, passing over lines that are not module names and counting the
+    names that fail."""
+    import importlib.util
     import types
 
     from runner import prewarm
@@ -818,17 +820,22 @@ def test_prewarm_records_a_steps_imports_and_imports_them_later(tmp_path):
         before = set(sys.modules)
         import prewarm_probe_a  # noqa: F401 - imported since the snapshot: recorded
         sys.modules["costsim_kernel_0123abcd"] = types.ModuleType("costsim_kernel_0123abcd")   # as Inductor's kernels
+        elsewhere = tmp_path / "triton-cache" / "cuda_utils_probe.py"   # a module loaded from outside the path
+        elsewhere.parent.mkdir()
+        elsewhere.write_text("VALUE = 2\n")
+        spec = importlib.util.spec_from_file_location("cuda_utils_probe", elsewhere)
+        sys.modules["cuda_utils_probe"] = importlib.util.module_from_spec(spec)
         path = tmp_path / "cache" / prewarm.IMPORTS_FILE
         assert prewarm.record(path, before) >= 1
         names = path.read_text().split()
-        assert "prewarm_probe_a" in names and "costsim_kernel_0123abcd" not in names
+        assert "prewarm_probe_a" in names and "costsim_kernel_0123abcd" not in names and "cuda_utils_probe" not in names
         path.write_text("prewarm_probe_b\nos; rm -rf /\n__import__('os')\nno_such_module_here\n")
         assert prewarm.read_names(path) == ["prewarm_probe_b", "no_such_module_here"]
         warming = prewarm.Prewarm(prewarm.read_names(path)).start()
         assert warming.wait() >= 0 and "prewarm_probe_b" in sys.modules
     finally:
         sys.path.remove(str(tmp_path / "mods"))
-        for name in ("costsim_kernel_0123abcd", "prewarm_probe_a", "prewarm_probe_b"):
+        for name in ("costsim_kernel_0123abcd", "cuda_utils_probe", "prewarm_probe_a", "prewarm_probe_b"):
             sys.modules.pop(name, None)
     report = warming.report()
     assert report["imported"] == 1 and report["failed"] == 1 and report["failed_examples"] == ["no_such_module_here"]
