@@ -48,6 +48,40 @@ def market_options(command):
                         "fit (one fitted renewal model; the default with --spot-model)")(command)
 
 
+def recent_options(command):
+    """The job's recent capacity (costsim.ensemble.Recent): the ensemble's replays weighed by their past."""
+    options = [
+        click.option("--recent-trace", type=click.Path(dir_okay=False), help="a capacity trace of the job's own "
+                     "market up to now (spot-traces' format, as --market-trace): the share of its last --recent-past "
+                     "with capacity weighs each replayed window by how like it its own past was (docs/model.md)"),
+        click.option("--recent-share", type=click.FloatRange(0, 1), help="the same as a number: the share of the "
+                     "last --recent-past in which the job's market had capacity, e.g. 0.4"),
+        click.option("--recent-past", type=DURATION, default="72h", show_default=True,
+                     help="how far back the recent capacity looks"),
+        click.option("--recent-bandwidth", type=click.FloatRange(0, 1, min_open=True), default=0.1,
+                     show_default=True, help="how alike two pasts' shares count (the kernel's width)"),
+    ]
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def _with_recent(offerings, recent_trace, recent_share, recent_past, recent_bandwidth):
+    """The offerings' ensembles told the job's recent capacity (--recent-trace or --recent-share)."""
+    from costsim.ensemble import Recent, recent_from_trace, with_recent
+    if recent_trace and recent_share is not None:
+        raise click.UsageError("--recent-trace and --recent-share say the same thing: give one")
+    if not recent_trace and recent_share is None:
+        return offerings
+    recent = (recent_from_trace(recent_trace, recent_past, recent_bandwidth) if recent_trace else
+              Recent(share=recent_share, past_s=recent_past, bandwidth=recent_bandwidth, source="--recent-share"))
+    if not any(o.spot_model is not None and o.spot_model.market is not None for o in offerings):
+        raise click.UsageError("--recent-trace/--recent-share weigh the ensemble's replays: no spot offering here "
+                               "draws from an ensemble (--market fit, --spot-model, or no spot market)")
+    return [replace(o, spot_model=replace(o.spot_model, market=with_recent(o.spot_model.market, recent)))
+            if o.spot_model is not None and o.spot_model.market is not None else o for o in offerings]
+
+
 def _market_mode(market: str | None, traces, spot_model) -> str:
     """--market as given, else fit with --spot-model (its fit replaces the ensemble), else ensemble."""
     if spot_model and market not in (None, "fit"):
@@ -125,11 +159,13 @@ def planning_options(command):
               "made at the ends of their 95% intervals, to say whether the choice holds (replaces the ensemble: "
               "--market fit)")
 @market_options
+@recent_options
 @catalog_option
 @output_options
 @wide_option
 def plan_command(workload, deadline, budget, risk, trials, seed, profile_ref, gpus, policies_, nodes, shortlist,
-                 no_screen, jobs, out, plot, spot_model, market, market_traces, catalog_ref, fmt, wide):
+                 no_screen, jobs, out, plot, spot_model, market, market_traces, recent_trace, recent_share, recent_past,
+                 recent_bandwidth, catalog_ref, fmt, wide):
     """Rank ways to run a training job by cost and deadline risk; write the best as plan.json.
 
     Example: costsim plan --workload data/workloads/sdxl.yaml --trials 400 --plot plan.png
@@ -142,6 +178,7 @@ def plan_command(workload, deadline, budget, risk, trials, seed, profile_ref, gp
     market = _market_mode(market, market_traces, spot_model)
     catalog = with_market(offerings_for(spec, tuple(gpus) or None, load_catalog(catalog_ref)), market,
                           tuple(market_traces))
+    catalog = _with_recent(catalog, recent_trace, recent_share, recent_past, recent_bandwidth)
     fitted = io.load_fitted_spot_models(spot_model) if spot_model else None
     offerings = with_spot_models(catalog, fitted) if fitted else catalog
     result = plan(spec, profile, offerings, options, progress=progress_line("plan"))
@@ -185,9 +222,9 @@ def _print_plan(result, chosen, fmt, out, plot, wide=False):
     headers, rows, legend = report.plan_table(result, wide)
     click.echo(report.table(headers, rows, "table"))
     click.echo(report.wrap(legend))
-    note = report.spot_note(result)
-    if note:
-        click.echo(report.wrap(note))
+    for note in (report.recent_note(result), report.spot_note(result)):
+        if note:
+            click.echo(report.wrap(note))
     click.echo(report.wrap(f"{result.screened} candidates screened, {len(result.ranked)} simulated x {result.trials} "
                            f"trials ({result.events:,} events) in {result.wall_s:.1f}s. Prices: "
                            f"{_price_dates(result)}."))

@@ -46,6 +46,28 @@ class GroupSpec:
     paths: tuple[str, ...]
 
 
+DEFAULT_RECENT_PAST_S = 72 * 3600.0   # how far back the recent capacity looks (docs/model.md: why 72 h)
+DEFAULT_RECENT_BANDWIDTH = 0.1        # the kernel's width, in past share
+RECENT_STRIDE_S = 3600.0              # a conditioned replay starts on this grid of its trace
+
+
+@dataclass(frozen=True, slots=True)
+class Recent:
+    """The capacity the job's own market had just before it starts: the share of the last `past_s` with
+    capacity. A market given it weighs each replayed window by how like this its own past was."""
+
+    share: float
+    past_s: float = DEFAULT_RECENT_PAST_S
+    bandwidth: float = DEFAULT_RECENT_BANDWIDTH
+    source: str = ""   # where the share came from: a trace file, or --recent-share
+
+    def as_dict(self) -> dict:
+        return {"share": self.share, "past_s": self.past_s, "bandwidth": self.bandwidth, "source": self.source}
+
+    def kernel(self, shares: np.ndarray) -> np.ndarray:
+        return np.exp(-0.5 * ((np.asarray(shares, dtype=float) - self.share) / self.bandwidth) ** 2)
+
+
 @dataclass(frozen=True, slots=True)
 class MarketSpec:
     """What a plan's spot market is made of (small, hashable: plan.json carries it)."""
@@ -53,6 +75,7 @@ class MarketSpec:
     name: str
     groups: tuple[GroupSpec, ...]
     replay_share: float = DEFAULT_REPLAY_SHARE
+    recent: Recent | None = None   # the job's recent capacity: replays weighed by their past (module doc)
 
     def without(self, name: str) -> MarketSpec:
         """The market without one group: leave-one-group-out validation."""
@@ -66,15 +89,20 @@ class MarketSpec:
         return [g.name for g in self.groups]
 
     def as_dict(self) -> dict:
-        return {"name": self.name, "replay_share": self.replay_share,
-                "groups": [{"name": g.name, "period": g.period, "traces": list(g.paths)} for g in self.groups]}
+        out = {"name": self.name, "replay_share": self.replay_share,
+               "groups": [{"name": g.name, "period": g.period, "traces": list(g.paths)} for g in self.groups]}
+        return {**out, "recent": self.recent.as_dict()} if self.recent is not None else out
 
     @classmethod
     def from_dict(cls, doc: dict) -> MarketSpec:
         """From plan.json's prediction.market (checked by costsim.contract.plan)."""
+        recent = doc.get("recent")
         return cls(name=doc["name"], replay_share=float(doc["replay_share"]),
                    groups=tuple(GroupSpec(name=g["name"], period=g["period"], paths=tuple(g["traces"]))
-                                for g in doc["groups"]))
+                                for g in doc["groups"]),
+                   recent=Recent(share=float(recent["share"]), past_s=float(recent["past_s"]),
+                                 bandwidth=float(recent["bandwidth"]), source=str(recent.get("source", "")))
+                   if recent else None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +172,11 @@ class Group:
         """One node's stretches from a real window (continued by the fit past the window's end)."""
         window = self.windows[int(rng.integers(len(self.windows)))] if len(self.windows) > 1 else self.windows[0]
         offset = float(rng.uniform(0.0, max(window.length_s - horizon_s, 0.0))) if window.slide else 0.0
+        return self.replay_at(rng, window, offset, horizon_s)
+
+    def replay_at(self, rng: np.random.Generator, window: Window, offset: float,
+                  horizon_s: float) -> tuple[np.ndarray, np.ndarray]:
+        """The stretches of `window` from `offset` on, for `horizon_s` (the fit goes on past its end)."""
         first = int(np.searchsorted(window.ends, offset, side="right"))
         last = int(np.searchsorted(window.starts, offset + horizon_s, side="left"))
         starts = np.maximum(window.starts[first:last] - offset, 0.0)
@@ -158,6 +191,70 @@ class Group:
         return drawn_stretches(self.fit.draw(rng), rng, 0.0, horizon_s)
 
 
+def recent_from_trace(path: str, past_s: float = DEFAULT_RECENT_PAST_S,
+                      bandwidth: float = DEFAULT_RECENT_BANDWIDTH) -> Recent:
+    """The recent capacity from a trace of the job's own market up to now (spot-traces' format, as
+    --market-trace takes): the share of its last `past_s` with capacity."""
+    from costsim.io.specs import load_trace
+    ticks, gap_s = load_trace(path)
+    needed = math.ceil(past_s / gap_s - 1e-9)
+    if len(ticks) < needed:
+        raise InputError(path, "data", f"{len(ticks)} ticks of {gap_s:g} s ({len(ticks) * gap_s / 3600:.1f} h): "
+                         f"the recent capacity looks back {past_s / 3600:g} h; give a longer trace or a shorter "
+                         "--recent-past")
+    last = ticks[-needed:]
+    return Recent(share=sum(1 for t in last if t == 0) / len(last), past_s=past_s, bandwidth=bandwidth, source=path)
+
+
+def with_recent(spec: MarketSpec, recent: Recent | None) -> MarketSpec:
+    return replace(spec, recent=recent, name=spec.name if recent is None else
+                   f"{spec.name}, recent capacity {recent.share:.2f} over {recent.past_s / 3600:g} h")
+
+
+def past_share(window: Window, offset: float, past_s: float) -> float:
+    """The share of the `past_s` before `offset` in `window` with capacity (NaN where the window has less
+    past than that)."""
+    if offset < past_s or past_s <= 0:
+        return float("nan")
+    lo, hi = offset - past_s, offset
+    return float(np.clip(np.minimum(window.ends, hi) - np.maximum(window.starts, lo), 0.0, None).sum() / past_s)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Starts:
+    """A group's replay starts under a recent capacity: (window, offset) pairs and their probabilities."""
+
+    windows: np.ndarray   # index into the group's windows
+    offsets: np.ndarray   # seconds into that window
+    p: np.ndarray         # sums to 1
+    weight: float         # the group's mean kernel: how like the recent capacity its pasts were
+
+
+def conditioned_starts(group: Group, recent: Recent, stride_s: float = RECENT_STRIDE_S) -> Starts | None:
+    """Every start of a long trace's window, `stride_s` apart, with `recent.past_s` of past before it, weighed
+    by the kernel of how far its past share is from the recent one; None where no window has such a past
+    (a bundle's windows have none: they are replayed from their start, knowing nothing before it)."""
+    windows, offsets, shares = [], [], []
+    for index, window in enumerate(group.windows):
+        if not window.slide or window.length_s <= recent.past_s:
+            continue
+        for offset in np.arange(recent.past_s, window.length_s - stride_s + 1e-9, stride_s).tolist():
+            windows.append(index)
+            offsets.append(offset)
+            shares.append(past_share(window, offset, recent.past_s))
+    if not windows:
+        return None
+    kernel = recent.kernel(np.array(shares))
+    total = float(kernel.sum())
+    if not total > 0:
+        return None
+    return Starts(windows=np.array(windows), offsets=np.array(offsets), p=kernel / total,
+                  weight=total / len(kernel))
+
+
+GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class MarketEnsemble:
     """The built market: its groups with their windows and fits (crosses processes by pickling)."""
@@ -165,15 +262,30 @@ class MarketEnsemble:
     spec: MarketSpec
     groups: tuple[Group, ...]
     names: tuple[str, ...] = field(default=())
+    starts: tuple[Starts | None, ...] = ()   # with a recent capacity: each group's weighed replay starts
+    cumulative: np.ndarray | None = None      # and the groups' cumulative weights
+
+    def group_of(self, trial: int) -> int:
+        """The group trial `trial` faces: i mod G, or with a recent capacity in proportion to the groups'
+        weights by a low-discrepancy sequence (the same for every configuration: common capacity)."""
+        if self.cumulative is None:
+            return trial % len(self.groups)
+        return int(np.searchsorted(self.cumulative, (trial * GOLDEN) % 1.0, side="right"))
 
     def timeline(self, rng: np.random.Generator, trial: int, nodes: int, horizon_s: float) -> tuple[Timeline, int]:
         """Trial `trial`'s capacity for a gang of `nodes`, and the index of the group it came from."""
-        index = trial % len(self.groups)
+        index = self.group_of(trial)
         group = self.groups[index]
-        replay = rng.random() < self.spec.replay_share
+        starts = self.starts[index] if self.starts else None
+        replay = starts is not None or rng.random() < self.spec.replay_share
         stretches = None
         for _ in range(nodes):
-            node = group.replay(rng, horizon_s) if replay else group.drawn(rng, horizon_s)
+            if starts is not None:   # each node's window from the group's starts like the recent capacity
+                pick = int(rng.choice(len(starts.p), p=starts.p))
+                node = group.replay_at(rng, group.windows[int(starts.windows[pick])], float(starts.offsets[pick]),
+                                       horizon_s)
+            else:
+                node = group.replay(rng, horizon_s) if replay else group.drawn(rng, horizon_s)
             stretches = node if stretches is None else intersect(stretches, node)
         assert stretches is not None
         return ArrayTimeline(*stretches), index
@@ -239,7 +351,19 @@ def build(spec: MarketSpec) -> MarketEnsemble:
     if not spec.groups:
         raise InputError("--market-trace", "market", f"{spec.name}: the market has no capacity groups")
     groups = tuple(build_group(g) for g in spec.groups)
-    return MarketEnsemble(spec=spec, groups=groups, names=tuple(g.name for g in groups))
+    names = tuple(g.name for g in groups)
+    if spec.recent is None:
+        return MarketEnsemble(spec=spec, groups=groups, names=names)
+    starts = tuple(conditioned_starts(g, spec.recent) for g in groups)
+    weights = np.array([s.weight if s is not None else 0.0 for s in starts])
+    if not weights.sum() > 0:
+        hours = spec.recent.past_s / 3600
+        raise InputError(spec.recent.source or "--recent-share", "recent",
+                         f"no window of the market's long traces has {hours:g} h of capacity before it to compare "
+                         f"with (share {spec.recent.share:.2f}): give a shorter --recent-past, or traces longer than it")
+    cumulative = np.cumsum(weights / weights.sum())
+    cumulative[-1] = 1.0
+    return MarketEnsemble(spec=spec, groups=groups, names=names, starts=starts, cumulative=cumulative)
 
 
 def groups_from_paths(paths: list[str], period: str = "yours") -> tuple[GroupSpec, ...]:

@@ -77,6 +77,18 @@ def spot_note(result) -> str | None:
             f"deadline in {_percent(s.p_deadline, 1)} of trials{worst}.")
 
 
+def recent_note(result) -> str | None:
+    """When the market was told the job's recent capacity (--recent-trace/--recent-share): what and how."""
+    for r in result.ranked:
+        market = r.configured.config.market
+        recent = market.spec.recent if market is not None else None
+        if recent is not None:
+            return (f"recent capacity: {_percent(recent.share, 0)} of the last {recent.past_s / 3600:g} h had spot "
+                    f"({recent.source}); the trials replay real windows only, each weighed by how like that its own "
+                    f"past was (kernel width {recent.bandwidth:g}; docs/model.md).")
+    return None
+
+
 def _percent(p: float, decimals: int) -> str:
     """71.8%, and 100% for a certainty (a column's widest cell would otherwise be 100.0%)."""
     return "100%" if p >= 1.0 else f"{100 * p:.{decimals}f}%"

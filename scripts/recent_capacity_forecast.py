@@ -46,12 +46,7 @@ def past_shares(group: ensemble.Group, horizon_s: float, stride_s: float, past_s
             out.append(float("nan"))
             continue
         for offset in np.arange(0.0, max(window.length_s - horizon_s, 0.0) + 1e-9, stride_s).tolist():
-            if offset < past_s:
-                out.append(float("nan"))
-                continue
-            lo, hi = offset - past_s, offset
-            up = np.clip(np.minimum(window.ends, hi) - np.maximum(window.starts, lo), 0.0, None).sum()
-            out.append(float(up / past_s))
+            out.append(ensemble.past_share(window, offset, past_s))
     return np.array(out)
 
 

@@ -300,3 +300,66 @@ def test_a_windows_past_share_counts_the_capacity_before_its_start():
     bundle = ensemble.Group(name="b", period="p", windows=(ensemble.Window(
         starts=np.array([0.0]), ends=np.array([h]), length_s=40 * h),), fit=None)
     assert np.isnan(module.past_shares(bundle, 36 * h, 6 * h, 24 * h)).all()   # a bundle's window has no past
+
+
+def test_a_recent_capacity_weighs_each_groups_windows_by_how_like_their_past_was(tmp_path):
+    """costsim.ensemble.Recent: a group whose pasts were like the recent capacity gets the trials, and within a
+    group, the starts whose past was like it; a bundle (no past) gets none."""
+    folder = tmp_path / "zones"
+    folder.mkdir()
+    _trace(folder / "good_v100_1.json", _pattern(up=400, down=2, length=3000, seed=1))
+    _trace(folder / "bad_v100_1.json", _pattern(up=2, down=400, length=3000, seed=2))
+    groups = ensemble.groups_from_paths([str(folder)])
+    past = 24 * 3600.0
+    for share, likely in ((1.0, "zones/good"), (0.0, "zones/bad")):
+        recent = ensemble.Recent(share=share, past_s=past, bandwidth=0.1, source="test")
+        market = ensemble.build(MarketSpec(name="t", groups=groups, recent=recent))
+        picked = [market.names[market.group_of(trial)] for trial in range(400)]
+        assert picked.count(likely) > 0.9 * len(picked), (share, picked.count(likely))
+        group = market.groups[market.names.index(likely)]
+        starts = market.starts[market.names.index(likely)]
+        assert starts is not None and starts.p.sum() == pytest.approx(1.0)
+        pasts = np.array([ensemble.past_share(group.windows[w], o, past) for w, o in zip(starts.windows, starts.offsets)])
+        assert abs(float(np.sum(starts.p * pasts)) - share) < abs(float(np.mean(pasts)) - share) + 1e-9
+        assert np.all(starts.offsets >= past)   # every start has its whole past in the trace
+    # trials follow the weights the same way for every configuration (common capacity)
+    market = ensemble.build(MarketSpec(name="t", groups=groups, recent=ensemble.Recent(share=0.5, past_s=past)))
+    assert [market.group_of(t) for t in range(50)] == [market.group_of(t) for t in range(50)]
+    bundle = ensemble.Group(name="b", period="p", windows=(ensemble.Window(
+        starts=np.array([0.0]), ends=np.array([3600.0]), length_s=40 * 3600.0),), fit=None)
+    assert ensemble.conditioned_starts(bundle, ensemble.Recent(share=0.5, past_s=past)) is None
+
+
+def test_plan_with_the_recent_capacity_states_what_such_a_past_was_followed_by(run_cli, tmp_path, groups):
+    """--recent-share / --recent-trace: the spot-only plan's P(deadline) after a poor recent past is below the one
+    after a good past, by more than four standard errors; the plan says so and plan.json carries it; bad uses
+    are one line."""
+    stated = {}
+    for share in (0.05, 0.95):
+        result = run_cli("plan", "--workload", "sdxl", "--gpu", "H200", "--policy", "spot-only", "--nodes", "1",
+                         "--risk", "0.9", "--trials", "200", "--recent-share", str(share), "--recent-past", "24h",
+                         "--out", str(tmp_path / f"plan-{share}.json"), "--format", "json")
+        assert result.exit_code in (0, 1), result.stderr
+        best = min((c for c in result.json()["candidates"] if c["policy"] == "spot-only"),
+                   key=lambda c: c["cost"]["mean"])
+        stated[share] = best["p_deadline"]
+    se = math.sqrt(sum(p * (1 - p) / 200 for p in stated.values())) or 1 / 200
+    assert stated[0.95] - stated[0.05] > 4 * se, stated
+    always_up = _trace(tmp_path / "mine_v100_1.json", [0] * 200)   # 33 h of 10-minute ticks, all with capacity
+    out = tmp_path / "plan.json"
+    told = run_cli("plan", "--workload", "sdxl", "--gpu", "H200", "--trials", "40", "--recent-trace", always_up,
+                   "--recent-past", "24h", "--out", str(out))
+    assert told.exit_code == 0, told.stderr
+    assert "recent capacity: 100% of the last 24 h had spot" in " ".join(told.stdout.split())
+    recent = json.loads(out.read_text())["prediction"]["market"]["recent"]
+    assert recent == {"share": 1.0, "past_s": 86400.0, "bandwidth": 0.1, "source": always_up}
+    replayed = run_cli("simulate", "--plan", str(out), "--format", "json")   # the plan replays on its own market
+    assert replayed.exit_code == 0, replayed.stderr
+    short = _trace(tmp_path / "short_v100_1.json", [0] * 10)
+    for args, says in ((("--recent-trace", short), "short_v100_1.json: data: 10 ticks"),
+                       (("--recent-trace", always_up, "--recent-share", "0.5"), "give one"),
+                       (("--recent-share", "1.5"), "--recent-share"),
+                       (("--market", "fit", "--recent-share", "0.5"), "no spot offering here draws from an ensemble"),
+                       (("--recent-share", "0.5", "--recent-past", "9000h"), "give a shorter --recent-past")):
+        refused = run_cli("plan", "--workload", "sdxl", "--gpu", "H200", "--trials", "20", "--out", str(out), *args)
+        assert refused.exit_code == 2 and says in refused.stderr and "Traceback" not in refused.stderr, refused.stderr

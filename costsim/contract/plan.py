@@ -119,7 +119,8 @@ class Prediction:
     trials: int | None = None
     seed: int | None = None
     # the spot market the trials drew from: an ensemble's {name, replay_share, groups: [{name, period,
-    # traces}]} (costsim.ensemble.MarketSpec); null for one fitted model or no spot market
+    # traces}], recent: {share, past_s, bandwidth, source} when the plan was given the job's recent capacity}
+    # (costsim.ensemble.MarketSpec); null for one fitted model or no spot market
     market: dict | None = None
     step_time_spread: float | None = None         # run-to-run relative sd of the step time the trials drew
     worst_group: dict | None = None               # {name, p_deadline}: the capacity group that does worst
@@ -343,8 +344,14 @@ def _prediction(f: Fields) -> Prediction:
 
 def _market(f: Fields) -> dict:
     """prediction.market: an ensemble's name, replay_share and groups, each {name, period, traces}."""
-    f.reject_unknown({"name", "replay_share", "groups"})
+    f.reject_unknown({"name", "replay_share", "groups", "recent"})
     name, share = f.text("name"), f.probability("replay_share")
+    recent = None
+    if f.has("recent"):
+        r = f.mapping_of("recent")
+        r.reject_unknown({"share", "past_s", "bandwidth", "source"})
+        recent = {"share": r.probability("share"), "past_s": r.number("past_s"), "bandwidth": r.number("bandwidth"),
+                  "source": r.text("source", "")}
     groups = f.raw("groups")
     if not isinstance(groups, list) or not groups:
         raise InputError(f.source, f.name("groups"), "expected a list of {name, period, traces}")
@@ -356,7 +363,7 @@ def _market(f: Fields) -> dict:
         if not isinstance(traces, list) or not traces or not all(isinstance(t, str) for t in traces):
             raise InputError(f.source, g.name("traces"), "expected a list of trace paths")
         out.append({"name": g.text("name"), "period": g.text("period"), "traces": list(traces)})
-    return {"name": name, "replay_share": share, "groups": out}
+    return {"name": name, "replay_share": share, "groups": out, **({"recent": recent} if recent else {})}
 
 
 def _profile(f: Fields) -> ProfileRef:
