@@ -700,11 +700,16 @@ def _share(value) -> str:
 @click.option("--replay-share", type=click.FloatRange(0, 1), help="the share of trials that replay a real window "
               "(default: the catalog's); the rest draw from the group's fit")
 @click.option("--plot", type=PLOT, help="stated vs realised P(deadline) and reliability, PNG")
+@click.option("--recent-past", type=DURATION, help="judge plans told the recent capacity (costsim plan "
+              "--recent-trace): each held-out window's share of this past with capacity, binned, one plan a bin; e.g. "
+              "72h (windows without that much past get the plan told nothing)")
+@click.option("--recent-bandwidth", type=click.FloatRange(0, 1, min_open=True), default=0.1, show_default=True,
+              help="with --recent-past: how alike two pasts' shares count (costsim plan's)")
 @market_options
 @catalog_option
 @output_options
 def validate_command(workload, gpus, policies_, nodes, deadline, risk, trials, seed, stride, groups, replay_share,
-                     jobs, plot, market, market_traces, catalog_ref, fmt):
+                     jobs, plot, recent_past, recent_bandwidth, market, market_traces, catalog_ref, fmt):
     """Leave each capacity group out, plan without it, replay the choice on its real windows: is the
     plan's P(deadline) and P10-P90 band true of capacity its market never saw?
 
@@ -721,8 +726,10 @@ def validate_command(workload, gpus, policies_, nodes, deadline, risk, trials, s
     options = PlanOptions(trials=trials, seed=seed, risk=risk, deadline_s=deadline, jobs=jobs,
                           policies=tuple(policies_) or None, nodes=tuple(nodes) or None)
     report_progress = progress_line("validate", what="groups left out")
+    from costsim.ensemble import Recent
+    recent = Recent(share=0.5, past_s=recent_past, bandwidth=recent_bandwidth) if recent_past else None
     results = validate(spec, profile, offerings, options, stride_s=stride, groups=tuple(groups) or None,
-                       progress=lambda done, total, name: report_progress(done, total))
+                       progress=lambda done, total, name: report_progress(done, total), recent=recent)
     table = reliability(results)
     overall = pooled(results)
     honest = [r for r in results if r.honest]
@@ -763,7 +770,11 @@ def validate_command(workload, gpus, policies_, nodes, deadline, risk, trials, s
                 "own part of the ensemble (its replays and fit, JSON: if_right) in place of its real windows, and the "
                 "figure farthest from it: what a plan that does not know the group reaches if the market is true; "
                 f"met on {len(ideal)} of {len(judged)}: where it misses too, the groups differ by more than one band "
-                "can cover."))
+                "can cover."
+                + (f" Told the recent capacity: each window's share of the {format_duration(recent_past)} before it "
+                   "with capacity, binned by fifths, one plan a bin told the bin's mean; stated is the mean of the "
+                   "windows' statements, chosen the plan for most windows (+N: others chose differently); if right "
+                   "is not judged." if recent_past else "")))
             click.echo()
             click.echo(report.table(["stated P(finish by t)", "pairs", "mean stated", "realised"],
                                     [[f"{row['bin'][0]:.1f}-{row['bin'][1]:.1f}", row["count"], _share(row["stated"]),

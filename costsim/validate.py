@@ -154,20 +154,30 @@ def with_spec(offerings: list[Offering], spec: MarketSpec) -> list[Offering]:
     return out
 
 
-def replay_timelines(group: Group, horizon_s: float, stride_s: float, nodes: int) -> list[ArrayTimeline]:
-    """Every real window of a group as a gang of `nodes` would have met it (see the module's note)."""
-    windows: list[tuple[np.ndarray, np.ndarray]] = []
-    for window in group.windows:
+def window_starts(group: Group, horizon_s: float, stride_s: float) -> list[tuple[int, float]]:
+    """Where each real window of a group starts: (its trace window, seconds into it), `stride_s` apart on a
+    long trace as long as a window of `horizon_s` fits, a bundle's windows at their start."""
+    out: list[tuple[int, float]] = []
+    for index, window in enumerate(group.windows):
         if window.slide:
-            last = max(window.length_s - horizon_s, 0.0)
-            offsets = np.arange(0.0, last + 1e-9, stride_s)
+            offsets = np.arange(0.0, max(window.length_s - horizon_s, 0.0) + 1e-9, stride_s).tolist()
         else:
-            offsets = np.zeros(1)
-        for offset in offsets.tolist():
-            first = int(np.searchsorted(window.ends, offset, side="right"))
-            last_i = int(np.searchsorted(window.starts, offset + horizon_s, side="left"))
-            windows.append((np.maximum(window.starts[first:last_i] - offset, 0.0),
-                            np.minimum(window.ends[first:last_i] - offset, horizon_s)))
+            offsets = [0.0]
+        out += [(index, offset) for offset in offsets]
+    return out
+
+
+def replay_timelines(group: Group, horizon_s: float, stride_s: float, nodes: int,
+                     starts: list[tuple[int, float]] | None = None) -> list[ArrayTimeline]:
+    """Every real window of a group (or those from `starts`) as a gang of `nodes` would have met it, each
+    `horizon_s` long (see the module's note)."""
+    windows: list[tuple[np.ndarray, np.ndarray]] = []
+    for index, offset in (starts if starts is not None else window_starts(group, horizon_s, stride_s)):
+        window = group.windows[index]
+        first = int(np.searchsorted(window.ends, offset, side="right"))
+        last_i = int(np.searchsorted(window.starts, offset + horizon_s, side="left"))
+        windows.append((np.maximum(window.starts[first:last_i] - offset, 0.0),
+                        np.minimum(window.ends[first:last_i] - offset, horizon_s)))
     out = []
     for index in range(len(windows)):
         stretches = windows[index]
@@ -214,12 +224,14 @@ IDEAL_SEED = 2_000_003    # the group's own part of the ensemble: another stream
 IDEAL_TRIALS = 1000       # at least: a coverage's Monte Carlo standard error ~1.3 points
 
 
-def realised(config: SimConfig, timelines: list[ArrayTimeline], seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def realised(config: SimConfig, timelines: list[ArrayTimeline], seed: int = 0,
+             indexes: list[int] | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(finish, cost, met) of the configuration on each real window, each at a speed of its own where the
-    plan has a step-time spread (a real job's speed is no more known than its capacity)."""
+    plan has a step-time spread (a real job's speed is no more known than its capacity); `indexes`: the
+    windows' places among the group's (their speeds' streams), when these are some of them."""
     policy = policies.get(config.policy)
     finish, cost, met = [], [], []
-    for index, timeline in enumerate(timelines):
+    for index, timeline in zip(indexes if indexes is not None else range(len(timelines)), timelines):
         outcome = run_trial(trial_params(config.params, seed + REPLAY_SEED, index), policy, timeline, config.prices)
         storage_s = outcome.makespan_s if math.isfinite(outcome.makespan_s) else config.params.horizon_s
         finish.append(outcome.makespan_s)
@@ -303,6 +315,72 @@ def validate_group(workload: Workload, profile: Profile, offerings: list[Offerin
         pairs=pairs, **ideal)
 
 
+RECENT_BINS = np.linspace(0.0, 1.0, 6)   # held-out windows' past shares, binned: one plan per bin
+
+
+def window_past_shares(group: Group, horizon_s: float, stride_s: float, past_s: float) -> np.ndarray:
+    """For each window of `replay_timelines(group, ...)` (same order), the share of the `past_s` before its start
+    with capacity; NaN where the window has no such past (a bundle's, or one that starts too early)."""
+    return np.array([ensemble.past_share(group.windows[index], offset, past_s) if group.windows[index].slide
+                     else float("nan") for index, offset in window_starts(group, horizon_s, stride_s)])
+
+
+def validate_group_recent(workload: Workload, profile: Profile, offerings: list[Offering], spec: MarketSpec,
+                          name: str, options: PlanOptions, stride_s: float, recent: ensemble.Recent) -> GroupResult:
+    """Plan without group `name` as a user who knows the recent capacity would: each held-out window's past
+    share (the `recent.past_s` before it) is binned (RECENT_BINS), the market without the group is told each
+    bin's mean share, and that plan's statement is judged on the bin's windows. Windows with no such past (a
+    bundle's, the first days of a trace) are judged against the plan that knows nothing of the past. The
+    group's stated P(deadline) is the mean of its windows' statements."""
+    group_spec = next(g for g in spec.groups if g.name == name)
+    held_out = ensemble.build_group(group_spec)
+    without = spec.without(name)
+    blind = plan(workload, profile, with_spec(offerings, without), options)
+    chosen_blind: Ranked = blind.chosen or blind.ranked[0]
+    horizon_s = chosen_blind.configured.config.params.horizon_s   # the windows' starts; each plan its own length
+    starts = window_starts(held_out, horizon_s, stride_s)
+    shares = window_past_shares(held_out, horizon_s, stride_s, recent.past_s)
+    bins = np.where(np.isnan(shares), -1, np.clip(np.digitize(shares, RECENT_BINS[1:-1]), 0, len(RECENT_BINS) - 2))
+    stated_p = np.zeros(len(shares))
+    finish, cost, met = np.zeros(len(shares)), np.zeros(len(shares)), np.zeros(len(shares), dtype=bool)
+    cost_in, finish_in = np.zeros(len(shares)), np.zeros(len(shares))
+    crps_sum = 0.0
+    pairs: list[tuple[float, bool]] = []
+    labels: dict[str, int] = {}
+    for b in np.unique(bins).tolist():
+        members = np.flatnonzero(bins == b)
+        result = blind
+        if b >= 0:
+            told = replace(recent, share=float(np.mean(shares[members])), source=f"{name}'s windows")
+            try:
+                result = plan(workload, profile, with_spec(offerings, ensemble.with_recent(without, told)), options)
+            except InputError:   # no window of the other groups has that much past: the blind plan
+                result = blind
+        chosen: Ranked = result.chosen or result.ranked[0]
+        config, c = chosen.configured.config, chosen.configured.candidate
+        stated = run_trials(config, options.trials, options.seed)
+        timelines = replay_timelines(held_out, config.params.horizon_s, stride_s, c.nodes, starts)
+        f, k, m = realised(config, [timelines[i] for i in members.tolist()], options.seed, indexes=members.tolist())
+        finish[members], cost[members], met[members] = f, k, m
+        stated_p[members] = chosen.stats.p_deadline
+        cost_in[members], finish_in[members] = coverage_each(stated.cost, k), coverage_each(stated.makespan_s, f)
+        crps_sum += crps(stated.cost, k) * len(members)
+        pairs += [(float(np.mean(stated.makespan_s <= x * result.deadline_s)), bool(y <= x * result.deadline_s))
+                  for x in DEADLINE_MULTIPLES for y in f.tolist()]
+        labels[c.label] = labels.get(c.label, 0) + len(members)
+    blocks = window_blocks(held_out, horizon_s, stride_s)
+    most = max(labels, key=lambda label: labels[label])
+    c = chosen_blind.configured.candidate
+    return GroupResult(
+        group=name, period=held_out.period, chosen=most if len(labels) == 1 else f"{most} (+{len(labels) - 1} more)",
+        policy=c.policy if len(labels) == 1 else None, meets_target=chosen_blind.meets_target, windows=len(shares),
+        stated_p=float(stated_p.mean()), realised_p=float(met.mean()), realised_se=_se(met, blocks),
+        blocks=int(np.unique(blocks).size), cost_coverage=float(cost_in.mean()),
+        finish_coverage=float(finish_in.mean()), cost_coverage_se=_se(cost_in, blocks),
+        finish_coverage_se=_se(finish_in, blocks), crps=crps_sum / len(shares),
+        stated_cost_mean=None, realised_cost_mean=float(cost.mean()), pairs=pairs)
+
+
 def _se(values: np.ndarray, blocks: np.ndarray) -> float | None:
     se = cluster_se(values, blocks)
     return None if math.isnan(se) else se
@@ -310,8 +388,10 @@ def _se(values: np.ndarray, blocks: np.ndarray) -> float | None:
 
 def validate(workload: Workload, profile: Profile, offerings: list[Offering], options: PlanOptions, *,
              stride_s: float, groups: tuple[str, ...] | None = None,
-             progress: Callable[[int, int, str], None] | None = None) -> list[GroupResult]:
-    """Leave each capacity group out in turn (or only `groups`)."""
+             progress: Callable[[int, int, str], None] | None = None,
+             recent: ensemble.Recent | None = None) -> list[GroupResult]:
+    """Leave each capacity group out in turn (or only `groups`); with `recent` (its past_s and bandwidth), each
+    held-out window told its own recent capacity (validate_group_recent)."""
     spec = market_of(offerings)
     if len(spec.groups) < 2:
         raise InputError("--market-trace", "market", f"{spec.name} has {len(spec.groups)} capacity group: leaving "
@@ -322,7 +402,9 @@ def validate(workload: Workload, profile: Profile, offerings: list[Offering], op
         raise InputError("--group", "group", f"unknown {unknown[0]!r}; allowed: {', '.join(spec.group_names)}")
     results = []
     for index, name in enumerate(names):
-        results.append(validate_group(workload, profile, offerings, spec, name, options, stride_s))
+        results.append(validate_group_recent(workload, profile, offerings, spec, name, options, stride_s, recent)
+                       if recent is not None else
+                       validate_group(workload, profile, offerings, spec, name, options, stride_s))
         if progress:
             progress(index + 1, len(names), name)
     return results

@@ -33,21 +33,9 @@ from costsim.io.catalog import load_catalog
 from costsim.planner import PlanOptions, plan
 from costsim.units import parse_duration_s
 from costsim.validate import market_for_validation, market_of, realised, replay_timelines
+from costsim.validate import window_past_shares as past_shares
 
 GOAL = 0.05
-
-
-def past_shares(group: ensemble.Group, horizon_s: float, stride_s: float, past_s: float) -> np.ndarray:
-    """For each window of `replay_timelines(group, ...)` (same order), the share of the `past_s` before its start
-    with capacity; NaN where the window has no such past (a bundle's, or one that starts too early)."""
-    out: list[float] = []
-    for window in group.windows:
-        if not window.slide:
-            out.append(float("nan"))
-            continue
-        for offset in np.arange(0.0, max(window.length_s - horizon_s, 0.0) + 1e-9, stride_s).tolist():
-            out.append(ensemble.past_share(window, offset, past_s))
-    return np.array(out)
 
 
 def main() -> None:

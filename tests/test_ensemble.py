@@ -363,3 +363,24 @@ def test_plan_with_the_recent_capacity_states_what_such_a_past_was_followed_by(r
                        (("--recent-share", "0.5", "--recent-past", "9000h"), "give a shorter --recent-past")):
         refused = run_cli("plan", "--workload", "sdxl", "--gpu", "H200", "--trials", "20", "--out", str(out), *args)
         assert refused.exit_code == 2 and says in refused.stderr and "Traceback" not in refused.stderr, refused.stderr
+
+
+def test_validate_told_each_windows_recent_capacity_states_closer_to_what_happened(run_cli, tmp_path):
+    """costsim validate --recent-past: a zone that had capacity for 12 days, lost it for 4 and had it again, left
+    out of a market of a zone nearly always up and one nearly always down: told nothing, the plan states the
+    others' average for every window; told each window's last day, it states what followed such a day in the
+    others, and its error on the held-out zone is smaller."""
+    folder = tmp_path / "zones"
+    folder.mkdir()
+    _trace(folder / "up_v100_1.json", _pattern(up=400, down=2, length=3000, seed=1))
+    _trace(folder / "down_v100_1.json", _pattern(up=2, down=400, length=3000, seed=2))
+    _trace(folder / "regimes_v100_1.json", [1] * 6 + [0] * 1728 + [1] * 576 + [0] * 690)   # 10-minute ticks
+    args = ("validate", "--workload", "sdxl", "--gpu", "H200", "--policy", "spot-only", "--nodes", "1", "--trials",
+            "60", "--market", "traces", "--market-trace", str(folder), "--group", "zones/regimes", "--format", "json")
+    blind = run_cli(*args)
+    told = run_cli(*args, "--recent-past", "24h")
+    assert blind.exit_code == 0 and told.exit_code == 0, blind.stderr + told.stderr
+    (b,), (t,) = blind.json()["groups"], told.json()["groups"]
+    assert b["windows"] == t["windows"] and b["realised_p_deadline"] == t["realised_p_deadline"]
+    assert abs(t["p_error"]) < abs(b["p_error"]) - 0.1, (b["p_error"], t["p_error"])
+    assert t["if_right"]["p_deadline"] is None   # not judged when told the recent capacity
