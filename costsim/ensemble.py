@@ -17,6 +17,13 @@ a period's windows), each group equally likely:
 A gang of n nodes draws n independent windows (or draws) from its group and runs while all n can.
 Trial i of every configuration faces group i mod G with the same stream, so candidates are compared
 on common capacity. `costsim validate` measures how honest the result is, group by group.
+
+Told the job's recent capacity (`Recent`: the share of the last 72 h with capacity where it will run,
+`costsim plan --recent-trace/--recent-share`), every trial replays: each group gets trials in proportion
+to how like that share its windows' own pasts were (a Gaussian kernel of the shares' distance, averaged
+over the group's starts; trial i's group by a low-discrepancy sequence, the same for every
+configuration), and within the group each start, hourly where the trace holds its whole past, by its
+own kernel weight. A bundle's windows have no past and get no trials then.
 """
 
 from __future__ import annotations
