@@ -4,7 +4,8 @@
 A restart on the same node finds TorchInductor's caches in RUN/compile-cache (runner.workerenv.worker_env) and
 its first step compiles nothing; a new node has an empty folder and compiles for 20-40 s. With sharing on
 and an s3:// checkpoint store, rank 0 packs the cache folder into one tar after a life's first step, once
-the step compiled something new, and uploads it in the background as COMPILE_PREFIX/<torch>-<device>.tar
+the step compiled something new (or the first resume wrote its list of the step's imports, runner.prewarm),
+and uploads it in the background as COMPILE_PREFIX/<torch>-<device>.tar
 beside the checkpoints; a node whose cache folder is empty fetches that tar (its local rank 0, in the
 background while the model builds and the checkpoint loads) and unpacks it before the first step.
 

@@ -386,7 +386,8 @@ def test_a_job_is_all_its_lives_across_the_run_folders_of_its_store(store, plan,
 def test_a_new_node_starts_from_the_compile_cache_the_job_shared_through_the_store(store, plan, tmp_path, monkeypatch):
     """--share-compile-cache: the first node compiles, and after its first step packs Inductor's cache into
     the store; a second node (its own run folder, an empty cache) fetches it while it builds, and its first
-    step loads every graph from it instead of compiling."""
+    step loads every graph from it instead of compiling; its list of the first step's imports (a resume's,
+    runner.prewarm) goes to the store too."""
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)   # each run folder's own cache
     # one compile process, not one per core: the CPU compile beside a wall-clock drill on the other worker
     # (tests/test_control.py) made that drill miss its deadline once
@@ -409,7 +410,12 @@ def test_a_new_node_starts_from_the_compile_cache_the_job_shared_through_the_sto
     assert fetch["files"] == upload["files"] and fetch["bytes"] > 0
     warm = events(tmp_path / "b", "compile")[0]["counters"]
     assert warm.get("inductor.fxgraph_cache_hit", 0) > 0 and warm.get("inductor.fxgraph_cache_miss", 0) == 0, warm
-    assert not [e for e in events(tmp_path / "b", "compile_cache") if e["op"] == "upload"]   # nothing new to share
+    # nothing compiled, but b resumed from a's checkpoint and recorded what its first step imported
+    # (runner.prewarm): the cache grew by that list, and the job's next node gets it too
+    from runner.prewarm import IMPORTS_FILE
+    (again,) = [e for e in events(tmp_path / "b", "compile_cache") if e["op"] == "upload"]
+    assert again["files"] == upload["files"] + 1 and (tmp_path / "b" / "compile-cache" / IMPORTS_FILE).is_file()
+    assert events(tmp_path / "b", "prewarm")[0]["recorded"] > 0
 
 
 def test_sharing_the_compile_cache_needs_a_store(plan, tmp_path):
