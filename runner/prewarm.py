@@ -6,9 +6,10 @@ symbolic-shape machinery: on the H200, imports were about 2 s of the 7.4 s the f
 took beyond a steady one under the profiler (`scripts/profile_diff.py` over `COSTSIM_PROFILE_FIRST_STEP`'s
 dumps, data/measurements/2026-12-04-h200-first-step). Which modules they are depends on the torch version and the
 model, so they are recorded, not listed here: after the first step of a resumed start that imported them
-itself (no prewarm ran), rank 0 writes the modules it imported to IMPORTS_FILE in the run's compile cache
-(RUN/compile-cache, which `--share-compile-cache` carries to the job's next node). A fresh start's first step
-compiles, and imports far more than a resume with warm caches needs, so it records nothing. A later start
+itself (no prewarm ran) and compiled nothing (every AOTAutograd and FX-graph cache lookup hit), rank 0 writes
+the modules it imported to IMPORTS_FILE in the run's compile cache (RUN/compile-cache, which
+`--share-compile-cache` carries to the job's next node). A step that compiles (a fresh start's) imports far
+more than a start from warm caches needs, so it records nothing. A later start
 imports the list on a thread while the checkpoint is read (its reads and copies leave the interpreter free),
 and the first step waits for that thread: two threads importing at once can meet in a circular import, so
 the step's own tracing never runs beside it.

@@ -259,9 +259,12 @@ class Trainer:
             if self.step == first_step + 1:   # the optimizer's state now exists: size the staging buffers
                 self.checkpointer.prepare(self.state())
                 first_end = now
-                if self.rank == 0 and self.compiled:   # what compiling cost this start (a warm cache too)
-                    self.telemetry.event("compile", step=self.step, **speed.compile_report())
-                if record_imports:   # what this first step imported, for the next start to import early
+                compiled = speed.compile_report() if self.rank == 0 and self.compiled else None
+                if compiled is not None:   # what compiling cost this start (a warm cache too)
+                    self.telemetry.event("compile", step=self.step, **compiled)
+                if record_imports and compiled is not None and not any("miss" in k for k in compiled["counters"]):
+                    # what this first step imported, for the next start to import early; a step that
+                    # compiled imported the compiler too, more than a start from a warm cache needs
                     self.telemetry.event("prewarm", step=self.step,
                                          recorded=prewarm.record(record_imports, modules_before))
                 elif warming and self.rank == 0:

@@ -2,6 +2,7 @@
 honour, and a compiled channels-last SDXL UNet (tiny config) that resumes exactly from its
 checkpoint and its compile cache after a SIGKILL."""
 
+import shutil
 
 import pytest
 
@@ -244,6 +245,27 @@ def test_compiled_run_resumes_exactly_and_restarts_from_its_compile_cache(tmp_pa
     assert result.returncode == 0, result.stderr[-3000:]
     assert events(clean, "runtime")[0]["compile_cache_bytes"] > 0
     assert summary(clean)["final_state_sha256"] == summary(drill)["final_state_sha256"]
+
+
+@pytest.mark.slow
+def test_a_resume_that_compiled_records_no_imports_to_prewarm(tmp_path, monkeypatch):
+    """runner.prewarm records a resume's first-step imports only when that step compiled nothing: a resume
+    whose compile cache is gone compiles, importing the compiler too; the next resume, from a warm cache,
+    records its own list."""
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    plan = tiny_plan(tmp_path, interval_steps=10)
+    run = tmp_path / "run"
+    args = ("--nproc-per-node", "1", "--runtime", "compile=model", "--seed", "2")
+    first = execute(plan, run, "--steps", "20", *args, timeout=600)
+    assert first.returncode == 0, first.stderr[-3000:]
+    shutil.rmtree(run / "compile-cache")   # gone: the next start compiles again
+    cold = execute(plan, run, "--steps", "30", *args, timeout=600)
+    warm = execute(plan, run, "--steps", "40", *args, timeout=600)
+    assert cold.returncode == 0 and warm.returncode == 0, cold.stderr[-3000:] + warm.stderr[-3000:]
+    misses = [sum(v for k, v in e["counters"].items() if "miss" in k) for e in events(run, "compile")]
+    assert misses[0] > 0 and misses[1] > 0 and misses[2] == 0   # fresh, then the cold resume, then a warm one
+    (recorded,) = events(run, "prewarm")   # the warm resume's alone
+    assert recorded["step"] == 31 and recorded["recorded"] > 0
 
 
 @pytest.mark.parametrize("setting, message", [("sdpa=flash", "runtime.sdpa=flash needs a CUDA GPU"),
