@@ -56,10 +56,9 @@ def recent_options(command):
                      "with capacity weighs each replayed window by how like it its own past was (docs/model.md)"),
         click.option("--recent-share", type=click.FloatRange(0, 1), help="the same as a number: the share of the "
                      "last --recent-past in which the job's market had capacity, e.g. 0.4"),
-        click.option("--recent-past", type=DURATION, default="72h", show_default=True,
-                     help="how far back the recent capacity looks"),
-        click.option("--recent-bandwidth", type=click.FloatRange(0, 1, min_open=True), default=0.1,
-                     show_default=True, help="how alike two pasts' shares count (the kernel's width)"),
+        click.option("--recent-past", type=DURATION, help="how far back the recent capacity looks (default 72h)"),
+        click.option("--recent-bandwidth", type=click.FloatRange(0, 1, min_open=True),
+                     help="how alike two pasts' shares count (the kernel's width; default 0.1)"),
     ]
     for option in reversed(options):
         command = option(command)
@@ -68,11 +67,15 @@ def recent_options(command):
 
 def _with_recent(offerings, recent_trace, recent_share, recent_past, recent_bandwidth):
     """The offerings' ensembles told the job's recent capacity (--recent-trace or --recent-share)."""
-    from costsim.ensemble import Recent, recent_from_trace, with_recent
+    from costsim.ensemble import DEFAULT_RECENT_BANDWIDTH, DEFAULT_RECENT_PAST_S, Recent, recent_from_trace, with_recent
     if recent_trace and recent_share is not None:
         raise click.UsageError("--recent-trace and --recent-share say the same thing: give one")
     if not recent_trace and recent_share is None:
+        if recent_past is not None or recent_bandwidth is not None:
+            raise click.UsageError("--recent-past and --recent-bandwidth go with --recent-trace or --recent-share")
         return offerings
+    recent_past = DEFAULT_RECENT_PAST_S if recent_past is None else recent_past
+    recent_bandwidth = DEFAULT_RECENT_BANDWIDTH if recent_bandwidth is None else recent_bandwidth
     recent = (recent_from_trace(recent_trace, recent_past, recent_bandwidth) if recent_trace else
               Recent(share=recent_share, past_s=recent_past, bandwidth=recent_bandwidth, source="--recent-share"))
     if not any(o.spot_model is not None and o.spot_model.market is not None for o in offerings):
@@ -703,8 +706,8 @@ def _share(value) -> str:
 @click.option("--recent-past", type=DURATION, help="judge plans told the recent capacity (costsim plan "
               "--recent-trace): each held-out window's share of this past with capacity, binned, one plan a bin; e.g. "
               "72h (windows without that much past get the plan told nothing)")
-@click.option("--recent-bandwidth", type=click.FloatRange(0, 1, min_open=True), default=0.1, show_default=True,
-              help="with --recent-past: how alike two pasts' shares count (costsim plan's)")
+@click.option("--recent-bandwidth", type=click.FloatRange(0, 1, min_open=True),
+              help="with --recent-past: how alike two pasts' shares count (costsim plan's; default 0.1)")
 @market_options
 @catalog_option
 @output_options
@@ -726,8 +729,11 @@ def validate_command(workload, gpus, policies_, nodes, deadline, risk, trials, s
     options = PlanOptions(trials=trials, seed=seed, risk=risk, deadline_s=deadline, jobs=jobs,
                           policies=tuple(policies_) or None, nodes=tuple(nodes) or None)
     report_progress = progress_line("validate", what="groups left out")
-    from costsim.ensemble import Recent
-    recent = Recent(share=0.5, past_s=recent_past, bandwidth=recent_bandwidth) if recent_past else None
+    from costsim.ensemble import DEFAULT_RECENT_BANDWIDTH, Recent
+    if recent_bandwidth is not None and not recent_past:
+        raise click.UsageError("--recent-bandwidth goes with --recent-past")
+    recent = (Recent(share=0.5, past_s=recent_past, bandwidth=recent_bandwidth or DEFAULT_RECENT_BANDWIDTH)
+              if recent_past else None)   # each bin's share replaces 0.5
     results = validate(spec, profile, offerings, options, stride_s=stride, groups=tuple(groups) or None,
                        progress=lambda done, total, name: report_progress(done, total), recent=recent)
     table = reliability(results)

@@ -360,7 +360,8 @@ def test_plan_with_the_recent_capacity_states_what_such_a_past_was_followed_by(r
                        (("--recent-trace", always_up, "--recent-share", "0.5"), "give one"),
                        (("--recent-share", "1.5"), "--recent-share"),
                        (("--market", "fit", "--recent-share", "0.5"), "no spot offering here draws from an ensemble"),
-                       (("--recent-share", "0.5", "--recent-past", "9000h"), "give a shorter --recent-past")):
+                       (("--recent-share", "0.5", "--recent-past", "9000h"), "give a shorter --recent-past"),
+                       (("--recent-past", "24h"), "go with --recent-trace or --recent-share")):
         refused = run_cli("plan", "--workload", "sdxl", "--gpu", "H200", "--trials", "20", "--out", str(out), *args)
         assert refused.exit_code == 2 and says in refused.stderr and "Traceback" not in refused.stderr, refused.stderr
 
@@ -384,3 +385,5 @@ def test_validate_told_each_windows_recent_capacity_states_closer_to_what_happen
     assert b["windows"] == t["windows"] and b["realised_p_deadline"] == t["realised_p_deadline"]
     assert abs(t["p_error"]) < abs(b["p_error"]) - 0.1, (b["p_error"], t["p_error"])
     assert t["if_right"]["p_deadline"] is None   # not judged when told the recent capacity
+    alone = run_cli(*args, "--recent-bandwidth", "0.2")
+    assert alone.exit_code == 2 and "--recent-bandwidth goes with --recent-past" in alone.stderr
