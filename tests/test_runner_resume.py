@@ -271,8 +271,12 @@ def test_the_first_step_of_each_start_can_be_profiled(plan, tmp_path, monkeypatc
     diff = subprocess.run([sys.executable, "scripts/profile_diff.py", dumps[2], dumps[3], "--top", "5"],
                           capture_output=True, text=True, timeout=60)
     assert diff.returncode == 0, diff.stderr
-    rows = [line for line in diff.stdout.splitlines() if line.split() and line.split()[0][0] in "+-"]
-    assert len(rows) == 10 and "train_step" in diff.stdout
+    rows = [line.split() for line in diff.stdout.splitlines() if line.split() and line.split()[0][0] in "+-"]
+    assert len(rows) == 10   # --top 5, by own time and by cumulative time
+    for table in (rows[:5], rows[5:]):   # each row: first - steady, first, steady; the most added first
+        extras = [float(row[0]) for row in table]
+        assert extras == sorted(extras, reverse=True)
+        assert all(abs(float(row[0]) - (float(row[1]) - float(row[2]))) <= 0.0015 for row in table)
 
 
 def test_a_torn_telemetry_line_between_lives_stops_nothing(plan, clean, tmp_path):
