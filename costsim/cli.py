@@ -729,13 +729,12 @@ def validate_command(workload, gpus, policies_, nodes, deadline, risk, trials, s
     options = PlanOptions(trials=trials, seed=seed, risk=risk, deadline_s=deadline, jobs=jobs,
                           policies=tuple(policies_) or None, nodes=tuple(nodes) or None)
     report_progress = progress_line("validate", what="groups left out")
-    from costsim.ensemble import DEFAULT_RECENT_BANDWIDTH, Recent
+    from costsim.ensemble import DEFAULT_RECENT_BANDWIDTH
     if recent_bandwidth is not None and not recent_past:
         raise click.UsageError("--recent-bandwidth goes with --recent-past")
-    recent = (Recent(share=0.5, past_s=recent_past, bandwidth=recent_bandwidth or DEFAULT_RECENT_BANDWIDTH)
-              if recent_past else None)   # each bin's share replaces 0.5
     results = validate(spec, profile, offerings, options, stride_s=stride, groups=tuple(groups) or None,
-                       progress=lambda done, total, name: report_progress(done, total), recent=recent)
+                       progress=lambda done, total, name: report_progress(done, total), recent_past_s=recent_past,
+                       recent_bandwidth=recent_bandwidth or DEFAULT_RECENT_BANDWIDTH)
     table = reliability(results)
     overall = pooled(results)
     honest = [r for r in results if r.honest]

@@ -213,9 +213,9 @@ def recent_from_trace(path: str, past_s: float = DEFAULT_RECENT_PAST_S,
     return Recent(share=sum(1 for t in last if t == 0) / len(last), past_s=past_s, bandwidth=bandwidth, source=path)
 
 
-def with_recent(spec: MarketSpec, recent: Recent | None) -> MarketSpec:
-    return replace(spec, recent=recent, name=spec.name if recent is None else
-                   f"{spec.name}, recent capacity {recent.share:.2f} over {recent.past_s / 3600:g} h")
+def with_recent(spec: MarketSpec, recent: Recent) -> MarketSpec:
+    return replace(spec, recent=recent,
+                   name=f"{spec.name}, recent capacity {recent.share:.2f} over {recent.past_s / 3600:g} h")
 
 
 def past_share(window: Window, offset: float, past_s: float) -> float:

@@ -318,17 +318,21 @@ def validate_group(workload: Workload, profile: Profile, offerings: list[Offerin
 RECENT_BINS = np.linspace(0.0, 1.0, 6)   # held-out windows' past shares, binned: one plan per bin
 
 
-def window_past_shares(group: Group, horizon_s: float, stride_s: float, past_s: float) -> np.ndarray:
-    """For each window of `replay_timelines(group, ...)` (same order), the share of the `past_s` before its start
-    with capacity; NaN where the window has no such past (a bundle's, or one that starts too early)."""
+def window_past_shares(group: Group, horizon_s: float, stride_s: float, past_s: float,
+                       starts: list[tuple[int, float]] | None = None) -> np.ndarray:
+    """For each window of `replay_timelines(group, ...)` (same order; or of `starts`), the share of the `past_s`
+    before its start with capacity; NaN where the window has no such past (a bundle's, or one that starts too
+    early)."""
     return np.array([ensemble.past_share(group.windows[index], offset, past_s) if group.windows[index].slide
-                     else float("nan") for index, offset in window_starts(group, horizon_s, stride_s)])
+                     else float("nan")
+                     for index, offset in (starts if starts is not None else window_starts(group, horizon_s, stride_s))])
 
 
 def validate_group_recent(workload: Workload, profile: Profile, offerings: list[Offering], spec: MarketSpec,
-                          name: str, options: PlanOptions, stride_s: float, recent: ensemble.Recent) -> GroupResult:
+                          name: str, options: PlanOptions, stride_s: float, past_s: float,
+                          bandwidth: float) -> GroupResult:
     """Plan without group `name` as a user who knows the recent capacity would: each held-out window's past
-    share (the `recent.past_s` before it) is binned (RECENT_BINS), the market without the group is told each
+    share (the `past_s` before it) is binned (RECENT_BINS), the market without the group is told each
     bin's mean share, and that plan's statement is judged on the bin's windows. Windows with no such past (a
     bundle's, the first days of a trace) are judged against the plan that knows nothing of the past. The
     group's stated P(deadline) is the mean of its windows' statements."""
@@ -339,7 +343,7 @@ def validate_group_recent(workload: Workload, profile: Profile, offerings: list[
     chosen_blind: Ranked = blind.chosen or blind.ranked[0]
     horizon_s = chosen_blind.configured.config.params.horizon_s   # the windows' starts; each plan its own length
     starts = window_starts(held_out, horizon_s, stride_s)
-    shares = window_past_shares(held_out, horizon_s, stride_s, recent.past_s)
+    shares = window_past_shares(held_out, horizon_s, stride_s, past_s, starts)
     bins = np.where(np.isnan(shares), -1, np.clip(np.digitize(shares, RECENT_BINS[1:-1]), 0, len(RECENT_BINS) - 2))
     stated_p = np.zeros(len(shares))
     finish, cost, met = np.zeros(len(shares)), np.zeros(len(shares)), np.zeros(len(shares), dtype=bool)
@@ -351,7 +355,8 @@ def validate_group_recent(workload: Workload, profile: Profile, offerings: list[
         members = np.flatnonzero(bins == b)
         result = blind
         if b >= 0:
-            told = replace(recent, share=float(np.mean(shares[members])), source=f"{name}'s windows")
+            told = ensemble.Recent(share=float(np.mean(shares[members])), past_s=past_s, bandwidth=bandwidth,
+                                   source=f"{name}'s windows")
             try:
                 result = plan(workload, profile, with_spec(offerings, ensemble.with_recent(without, told)), options)
             except InputError:   # no window of the other groups has that much past: the blind plan
@@ -388,10 +393,10 @@ def _se(values: np.ndarray, blocks: np.ndarray) -> float | None:
 
 def validate(workload: Workload, profile: Profile, offerings: list[Offering], options: PlanOptions, *,
              stride_s: float, groups: tuple[str, ...] | None = None,
-             progress: Callable[[int, int, str], None] | None = None,
-             recent: ensemble.Recent | None = None) -> list[GroupResult]:
-    """Leave each capacity group out in turn (or only `groups`); with `recent` (its past_s and bandwidth), each
-    held-out window told its own recent capacity (validate_group_recent)."""
+             progress: Callable[[int, int, str], None] | None = None, recent_past_s: float | None = None,
+             recent_bandwidth: float = ensemble.DEFAULT_RECENT_BANDWIDTH) -> list[GroupResult]:
+    """Leave each capacity group out in turn (or only `groups`); with `recent_past_s`, each held-out window
+    told its own recent capacity over that past (validate_group_recent)."""
     spec = market_of(offerings)
     if len(spec.groups) < 2:
         raise InputError("--market-trace", "market", f"{spec.name} has {len(spec.groups)} capacity group: leaving "
@@ -402,8 +407,9 @@ def validate(workload: Workload, profile: Profile, offerings: list[Offering], op
         raise InputError("--group", "group", f"unknown {unknown[0]!r}; allowed: {', '.join(spec.group_names)}")
     results = []
     for index, name in enumerate(names):
-        results.append(validate_group_recent(workload, profile, offerings, spec, name, options, stride_s, recent)
-                       if recent is not None else
+        results.append(validate_group_recent(workload, profile, offerings, spec, name, options, stride_s,
+                                             recent_past_s, recent_bandwidth)
+                       if recent_past_s is not None else
                        validate_group(workload, profile, offerings, spec, name, options, stride_s))
         if progress:
             progress(index + 1, len(names), name)

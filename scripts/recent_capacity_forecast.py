@@ -13,8 +13,9 @@ only, each group weighing the same as in the ensemble:
   past share is from the held-out window's own past share (what a plan given the last day would state).
 
 Per group it prints the realised share and each statement's error (stated - realised); the per-group goal is
-|error| <= 0.05. A bundle's windows (the 2022 period) have no past and are left out. No planner change: this
-says whether one is worth building.
+|error| <= 0.05. A bundle's windows (the 2022 period) have no past and are left out. It was the check before
+the planner had it; `costsim plan --recent-trace` and `costsim validate --recent-past` now do this with whole
+plans (docs/model.md).
 
     PYTHONPATH=. python3 scripts/recent_capacity_forecast.py [--past 24h] [--bandwidth 0.1] [--trials 200]
 """
@@ -90,7 +91,7 @@ def main() -> None:
         for share in shares:
             num = den = 0.0
             for m, s in others:
-                kernel = np.exp(-0.5 * ((s - share) / args.bandwidth) ** 2) / len(m)   # each group weighs the same
+                kernel = ensemble.Recent(share=float(share), bandwidth=args.bandwidth).kernel(s) / len(m)   # groups alike
                 num += float(np.sum(kernel * m))
                 den += float(np.sum(kernel))
             stated.append(num / den if den > 0 else blind)

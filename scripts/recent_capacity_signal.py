@@ -3,7 +3,7 @@ trace (data/traces/aws-2023-02-15), windows every 6 h, the share of the past 24 
 share of the next 36 h (the flagship's deadline), their correlation within each zone and pooled over zones.
 
 A question for issue #39's per-group goal (a group-blind market cannot meet it, docs/model.md): would a plan
-that knows the recent capacity where it will run come closer? No plan uses this yet.
+that knows the recent capacity where it will run come closer? `costsim plan --recent-trace` now uses it.
 
     PYTHONPATH=. python3 scripts/recent_capacity_signal.py [--past 24h] [--future 36h] [--stride 6h]
 """
