@@ -84,6 +84,9 @@ STAGING_MODES = ("pipelined", "first")
 ASYNC_STAGING_MODES = ("streaming", "first")
 CRC_WHILE_WRITING = os.environ.get("COSTSIM_CRC_WHILE_WRITING", "blocking")
 ASYNC_STAGING = os.environ.get("COSTSIM_ASYNC_STAGING", "streaming")
+# COSTSIM_REMOVE_AHEAD=0: the checkpoints a save must remove for room go at that save, not ahead of it
+# (Checkpointer.make_room_ahead; kept to measure the two side by side)
+REMOVE_AHEAD = os.environ.get("COSTSIM_REMOVE_AHEAD", "1") != "0"
 STORE_BACKOFF_S, STORE_BACKOFF_MAX_S = 15.0, 300.0   # an object store that dropped out: when to try it again
 
 
@@ -146,8 +149,9 @@ class Checkpointer:
 
     def __init__(self, root: Path, *, keep: int, async_mode: bool, rank: int,
                  on_event: Callable[..., None], warn: Callable[[str], None], store: S3Store | None = None,
-                 estimate_bytes: int = 0, run_dir: Path | None = None):
+                 estimate_bytes: int = 0, run_dir: Path | None = None, remove_ahead: bool = REMOVE_AHEAD):
         self.root, self.keep, self.async_mode, self.rank = Path(root), max(keep, 1), async_mode, rank
+        self.remove_ahead = remove_ahead
         # With a store the local folder is a cache of the newest complete checkpoint; `keep` is the store's.
         self.store, self.local_keep = store, 1 if store is not None else max(keep, 1)
         self.estimate_bytes = int(estimate_bytes)   # a checkpoint's size until one is written (the plan's)
@@ -173,6 +177,8 @@ class Checkpointer:
         self._group = dist.new_group(backend="gloo") if dist.is_initialized() else None
         self._check_shared()
         self._sound: set[int] = set()   # local steps known intact: verified here, or written by this process
+        self._remover: threading.Thread | None = None   # rank 0: removing ahead what a save would (make_room_ahead)
+        self._room_lock = threading.Lock()   # the training thread and the async writer both start removals ahead
         # a checkpoint fetched from the store goes into memory when every rank is on this host (they all read it)
         on_one_host = int(os.environ.get("LOCAL_WORLD_SIZE", self.world_size)) == self.world_size
         self._memory = layout.memory_folder(self.root) if store is not None and on_one_host else None
@@ -240,6 +246,13 @@ class Checkpointer:
             self.warn(f"removing partial checkpoint {partial.name} (a save that did not finish)")
             self.on_event("checkpoint_skipped", step=layout.partial_step_of(partial.name), reason="partial")
             shutil.rmtree(partial, ignore_errors=True)
+        leftovers = layout.removing_folders(self.root)   # removals an earlier life left unfinished: on a thread
+        if leftovers:
+            with self._room_lock:
+                self._remover = threading.Thread(target=self._remove, args=(
+                    [(layout.removing_step_of(p.name), _folder_bytes(p), p) for p in leftovers],
+                    "left half removed by an earlier life"), name="checkpoint-remove", daemon=True)
+                self._remover.start()
         local = 0
         checked = resume_check.Verdicts.wait(self.root)   # the supervisor's check, begun at the launch
         for step in self.steps():
@@ -459,6 +472,8 @@ class Checkpointer:
         older than a checkpoint known to be intact (verified, or written by this process) is removed.
         collective=False is for work that rank 0 does alone (the export): no other rank takes part."""
         ok = 1
+        if self.rank == 0:
+            self.wait_removals()   # what was being removed ahead frees its space first
         if self.rank == 0 and needed > 0:
             steps = self.steps()
             if free_bytes(self.root) < needed:
@@ -480,6 +495,64 @@ class Checkpointer:
             raise refuse(self.root, what, needed, free, "keep fewer checkpoints (plan.json checkpoint.keep), "
                          "or put them on a larger disk or an object store (runner execute --checkpoint-dir)")
 
+    def make_room_ahead(self) -> None:
+        """Rank 0: start removing now, on a thread, the checkpoints that the next save would have to remove to
+        make room (the oldest, beside a newest one known intact), so that no save waits for them: deleting
+        a 30.8 GB checkpoint took 6-10 s on the H200 hosts' disk, inside the save, a notice's too
+        (data/measurements/2026-12-04-h200-remove-ahead). The same checkpoints go as at the save, only sooner:
+        after a save has landed, or once a start's first step is done. Each is first renamed out of the
+        checkpoints (`.step-N.removing`, one rename), so that no listing sees half of one; a start cleans
+        what a life left half removed."""
+        if self.rank != 0 or not self.remove_ahead:
+            return
+        with self._room_lock:
+            if self._remover is None or not self._remover.is_alive():
+                self._start_removals()
+
+    def _start_removals(self) -> None:
+        steps = self.steps()
+        if not steps or steps[0] not in self._sound:   # only beside a newest checkpoint known intact
+            return
+        needed, free = self.checkpoint_bytes(), free_bytes(self.root)
+        victims: list[tuple[int, int]] = []
+        for old in reversed(steps[1:]):   # the oldest first
+            if free >= needed:
+                break
+            size = _folder_bytes(self.folder(old))
+            victims.append((old, size))
+            free += size
+        if not victims or free < needed:   # nothing to do, or not enough even so: the save says so (make_room)
+            return
+        moved = []
+        for old, size in victims:
+            target = layout.removing_folder(self.root, old)
+            try:
+                os.replace(self.folder(old), target)
+            except OSError:   # in memory (a fetched copy on another filesystem), or gone: left to the save
+                break
+            self.warn(f"removing checkpoint step-{old} now to make room for the next one (the newest is kept)")
+            moved.append((old, size, target))
+        if moved:
+            self._remover = threading.Thread(target=self._remove, args=(moved,), name="checkpoint-remove",
+                                             daemon=True)
+            self._remover.start()
+
+    def _remove(self, moved: list[tuple[int | None, int, Path]],
+                reason: str = "room for the next checkpoint, made ahead") -> None:
+        for old, size, target in moved:
+            started = time.perf_counter()
+            shutil.rmtree(target, ignore_errors=True)
+            self.measured_s["remove"] = time.perf_counter() - started
+            self.on_event("checkpoint_removed", step=old, duration_s=self.measured_s["remove"], bytes=size,
+                          reason=reason)
+
+    def wait_removals(self) -> None:
+        """Block until the removals started ahead (make_room_ahead) are done."""
+        with self._room_lock:
+            if self._remover is not None:
+                self._remover.join()
+                self._remover = None
+
     def removals_before_next_save(self) -> int:
         """How many checkpoints a save started now would first remove to make room (after the write in
         flight, if any, has landed and taken its space): a notice's rule counts their removal."""
@@ -489,6 +562,9 @@ class Checkpointer:
         steps = self.steps()
         removable = steps if in_flight else steps[1:]   # the newest stays: the one in flight once it lands
         count = 0
+        if self._remover is not None and self._remover.is_alive():   # one being removed ahead: at most one more
+            free += size
+            count += 1
         for old in reversed(removable):   # the oldest go first
             if free >= size:
                 break
@@ -562,6 +638,8 @@ class Checkpointer:
             if self.store is not None:   # complete in the store only once its manifest is there (uploaded last)
                 upload_s = self._upload(step, last=reason != "interval")
             self._prune()
+            if reason == "interval" and not self._hurried:   # training goes on: room for the next save, made now
+                self.make_room_ahead()
         duration_s = time.perf_counter() - started
         self.measured_s["save" if blocking_of(reason, self.async_mode) else "write"] = duration_s
         self.on_event("checkpoint_save", step=step, duration_s=duration_s, stall_s=stall_s,
@@ -706,8 +784,12 @@ class Checkpointer:
                 raise error
             raise RuntimeError(f"asynchronous checkpoint failed: {error}") from error
 
-    def close(self) -> None:
+    def close(self, *, finish_removals: bool = True) -> None:
+        """Waits for the write in flight; and for the removals started ahead unless the process is leaving on a
+        notice (finish_removals=False): what they leave is removed at the next start, on a thread."""
         self.wait()
+        if finish_removals:
+            self.wait_removals()
         self._drop_memory()
         if self._crcs is not None:
             self._crcs.close()

@@ -27,6 +27,7 @@ CHECKPOINTS = "checkpoints"
 FINAL = "final"
 _STEP = re.compile(r"^step-(\d+)$")
 _PARTIAL = re.compile(r"^\.step-(\d+)\.tmp$")
+_REMOVING = re.compile(r"^\.step-(\d+)\.removing$")
 
 
 def step_folder(root: Path, step: int) -> Path:
@@ -71,6 +72,21 @@ def saved_steps(root: Path) -> list[int]:
 
 def partial_folders(root: Path) -> list[Path]:
     return sorted(Path(root).glob(".step-*.tmp"))
+
+
+def removing_folder(root: Path, step: int) -> Path:
+    """Where checkpoint `step` is moved (one rename) before its files are deleted: no longer a checkpoint."""
+    return Path(root) / f".step-{step}.removing"
+
+
+def removing_folders(root: Path) -> list[Path]:
+    return sorted(Path(root).glob(".step-*.removing"))
+
+
+def removing_step_of(name: str) -> int | None:
+    """N for a `.step-N.removing` folder name, else None."""
+    match = _REMOVING.match(name)
+    return int(match.group(1)) if match else None
 
 
 def write_folder_atomic(target: Path, write: Callable[[Path], None]) -> int:

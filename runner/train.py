@@ -54,6 +54,7 @@ class Trainer:
         self.telemetry = Telemetry(Path(args.run_dir), args.run_id, rank, world_size)
         self.fault = faults.decode(args.fault)
         self.final_save = spec.final_save
+        self.leaving = False   # on a notice (stop_for_notice)
         self.runtime = spec.runtime
         speed.check_device(self.runtime, self.device)
         # Rank 0 starts checking the newest checkpoint's checksums now, while the model builds.
@@ -258,6 +259,7 @@ class Trainer:
             now = time.monotonic()
             if self.step == first_step + 1:   # the optimizer's state now exists: size the staging buffers
                 self.checkpointer.prepare(self.state())
+                self.checkpointer.make_room_ahead()   # what the next save would remove, removed from now
                 first_end = now
                 compiled = speed.compile_report() if self.rank == 0 and self.compiled else None
                 if compiled is not None:   # what compiling cost this start (a warm cache too)
@@ -330,6 +332,7 @@ class Trainer:
         """The notice: save now or let the newest checkpoint (or the one being written) stand, by the rule
         the planner prices (costsim.contract.notice); rank 0 decides for all. Exits PREEMPTED_EXIT."""
         stopped_t = time.time()   # training has stopped: what follows is the notice's own cost
+        self.leaving = True   # close() does not wait for removals started ahead (the next start finishes them)
         choice, figures = self.notice_choice(step_s)
         flag = torch.tensor([int(choice.save) if self.rank == 0 else 0], dtype=torch.int64)
         if self.world_size > 1:
@@ -452,7 +455,7 @@ class Trainer:
         if self.built.close is not None:
             self.built.close()
         self.garbage.close()
-        self.checkpointer.close()
+        self.checkpointer.close(finish_removals=not self.leaving)
         self.telemetry.close()
 
 

@@ -76,7 +76,7 @@ def test_a_notice_counts_the_removals_its_save_would_first_make_room_with(tmp_pa
     seen: list[tuple[str, dict]] = []
     with small_disk(tmp_path / "disk", "3m") as disk:
         checkpointer = Checkpointer(disk, keep=3, async_mode=False, rank=0, warn=lambda message: None,
-                                    on_event=lambda name, **fields: seen.append((name, fields)))
+                                    on_event=lambda name, **fields: seen.append((name, fields)), remove_ahead=False)
         checkpointer.agree_on_step()
         state = {"model": {"w": torch.zeros(280_000)}, "progress": {"step": 1}}   # 1.12 MB a checkpoint
         checkpointer.save(10, state)
@@ -88,6 +88,62 @@ def test_a_notice_counts_the_removals_its_save_would_first_make_room_with(tmp_pa
     removed = [fields for name, fields in seen if name == "checkpoint_removed"]
     assert [f["step"] for f in removed] == [10] and removed[0]["reason"] == "room for checkpoint step-30"
     assert checkpointer.measured_s["remove"] == removed[0]["duration_s"] > 0
+
+
+def test_room_for_the_next_save_is_made_ahead_once_a_save_has_landed(tmp_path):
+    """The same disk, removals ahead (the default): once the second checkpoint has landed, the first is
+    renamed out of the checkpoints at once and deleted on a thread, so that the third save removes nothing
+    (deleting 30.8 GB took 6-10 s inside the save on the H200 hosts); until that thread is done, the notice's
+    rule counts the removal under way."""
+    import torch
+
+    from runner.checkpoint import Checkpointer
+    seen: list[tuple[str, dict]] = []
+    with small_disk(tmp_path / "disk", "3m") as disk:
+        checkpointer = Checkpointer(disk, keep=3, async_mode=False, rank=0, warn=lambda message: None,
+                                    on_event=lambda name, **fields: seen.append((name, fields)))
+        checkpointer.agree_on_step()
+        state = {"model": {"w": torch.zeros(280_000)}, "progress": {"step": 1}}   # 1.12 MB a checkpoint
+        checkpointer.save(10, state)
+        assert not [name for name, _ in seen if name == "checkpoint_removed"]   # room enough: nothing goes
+        checkpointer.save(20, state)
+        assert checkpointer.steps() == [20]   # step-10 is out of the checkpoints as soon as step-20 landed
+        assert checkpointer.removals_before_next_save() in (0, 1)   # 1 while its files are still deleted
+        checkpointer.wait_removals()
+        assert checkpointer.removals_before_next_save() == 0
+        assert not list(disk.glob(".step-*"))
+        before = len(seen)
+        checkpointer.save(30, state)
+        at_the_save = [f for name, f in seen[before:] if name == "checkpoint_removed"]
+        checkpointer.close()
+        left = checkpointer.steps()
+    removed = [fields for name, fields in seen if name == "checkpoint_removed"]
+    assert removed[0]["step"] == 10 and removed[0]["reason"] == "room for the next checkpoint, made ahead"
+    assert all(f["reason"].endswith("made ahead") for f in at_the_save)   # none made inside save(30)
+    assert left[0] == 30 and 20 not in left   # and step-20 went ahead once step-30 landed
+
+
+def test_a_start_removes_what_an_earlier_life_left_half_removed(tmp_path):
+    import torch
+
+    from runner.checkpoint import Checkpointer
+    from runner.layout import removing_folder
+    first = Checkpointer(tmp_path, keep=3, async_mode=False, rank=0, warn=lambda m: None, on_event=lambda n, **f: None)
+    first.agree_on_step()
+    first.save(10, {"model": {"w": torch.zeros(1000)}, "progress": {"step": 10}})
+    first.close()
+    half = removing_folder(tmp_path, 5)
+    half.mkdir()
+    (half / "__0_0.distcp").write_bytes(b"x" * 100)
+    seen: list[tuple[str, dict]] = []
+    later = Checkpointer(tmp_path, keep=3, async_mode=False, rank=0, warn=lambda m: None,
+                         on_event=lambda name, **fields: seen.append((name, fields)))
+    assert later.agree_on_step() == 10   # not waiting for the leftover's removal, which goes on a thread
+    later.wait_removals()
+    assert not half.exists() and later.steps() == [10]
+    later.close()
+    assert [(f["step"], f["reason"]) for name, f in seen if name == "checkpoint_removed"] == [
+        (5, "left half removed by an earlier life")]
 
 
 def test_a_disk_that_fills_in_the_middle_of_a_save_stops_the_job_for_good_in_one_line(tmp_path):

@@ -87,7 +87,9 @@ EVENT_FIELDS: dict[str, tuple[str, tuple[str, ...]]] = {
                       ("op", "key", "bytes", "files", "duration_s", "reason")),
     "checkpoint_load": ("worker", ("step", "duration_s", "read_s", "bytes", "owned_bytes")),
     "checkpoint_skipped": ("worker; reason: partial, or what failed its check", ("step", "reason")),
-    "checkpoint_removed": ("worker, rank 0: an older checkpoint removed to make room for a save or the export",
+    "checkpoint_removed": ("worker, rank 0: an older checkpoint removed to make room for a save or the export (at "
+                           "the save, or ahead of it on a thread once a save landed or a start's first step was "
+                           "done; or what an earlier life left half removed: step null where the name had none)",
                            ("step", "duration_s", "bytes", "reason")),
     "store_unavailable": ("worker, rank 0: the object store failed an upload (op upload: the checkpoint stays on the "
                           "node, tried again in retry_in_s) or a listing at the start (op resume: resumed from the "
