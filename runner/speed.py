@@ -219,22 +219,10 @@ def attention(runtime: Runtime):
 COMPILE_COUNTERS = {"frames": ("total", "ok"), "stats": ("unique_graphs", "calls_captured"),
                     "aot_autograd": ("autograd_cache_hit", "autograd_cache_miss", "autograd_cache_bypass"),
                     "inductor": ("fxgraph_cache_hit", "fxgraph_cache_miss", "fxgraph_cache_bypass"),
+                    # under TORCH_CACHING_PRECOMPILE=1 (torch's, experimental; not faster on SDXL:
+                    # data/measurements/2026-12-04-h200-dynamo-cache)
                     "dynamo_cache": ("dynamo_cache_hit", "dynamo_cache_miss")}
 COMPILE_PHASES = 10   # the slowest phases kept
-
-
-def save_dynamo_cache() -> float | None:
-    """Under torch's caching precompile (`TORCH_CACHING_PRECOMPILE=1` in the environment: an experimental
-    torch feature, off unless asked for), Dynamo's traced frames saved to the compile cache's `dynamo` folder
-    when this process traced any the cache did not have, so that a later start loads them instead of tracing
-    the compiled blocks again (the largest part of the first step after a resume: docs/runner-speed.md). The
-    seconds it took; None when there was nothing to save."""
-    from torch._dynamo.utils import counters
-    if not torch._dynamo.config.caching_precompile or not counters["dynamo_cache"]["dynamo_cache_miss"]:
-        return None
-    started = time.monotonic()
-    torch.compiler.save_cache_artifacts()   # writes the Dynamo packages to the cache as it serialises
-    return round(time.monotonic() - started, 3)
 
 
 def compile_report() -> dict:

@@ -263,9 +263,6 @@ class Trainer:
                 first_end = now
                 compiled = speed.compile_report() if self.rank == 0 and self.compiled else None
                 if compiled is not None:   # what compiling cost this start (a warm cache too)
-                    saved_s = speed.save_dynamo_cache()   # under TORCH_CACHING_PRECOMPILE=1 only
-                    if saved_s is not None:
-                        compiled["dynamo_cache_save_s"] = saved_s
                     self.telemetry.event("compile", step=self.step, **compiled)
                 if record_imports and compiled is not None and not any("miss" in k for k in compiled["counters"]):
                     # what this first step imported, for the next start to import early; a step that

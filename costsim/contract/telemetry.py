@@ -57,8 +57,8 @@ EVENT_FIELDS: dict[str, tuple[str, tuple[str, ...]]] = {
                  "process_start_t", "start_phases_s", "checked_by")),
     "compile": ("worker, rank 0, after a start's first step when the model is compiled: torch.compile's counters "
                 "(frames, graphs, recompiles, AOTAutograd, FX-graph and Dynamo cache hits and misses) and its slowest "
-                "phases; dynamo_cache_save_s under TORCH_CACHING_PRECOMPILE=1 when it saved Dynamo's frames",
-                ("step", "counters", "phases_s", "dynamo_cache_save_s")),
+                "phases",
+                ("step", "counters", "phases_s")),
     "prewarm": ("worker, rank 0, after a compiled start's first step: recorded, the modules a resume's first step "
                 "imported (written for later starts); or what a later start imported beside its checkpoint's read "
                 "(runner.prewarm): modules listed, imported, failed, seconds, and waited_s, the first step's wait "
