@@ -23,7 +23,8 @@ Told the job's recent capacity (`Recent`: the share of the last 72 h with capaci
 to how like that share its windows' own pasts were (a Gaussian kernel of the shares' distance, averaged
 over the group's starts; trial i's group by a low-discrepancy sequence, the same for every
 configuration), and within the group each start, hourly where the trace holds its whole past, by its
-own kernel weight. A bundle's windows have no past and get no trials then.
+own kernel weight. A bundle's windows cut from one trace are stitched back into it (io.specs.bundle_timeline) and
+start where they did, with the past they had; a bundle's other windows have no past and get no trials then.
 """
 
 from __future__ import annotations
@@ -120,6 +121,9 @@ class Window:
     ends: np.ndarray
     length_s: float
     slide: bool = False   # a long trace: a trial's window starts anywhere in it (a bundle's: at its start)
+    # where a bundle's window starts when its windows were stitched into the trace they were cut from (its
+    # stretches are then that whole trace's, shared by the bundle's windows): what came before is its past
+    origin: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,7 +182,7 @@ class Group:
     def replay(self, rng: np.random.Generator, horizon_s: float) -> tuple[np.ndarray, np.ndarray]:
         """One node's stretches from a real window (continued by the fit past the window's end)."""
         window = self.windows[int(rng.integers(len(self.windows)))] if len(self.windows) > 1 else self.windows[0]
-        offset = float(rng.uniform(0.0, max(window.length_s - horizon_s, 0.0))) if window.slide else 0.0
+        offset = float(rng.uniform(0.0, max(window.length_s - horizon_s, 0.0))) if window.slide else window.origin
         return self.replay_at(rng, window, offset, horizon_s)
 
     def replay_at(self, rng: np.random.Generator, window: Window, offset: float,
@@ -238,14 +242,19 @@ class Starts:
 
 
 def conditioned_starts(group: Group, recent: Recent, stride_s: float = RECENT_STRIDE_S) -> Starts | None:
-    """Every start of a long trace's window, `stride_s` apart, with `recent.past_s` of past before it, weighed
-    by the kernel of how far its past share is from the recent one; None where no window has such a past
-    (a bundle's windows have none: they are replayed from their start, knowing nothing before it)."""
+    """Every start of a long trace's window, `stride_s` apart, with `recent.past_s` of past before it, and every
+    bundle window's own start with that much past on the trace its bundle was stitched into, weighed by the
+    kernel of how far its past share is from the recent one; None where no window has such a past (a bundle's
+    windows that could not be stitched have none: they are replayed from their start, knowing nothing before)."""
     windows, offsets, shares = [], [], []
     for index, window in enumerate(group.windows):
-        if not window.slide or window.length_s <= recent.past_s:
+        if window.slide and window.length_s > recent.past_s:
+            candidates = np.arange(recent.past_s, window.length_s - stride_s + 1e-9, stride_s).tolist()
+        elif not window.slide and window.origin >= recent.past_s:
+            candidates = [window.origin]
+        else:
             continue
-        for offset in np.arange(recent.past_s, window.length_s - stride_s + 1e-9, stride_s).tolist():
+        for offset in candidates:
             windows.append(index)
             offsets.append(offset)
             shares.append(past_share(window, offset, recent.past_s))
@@ -299,35 +308,46 @@ class MarketEnsemble:
 
 
 def windows_of(path: str) -> tuple[tuple[Window, ...], list, list]:
-    """A trace file's (or bundle's) windows, and its lives and outages."""
+    """A trace file's (or bundle's) windows, and its lives and outages. A bundle whose windows were cut from one
+    trace (io.specs.bundle_timeline) is stitched back into it: its windows start where they did on it, with the
+    past it had, and its lives and outages are counted once, not once for every window that overlaps them."""
     from costsim.io.files import data_dir
-    from costsim.io.specs import BUNDLE_SUFFIX, bundle_windows, load_trace
+    from costsim.io.specs import BUNDLE_SUFFIX, bundle_timeline, bundle_windows, load_trace
     if not Path(path).is_absolute() and not Path(path).exists():
         path = str(data_dir() / path)   # a shipped trace, named relative to the data folder
-    loaded = bundle_windows(path) if path.endswith(BUNDLE_SUFFIX) else [(path, *load_trace(path))]
-    windows: list[Window] = []
     lives: list[Span] = []
     outages: list[Span] = []
-    for ref, ticks, gap_s in loaded:
-        values = np.asarray(ticks, dtype=np.int8)
-        n = len(values)
-        up = np.concatenate([[0], (values == 0).astype(np.int8), [0]])
-        change = np.diff(up)
-        up_starts, up_ends = np.flatnonzero(change == 1), np.flatnonzero(change == -1)
-        down = np.concatenate([[0], (values != 0).astype(np.int8), [0]])
-        change = np.diff(down)
-        down_starts, down_ends = np.flatnonzero(change == 1), np.flatnonzero(change == -1)
-        windows.append(Window(starts=up_starts * float(gap_s), ends=up_ends * float(gap_s), length_s=n * gap_s,
-                              slide=not path.endswith(BUNDLE_SUFFIX)))
-        # a stretch that starts at the first tick is left-truncated (its age unknown): left out, as in
-        # market_fit.trace_spans; one that reaches the last tick is censored
-        for starts, ends, into, ended in ((up_starts, up_ends, lives, "preempted"),
-                                          (down_starts, down_ends, outages, "capacity-back")):
-            for start, end in zip(starts.tolist(), ends.tolist()):
-                if start > 0:
-                    into.append(Span((end - start) * gap_s, event=end < n, ended=ended if end < n else "trace-end",
-                                     source=ref))
+    if path.endswith(BUNDLE_SUFFIX):
+        stitched = bundle_timeline(path)
+        if stitched is not None:
+            ticks, gap_s, origins = stitched
+            trace = _window(ticks, gap_s, path, lives, outages, slide=False)
+            return tuple(replace(trace, origin=origin * gap_s) for origin in origins), lives, outages
+    loaded = bundle_windows(path) if path.endswith(BUNDLE_SUFFIX) else [(path, *load_trace(path))]
+    windows = [_window(ticks, gap_s, ref, lives, outages, slide=not path.endswith(BUNDLE_SUFFIX))
+               for ref, ticks, gap_s in loaded]
     return tuple(windows), lives, outages
+
+
+def _window(ticks, gap_s: float, ref: str, lives: list[Span], outages: list[Span], *, slide: bool) -> Window:
+    """One trace's available stretches; its lives and outages appended to those lists."""
+    values = np.asarray(ticks, dtype=np.int8)
+    n = len(values)
+    up = np.concatenate([[0], (values == 0).astype(np.int8), [0]])
+    change = np.diff(up)
+    up_starts, up_ends = np.flatnonzero(change == 1), np.flatnonzero(change == -1)
+    down = np.concatenate([[0], (values != 0).astype(np.int8), [0]])
+    change = np.diff(down)
+    down_starts, down_ends = np.flatnonzero(change == 1), np.flatnonzero(change == -1)
+    # a stretch that starts at the first tick is left-truncated (its age unknown): left out, as in
+    # market_fit.trace_spans; one that reaches the last tick is censored
+    for starts, ends, into, ended in ((up_starts, up_ends, lives, "preempted"),
+                                      (down_starts, down_ends, outages, "capacity-back")):
+        for start, end in zip(starts.tolist(), ends.tolist()):
+            if start > 0:
+                into.append(Span((end - start) * gap_s, event=end < n, ended=ended if end < n else "trace-end",
+                                 source=ref))
+    return Window(starts=up_starts * float(gap_s), ends=up_ends * float(gap_s), length_s=n * gap_s, slide=slide)
 
 
 @functools.lru_cache(maxsize=64)

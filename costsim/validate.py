@@ -24,6 +24,7 @@ evenly over them, has capacity.
 
 from __future__ import annotations
 
+import collections
 import math
 from dataclasses import dataclass, field, replace
 from typing import Callable
@@ -162,7 +163,7 @@ def window_starts(group: Group, horizon_s: float, stride_s: float) -> list[tuple
         if window.slide:
             offsets = np.arange(0.0, max(window.length_s - horizon_s, 0.0) + 1e-9, stride_s).tolist()
         else:
-            offsets = [0.0]
+            offsets = [window.origin]
         out += [(index, offset) for offset in offsets]
     return out
 
@@ -191,16 +192,25 @@ def window_blocks(group: Group, horizon_s: float, stride_s: float) -> np.ndarray
     """For each window of `replay_timelines` (same order), the block of overlapping windows it belongs to.
     Windows that start `stride` apart on one trace share most of their span (the SDXL plan's 144 h horizon,
     6 h apart: 23/24 of it): they are not independent draws. Consecutive windows are grouped in blocks of
-    horizon/stride, so that one block's windows barely overlap the next block's; a bundle's windows are a
-    block each; a gang's window counts in its first node's block. The standard errors below count blocks,
-    not windows (`cluster_se`)."""
+    horizon/stride, so that one block's windows barely overlap the next block's; a bundle's windows stitched
+    into one trace likewise, by where they start on it (a block a horizon long), and a bundle's other windows
+    are a block each; a gang's window counts in its first node's block. The standard errors below count
+    blocks, not windows (`cluster_se`)."""
     per_block = max(1, math.ceil(horizon_s / stride_s - 1e-9))
     blocks, next_block = [], 0
+    stitched: dict[tuple[int, int], int] = {}   # (the shared trace, its horizon-long stretch): block
+    sharing = collections.Counter(id(window.starts) for window in group.windows if not window.slide)
     for window in group.windows:
         if window.slide:
             count = int(np.arange(0.0, max(window.length_s - horizon_s, 0.0) + 1e-9, stride_s).size)
             blocks += [next_block + i // per_block for i in range(count)]
             next_block += -(-count // per_block)
+        elif sharing[id(window.starts)] > 1:
+            key = (id(window.starts), int(window.origin // horizon_s))
+            if key not in stitched:
+                stitched[key] = next_block
+                next_block += 1
+            blocks.append(stitched[key])
         else:
             blocks.append(next_block)
             next_block += 1
@@ -321,10 +331,9 @@ RECENT_BINS = np.linspace(0.0, 1.0, 6)   # held-out windows' past shares, binned
 def window_past_shares(group: Group, horizon_s: float, stride_s: float, past_s: float,
                        starts: list[tuple[int, float]] | None = None) -> np.ndarray:
     """For each window of `replay_timelines(group, ...)` (same order; or of `starts`), the share of the `past_s`
-    before its start with capacity; NaN where the window has no such past (a bundle's, or one that starts too
-    early)."""
-    return np.array([ensemble.past_share(group.windows[index], offset, past_s) if group.windows[index].slide
-                     else float("nan")
+    before its start with capacity; NaN where the window has no such past (a bundle's that could not be stitched
+    into one trace, or one that starts too early)."""
+    return np.array([ensemble.past_share(group.windows[index], offset, past_s)
                      for index, offset in (starts if starts is not None else window_starts(group, horizon_s, stride_s))])
 
 
@@ -334,8 +343,8 @@ def validate_group_recent(workload: Workload, profile: Profile, offerings: list[
     """Plan without group `name` as a user who knows the recent capacity would: each held-out window's past
     share (the `past_s` before it) is binned (RECENT_BINS), the market without the group is told each
     bin's mean share, and that plan's statement is judged on the bin's windows. Windows with no such past (a
-    bundle's, the first days of a trace) are judged against the plan that knows nothing of the past. The
-    group's stated P(deadline) is the mean of its windows' statements."""
+    bundle's that could not be stitched into one trace, the first days of a trace) are judged against the plan
+    that knows nothing of the past. The group's stated P(deadline) is the mean of its windows' statements."""
     group_spec = next(g for g in spec.groups if g.name == name)
     held_out = ensemble.build_group(group_spec)
     without = spec.without(name)

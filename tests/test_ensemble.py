@@ -387,3 +387,84 @@ def test_validate_told_each_windows_recent_capacity_states_closer_to_what_happen
     assert t["if_right"]["p_deadline"] is None   # not judged when told the recent capacity
     alone = run_cli(*args, "--recent-bandwidth", "0.2")
     assert alone.exit_code == 2 and "--recent-bandwidth goes with --recent-past" in alone.stderr
+
+
+def _bundle(path, windows, start_times=None):
+    import gzip
+    doc = {"gap_seconds": GAP, "windows": windows}
+    if start_times is not None:
+        doc["start_times"] = start_times
+    path.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    return str(path)
+
+
+def _cut(trace: list[int], count: int, seed: int) -> tuple[list[str], list[str]]:
+    """`count` windows cut from `trace` at random ticks, each to its end, as the Can't Be Late bundle was, with
+    start times a fifth of a tick off the grid at most (each window's ticks begin at its own time)."""
+    import datetime
+    rng = np.random.default_rng(seed)
+    t0 = datetime.datetime(2022, 10, 26, tzinfo=datetime.timezone.utc)
+    windows, times = [], []
+    for first in sorted(rng.integers(0, len(trace) - 200, count).tolist()):
+        windows.append("".join(map(str, trace[first:])))
+        when = t0 + datetime.timedelta(seconds=first * GAP + float(rng.uniform(-0.2, 0.2)) * GAP)
+        times.append(when.strftime("%Y-%m-%dT%H:%M:%S.000Z"))
+    return windows, times
+
+
+def test_a_bundle_cut_from_one_trace_is_stitched_back_and_its_windows_keep_their_past(tmp_path):
+    """io.specs.bundle_timeline: windows cut from one trace (with their start times) give that trace back, each
+    window where it started; its lives are counted once (as the trace's own), not once a window; a window's past
+    on the stitched trace is the trace's; without start times, or cut from different traces, nothing is stitched."""
+    from costsim.errors import InputError
+    from costsim.io.specs import bundle_timeline
+    trace = _pattern(up=60, down=20, length=3000, seed=3)
+    windows, times = _cut(trace, 40, seed=4)
+    path = _bundle(tmp_path / "b.json.gz", windows, times)
+    ticks, gap_s, origins = bundle_timeline(path)
+    first = len(trace) - max(len(w) for w in windows)
+    assert gap_s == GAP and ticks.tolist() == trace[first:]
+    assert [o + first for o in origins] == [len(trace) - len(w) for w in windows]
+    stitched, lives, _ = ensemble.windows_of(path)
+    _, own_lives, _ = ensemble.windows_of(_trace(tmp_path / "t.json", trace[first:]))
+    assert len(lives) == len(own_lives)   # once, not once for every window that overlaps a life
+    _, each_lives, _ = ensemble.windows_of(_bundle(tmp_path / "plain.json.gz", windows))
+    assert len(each_lives) > 5 * len(own_lives)   # the same lives, counted again and again
+    past = 24 * 3600.0
+    for window, origin in zip(stitched, origins):
+        assert window.origin == origin * GAP and not window.slide
+        if window.origin >= past:
+            lo = int(window.origin / GAP) - int(past / GAP)
+            expected = 1 - sum(trace[first + lo:first + int(window.origin / GAP)]) / (past / GAP)
+            assert ensemble.past_share(window, window.origin, past) == pytest.approx(expected)
+    assert bundle_timeline(tmp_path / "plain.json.gz") is None   # no start times
+    other, _ = _cut(_pattern(up=60, down=20, length=3000, seed=5), 40, seed=4)
+    mixed = _bundle(tmp_path / "mixed.json.gz", windows[:20] + other[20:], times)
+    assert bundle_timeline(mixed) is None   # not one trace
+    with pytest.raises(InputError, match=r"start_times\[1\].*ISO 8601"):
+        bundle_timeline(_bundle(tmp_path / "bad.json.gz", windows[:2], [times[0], "yesterday"]))
+
+
+def test_validate_tells_a_stitched_bundles_windows_their_past(run_cli, tmp_path):
+    """A held-out bundle whose windows were cut from one trace: `validate --recent-past` tells its windows their
+    own past (they get plans of their own, not the one told nothing), and their standard errors count blocks of
+    windows a horizon apart on the trace, not each window alone."""
+    folder = tmp_path / "market"
+    folder.mkdir()
+    _trace(folder / "good_v100_1.json", _pattern(up=300, down=3, length=4000, seed=1))
+    _trace(folder / "bad_v100_1.json", _pattern(up=3, down=300, length=4000, seed=2))
+    trace = _pattern(up=300, down=3, length=3000, seed=6) + _pattern(up=3, down=300, length=1000, seed=7)
+    windows, times = _cut(trace, 60, seed=8)
+    bundle = _bundle(tmp_path / "cut.json.gz", windows, times)
+    args = ["validate", "--workload", "sdxl", "--gpu", "H200", "--policy", "spot-only", "--nodes", "1", "--trials",
+            "60", "--market", "traces", "--market-trace", str(folder), "--market-trace", bundle, "--group", "cut",
+            "--format", "json"]
+    told = run_cli(*args, "--recent-past", "24h")
+    blind = run_cli(*args)
+    assert told.exit_code in (0, 1) and blind.exit_code in (0, 1), told.stderr + blind.stderr
+    t, b = told.json()["groups"][0], blind.json()["groups"][0]
+    assert t["windows"] == b["windows"] == 60
+    assert 1 < t["blocks"] < 60   # windows that overlap on the trace share a block
+    assert t["realised_p_deadline"] == b["realised_p_deadline"]   # the same windows, the same outcomes
+    # -0.02 told, -0.28 not (stated 0.76 and 0.50); a 60-trial statement is within 0.07 of its own mean
+    assert abs(t["p_error"]) < abs(b["p_error"]) - 0.1, (b["p_error"], t["p_error"])
