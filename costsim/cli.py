@@ -326,6 +326,7 @@ def _price_dates(result) -> str:
               "in place of --preemption-mtbf/--capacity-wait/--weibull-shape")
 @click.argument("more_traces", nargs=-1, type=click.Path())
 @market_options
+@recent_options
 @catalog_option
 @output_options
 def simulate_command(plan_file, workload, offering, nodes, variant, work_hours, deadline, checkpoint_interval,
@@ -333,7 +334,8 @@ def simulate_command(plan_file, workload, offering, nodes, variant, work_hours, 
                      checkpoint_stall, restart_cost, changeover, notice, preemption_mtbf, capacity_wait,
                      weibull_shape, traces, policy, on_demand_price, spot_price, owned_price, trials, seed, per_trial,
                      spot_model,
-                     more_traces, market, market_traces, catalog_ref, fmt):
+                     more_traces, market, market_traces, recent_trace, recent_share, recent_past, recent_bandwidth,
+                     catalog_ref, fmt):
     """Simulate one configuration many times: what-if questions and checks of the model.
 
     Example: costsim simulate --work-hours 48 --deadline 52h --checkpoint-interval 1h --changeover 6m
@@ -343,6 +345,16 @@ def simulate_command(plan_file, workload, offering, nodes, variant, work_hours, 
         raise click.UsageError(f"unexpected argument {more_traces[0]!r}; trace files follow --trace")
     traces = _trace_files(list(traces) + list(more_traces))
     source = click.get_current_context().get_parameter_source
+    told = [f"--{name.replace('_', '-')}" for name, value in (
+        ("recent_trace", recent_trace), ("recent_share", recent_share), ("recent_past", recent_past),
+        ("recent_bandwidth", recent_bandwidth)) if value is not None]
+    if told and (plan_file or not workload):
+        raise click.UsageError(f"{told[0]} tells --workload/--offering's ensemble the recent capacity; "
+                               + ("a plan replays the recent capacity it was made with" if plan_file else
+                                  "bare flags have no ensemble"))
+    if told and traces:
+        raise click.UsageError(f"--trace replays those traces one per trial; {told[0]} weighs the ensemble's replays "
+                               "instead: give one or the other")
     if variant and not workload:
         raise click.UsageError("--variant needs --workload (it names one of the workload profile's configurations)")
     if plan_file:
@@ -375,6 +387,7 @@ def simulate_command(plan_file, workload, offering, nodes, variant, work_hours, 
             raise click.UsageError("--trace replays those traces one per trial; --market/--market-trace choose what "
                                    "the trials draw from otherwise: give one or the other")
         chosen = with_market([chosen], _market_mode(market, market_traces, spot_model), tuple(market_traces))[0]
+        chosen = _with_recent([chosen], recent_trace, recent_share, recent_past, recent_bandwidth)[0]
         if spot_model:
             chosen = with_spot_models([chosen], io.load_fitted_spot_models(spot_model))[0]
         config = workload_config(spec, chosen, nodes, policy, checkpoint_interval, deadline, variant)

@@ -344,7 +344,8 @@ def validate_group_recent(workload: Workload, profile: Profile, offerings: list[
     share (the `past_s` before it) is binned (RECENT_BINS), the market without the group is told each
     bin's mean share, and that plan's statement is judged on the bin's windows. Windows with no such past (a
     bundle's that could not be stitched into one trace, the first days of a trace) are judged against the plan
-    that knows nothing of the past. The group's stated P(deadline) is the mean of its windows' statements."""
+    that knows nothing of the past. The group's stated P(deadline) and mean cost are the means of its windows'
+    statements."""
     group_spec = next(g for g in spec.groups if g.name == name)
     held_out = ensemble.build_group(group_spec)
     without = spec.without(name)
@@ -354,7 +355,7 @@ def validate_group_recent(workload: Workload, profile: Profile, offerings: list[
     starts = window_starts(held_out, horizon_s, stride_s)
     shares = window_past_shares(held_out, horizon_s, stride_s, past_s, starts)
     bins = np.where(np.isnan(shares), -1, np.clip(np.digitize(shares, RECENT_BINS[1:-1]), 0, len(RECENT_BINS) - 2))
-    stated_p = np.zeros(len(shares))
+    stated_p, stated_cost = np.zeros(len(shares)), np.zeros(len(shares))
     finish, cost, met = np.zeros(len(shares)), np.zeros(len(shares)), np.zeros(len(shares), dtype=bool)
     cost_in, finish_in = np.zeros(len(shares)), np.zeros(len(shares))
     crps_sum = 0.0
@@ -376,7 +377,7 @@ def validate_group_recent(workload: Workload, profile: Profile, offerings: list[
         timelines = replay_timelines(held_out, config.params.horizon_s, stride_s, c.nodes, starts)
         f, k, m = realised(config, [timelines[i] for i in members.tolist()], options.seed, indexes=members.tolist())
         finish[members], cost[members], met[members] = f, k, m
-        stated_p[members] = chosen.stats.p_deadline
+        stated_p[members], stated_cost[members] = chosen.stats.p_deadline, chosen.stats.cost_mean
         cost_in[members], finish_in[members] = coverage_each(stated.cost, k), coverage_each(stated.makespan_s, f)
         crps_sum += crps(stated.cost, k) * len(members)
         pairs += [(float(np.mean(stated.makespan_s <= x * result.deadline_s)), bool(y <= x * result.deadline_s))
@@ -392,7 +393,7 @@ def validate_group_recent(workload: Workload, profile: Profile, offerings: list[
         blocks=int(np.unique(blocks).size), cost_coverage=float(cost_in.mean()),
         finish_coverage=float(finish_in.mean()), cost_coverage_se=_se(cost_in, blocks),
         finish_coverage_se=_se(finish_in, blocks), crps=crps_sum / len(shares),
-        stated_cost_mean=None, realised_cost_mean=float(cost.mean()), pairs=pairs)
+        stated_cost_mean=float(stated_cost.mean()), realised_cost_mean=float(cost.mean()), pairs=pairs)
 
 
 def _se(values: np.ndarray, blocks: np.ndarray) -> float | None:

@@ -385,6 +385,7 @@ def test_validate_told_each_windows_recent_capacity_states_closer_to_what_happen
     assert b["windows"] == t["windows"] and b["realised_p_deadline"] == t["realised_p_deadline"]
     assert abs(t["p_error"]) < abs(b["p_error"]) - 0.1, (b["p_error"], t["p_error"])
     assert t["if_right"]["p_deadline"] is None   # not judged when told the recent capacity
+    assert t["stated_cost_mean"] > 0 and b["stated_cost_mean"] > 0   # the windows' plans' mean, told
     alone = run_cli(*args, "--recent-bandwidth", "0.2")
     assert alone.exit_code == 2 and "--recent-bandwidth goes with --recent-past" in alone.stderr
 
@@ -468,3 +469,21 @@ def test_validate_tells_a_stitched_bundles_windows_their_past(run_cli, tmp_path)
     assert t["realised_p_deadline"] == b["realised_p_deadline"]   # the same windows, the same outcomes
     # -0.02 told, -0.28 not (stated 0.76 and 0.50); a 60-trial statement is within 0.07 of its own mean
     assert abs(t["p_error"]) < abs(b["p_error"]) - 0.1, (b["p_error"], t["p_error"])
+
+
+def test_simulate_a_workload_told_the_recent_capacity(run_cli):
+    """`costsim simulate --workload --offering --recent-share`: the same conditioning as the plan's (a poor past,
+    fewer deadlines met, by more than four standard errors); with --plan, bare flags or --trace it is one line."""
+    met = {}
+    for share in (0.1, 0.95):
+        result = run_cli("simulate", "--workload", "sdxl", "--offering", "aws/us-east-1/p5en.48xlarge", "--policy",
+                         "spot-only", "--trials", "300", "--recent-share", str(share), "--format", "json")
+        assert result.exit_code == 0, result.stderr
+        met[share] = result.json()["deadline_met"]   # a share of the trials
+    se = math.sqrt(sum(p * (1 - p) / 300 for p in met.values()))
+    assert met[0.95] - met[0.1] > 4 * se, met
+    for args, says in ((("--work-hours", "4", "--deadline", "10h", "--checkpoint-interval", "1h"), "bare flags"),
+                       (("--workload", "sdxl", "--offering", "aws/us-east-1/p5en.48xlarge", "--trace",
+                         "data/traces/aws-us-east-1a-v100-2023-02-15.json"), "--trace replays")):
+        result = run_cli("simulate", *args, "--recent-share", "0.3")
+        assert result.exit_code == 2 and says in result.stderr and len(result.stderr.strip().splitlines()) == 1
