@@ -318,14 +318,17 @@ def check_checkpoint_place(run_dir: Path, plan, *, accept_change: bool = False) 
     if needed <= 0:
         return place
     steps = layout.saved_steps(root) if root.exists() else []
-    reclaimable = sum(p.stat().st_size for step in steps[1:] for p in layout.step_folder(root, step).iterdir()
-                      if p.is_file())
+    # older checkpoints, and what a start removes anyway: saves cut short, removals an earlier life left half done
+    folders = [layout.step_folder(root, step) for step in steps[1:]]
+    folders += layout.partial_folders(root) + layout.removing_folders(root) if root.exists() else []
+    reclaimable = sum(p.stat().st_size for folder in folders for p in folder.iterdir() if p.is_file())
     free = free_bytes(root)
     if free + reclaimable < needed:
         where = "keep fewer checkpoints (plan.json checkpoint.keep), or put them on a larger disk or an object store " \
                 "(--checkpoint-dir s3://bucket/prefix)"
         raise InputError(str(root), "disk", f"room for one checkpoint of {gb(needed)} is needed beside the newest, "
-                         f"{gb(free)} free ({gb(reclaimable)} more in older checkpoints): {where}")
+                         f"{gb(free)} free ({gb(reclaimable)} more in older checkpoints and unfinished saves or removals): "
+                         f"{where}")
     return place
 
 

@@ -146,6 +146,27 @@ def test_a_start_removes_what_an_earlier_life_left_half_removed(tmp_path):
         (5, "left half removed by an earlier life")]
 
 
+def test_a_start_counts_what_an_earlier_life_left_half_removed_as_room(tmp_path):
+    """A life that left on a notice while a checkpoint was being removed ahead leaves `.step-N.removing`: on a
+    3 MB disk with the newest checkpoint (1.16 MB) and such a leftover (1.3 MB), the free space alone is less than
+    a checkpoint, but the start removes the leftover (on a thread, before any save needs the room): the run is
+    not refused, and ends with its final checkpoint."""
+    plan = plan_with(tmp_path, bytes_=1.16e6, keep=2)
+    with small_disk(tmp_path / "disk", "3m") as disk:
+        first = execute(plan, tmp_path / "run", "--steps", "20", "--checkpoint-dir", str(disk / "ckpt"))
+        assert first.returncode == 0, first.stderr[-3000:]
+        leftover = disk / "ckpt" / ".step-5.removing"
+        leftover.mkdir()
+        (leftover / "__0_0.distcp").write_bytes(b"\0" * 1_300_000)
+        assert os.statvfs(disk).f_bavail * os.statvfs(disk).f_frsize < 1.16e6
+        result = execute(plan, tmp_path / "run", "--steps", "40", "--checkpoint-dir", str(disk / "ckpt"))
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert not leftover.exists()
+    assert summary(tmp_path / "run")["steps"] == 40
+    removed = events(tmp_path / "run", "checkpoint_removed")
+    assert [(e["step"], e["reason"]) for e in removed] == [(5, "left half removed by an earlier life")]
+
+
 def test_a_disk_that_fills_in_the_middle_of_a_save_stops_the_job_for_good_in_one_line(tmp_path):
     """The plan says 1.0 MB a checkpoint, the disk has 1.1 MB: the first save starts, runs out of space,
     leaves nothing behind, and the job stops with one line naming the disk (no restart, exit 1)."""
