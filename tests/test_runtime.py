@@ -27,6 +27,7 @@ ABANDON = ROOT / "data" / "measurements" / "2026-12-03-h200-notice-abandon"
 GPU_COUNT = ROOT / "data" / "measurements" / "2026-12-03-h200-gpu-count"
 STREAMING = ROOT / "data" / "measurements" / "2026-12-03-h200-async-streaming"
 RESUME_CHECK = ROOT / "data" / "measurements" / "2026-12-04-h200-resume-check"
+REMOVE_AHEAD = ROOT / "data" / "measurements" / "2026-12-04-h200-remove-ahead"
 FINETUNE = ROOT / "data" / "measurements" / "2026-11-30-h200-sdxl-finetune"
 
 
@@ -136,6 +137,8 @@ def test_shipped_h200_profile_is_the_calibration_of_the_measured_runs():
     streamed = [load_run(str(STREAMING / "ab" / "run")), load_run(str(STREAMING / "second" / "ab" / "run"))]
     # ... and three more machines' lives with the supervisor's check of the checkpoint (2026-12-04)
     checked = [load_run(str(RESUME_CHECK / name / "run")) for name in ("first", "second", "third")]
+    # ... and two more machines' with room made ahead of the save and the imports done beside the load
+    checked += [load_run(str(REMOVE_AHEAD / name / "run")) for name in ("first", "second", "third")]
     noticed = calibrate([load_run(str(ABANDON / "blocking" / "run")), *streamed, *checked], profile)
     assert noticed.after.checkpoint_save_s == pytest.approx(blocks.checkpoint_save_s, abs=0.05)
     assert lives.after.checkpoint_save_s > blocks.checkpoint_save_s + 3
