@@ -87,6 +87,7 @@ ASYNC_STAGING = os.environ.get("COSTSIM_ASYNC_STAGING", "streaming")
 # COSTSIM_REMOVE_AHEAD=0: the checkpoints a save must remove for room go at that save, not ahead of it
 # (Checkpointer.make_room_ahead; kept to measure the two side by side)
 REMOVE_AHEAD = os.environ.get("COSTSIM_REMOVE_AHEAD", "1") != "0"
+AHEAD, LEFTOVER = "room for the next checkpoint, made ahead", "left half removed by an earlier life"   # the reasons
 STORE_BACKOFF_S, STORE_BACKOFF_MAX_S = 15.0, 300.0   # an object store that dropped out: when to try it again
 
 
@@ -178,6 +179,7 @@ class Checkpointer:
         self._check_shared()
         self._sound: set[int] = set()   # local steps known intact: verified here, or written by this process
         self._remover: threading.Thread | None = None   # rank 0: removing ahead what a save would (make_room_ahead)
+        self._leftovers: list[tuple[int | None, int, Path, str]] = []   # `.step-N.removing` found at the start
         self._room_lock = threading.Lock()   # the training thread and the async writer both start removals ahead
         # a checkpoint fetched from the store goes into memory when every rank is on this host (they all read it)
         on_one_host = int(os.environ.get("LOCAL_WORLD_SIZE", self.world_size)) == self.world_size
@@ -246,13 +248,9 @@ class Checkpointer:
             self.warn(f"removing partial checkpoint {partial.name} (a save that did not finish)")
             self.on_event("checkpoint_skipped", step=layout.partial_step_of(partial.name), reason="partial")
             shutil.rmtree(partial, ignore_errors=True)
-        leftovers = layout.removing_folders(self.root)   # removals an earlier life left unfinished: on a thread
-        if leftovers:
-            with self._room_lock:
-                self._remover = threading.Thread(target=self._remove, args=(
-                    [(layout.removing_step_of(p.name), _folder_bytes(p), p) for p in leftovers],
-                    "left half removed by an earlier life"), name="checkpoint-remove", daemon=True)
-                self._remover.start()
+        # removals an earlier life left unfinished: deleted with the removals ahead, or first thing at a save
+        self._leftovers = [(layout.removing_step_of(p.name), _folder_bytes(p), p, LEFTOVER)
+                           for p in layout.removing_folders(self.root)]
         local = 0
         checked = resume_check.Verdicts.wait(self.root)   # the supervisor's check, begun at the launch
         for step in self.steps():
@@ -474,6 +472,8 @@ class Checkpointer:
         ok = 1
         if self.rank == 0:
             self.wait_removals()   # what was being removed ahead frees its space first
+            leftovers, self._leftovers = self._leftovers, []
+            self._remove(leftovers)   # and what an earlier life left half removed, if nothing removed it ahead
         if self.rank == 0 and needed > 0:
             steps = self.steps()
             if free_bytes(self.root) < needed:
@@ -501,8 +501,8 @@ class Checkpointer:
         a 30.8 GB checkpoint took 6-10 s on the H200 hosts' disk, inside the save, a notice's too
         (data/measurements/2026-12-04-h200-remove-ahead). The same checkpoints go as at the save, only sooner:
         after a save has landed, or once a start's first step is done. Each is first renamed out of the
-        checkpoints (`.step-N.removing`, one rename), so that no listing sees half of one; a start cleans
-        what a life left half removed."""
+        checkpoints (`.step-N.removing`, one rename), so that no listing sees half of one; what a life left half
+        removed goes first (or at the first save, when nothing is removed ahead)."""
         if self.rank != 0 or not self.remove_ahead:
             return
         with self._room_lock:
@@ -510,20 +510,20 @@ class Checkpointer:
                 self._start_removals()
 
     def _start_removals(self) -> None:
+        moved, self._leftovers = self._leftovers, []   # what an earlier life left half removed goes first
         steps = self.steps()
-        if not steps or steps[0] not in self._sound:   # only beside a newest checkpoint known intact
-            return
-        needed, free = self.checkpoint_bytes(), free_bytes(self.root)
         victims: list[tuple[int, int]] = []
-        for old in reversed(steps[1:]):   # the oldest first
-            if free >= needed:
-                break
-            size = _folder_bytes(self.folder(old))
-            victims.append((old, size))
-            free += size
-        if not victims or free < needed:   # nothing to do, or not enough even so: the save says so (make_room)
-            return
-        moved = []
+        if steps and steps[0] in self._sound:   # only beside a newest checkpoint known intact
+            needed = self.checkpoint_bytes()
+            free = free_bytes(self.root) + sum(size for _, size, _, _ in moved)
+            for old in reversed(steps[1:]):   # the oldest first
+                if free >= needed:
+                    break
+                size = _folder_bytes(self.folder(old))
+                victims.append((old, size))
+                free += size
+            if free < needed:   # not enough even so: the save says so (make_room)
+                victims = []
         for old, size in victims:
             target = layout.removing_folder(self.root, old)
             try:
@@ -531,15 +531,14 @@ class Checkpointer:
             except OSError:   # in memory (a fetched copy on another filesystem), or gone: left to the save
                 break
             self.warn(f"removing checkpoint step-{old} now to make room for the next one (the newest is kept)")
-            moved.append((old, size, target))
+            moved.append((old, size, target, AHEAD))
         if moved:
             self._remover = threading.Thread(target=self._remove, args=(moved,), name="checkpoint-remove",
                                              daemon=True)
             self._remover.start()
 
-    def _remove(self, moved: list[tuple[int | None, int, Path]],
-                reason: str = "room for the next checkpoint, made ahead") -> None:
-        for old, size, target in moved:
+    def _remove(self, moved: list[tuple[int | None, int, Path, str]]) -> None:
+        for old, size, target, reason in moved:
             started = time.perf_counter()
             shutil.rmtree(target, ignore_errors=True)
             self.measured_s["remove"] = time.perf_counter() - started
@@ -565,6 +564,9 @@ class Checkpointer:
         if self._remover is not None and self._remover.is_alive():   # one being removed ahead: at most one more
             free += size
             count += 1
+        if self._leftovers:   # an earlier life's half-removed ones: the save deletes them first
+            free += sum(left for _, left, _, _ in self._leftovers)
+            count += len(self._leftovers)
         for old in reversed(removable):   # the oldest go first
             if free >= size:
                 break

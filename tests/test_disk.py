@@ -135,15 +135,22 @@ def test_a_start_removes_what_an_earlier_life_left_half_removed(tmp_path):
     half = removing_folder(tmp_path, 5)
     half.mkdir()
     (half / "__0_0.distcp").write_bytes(b"x" * 100)
-    seen: list[tuple[str, dict]] = []
-    later = Checkpointer(tmp_path, keep=3, async_mode=False, rank=0, warn=lambda m: None,
-                         on_event=lambda name, **fields: seen.append((name, fields)))
-    assert later.agree_on_step() == 10   # not waiting for the leftover's removal, which goes on a thread
-    later.wait_removals()
-    assert not half.exists() and later.steps() == [10]
-    later.close()
-    assert [(f["step"], f["reason"]) for name, f in seen if name == "checkpoint_removed"] == [
-        (5, "left half removed by an earlier life")]
+    for ahead in (True, False):
+        seen: list[tuple[str, dict]] = []
+        later = Checkpointer(tmp_path, keep=3, async_mode=False, rank=0, warn=lambda m: None,
+                             on_event=lambda name, **fields: seen.append((name, fields)), remove_ahead=ahead)
+        assert later.agree_on_step() == 10 and half.exists()   # the start does not wait for its deletion
+        if ahead:   # deleted on a thread with the removals ahead (once the first step is done) ...
+            later.make_room_ahead()
+            later.wait_removals()
+        else:   # ... or first thing at the next save
+            later.save(20, {"model": {"w": torch.zeros(1000)}, "progress": {"step": 20}})
+        assert not half.exists() and 10 in later.steps()
+        later.close()
+        assert [(f["step"], f["reason"]) for name, f in seen if name == "checkpoint_removed"] == [
+            (5, "left half removed by an earlier life")]
+        half.mkdir()
+        (half / "__0_0.distcp").write_bytes(b"x" * 100)
 
 
 def test_a_start_counts_what_an_earlier_life_left_half_removed_as_room(tmp_path):
