@@ -788,7 +788,7 @@ class Checkpointer:
 
     def close(self, *, finish_removals: bool = True) -> None:
         """Waits for the write in flight; and for the removals started ahead unless the process is leaving on a
-        notice (finish_removals=False): what they leave is removed at the next start, on a thread."""
+        notice (finish_removals=False): what they leave the next start removes (make_room_ahead, make_room)."""
         self.wait()
         if finish_removals:
             self.wait_removals()
