@@ -627,9 +627,12 @@ def _calibrate_market(refs, offering, out, fmt):
     import yaml
 
     from costsim.io.market import read_market
+    from costsim.io.specs import BUNDLE_SUFFIX
     from costsim.market_fit import MIN_EVENTS, fit_market, fit_record, model_document
-    # a folder of traces stands for its files; a run folder (it holds telemetry.jsonl) for itself
-    sources = [s for ref in refs for s in ([ref] if (Path(ref) / TELEMETRY).exists() else _trace_files([ref]))]
+    # a folder of traces stands for its files; a run folder (it holds telemetry.jsonl) and a bundle (its windows
+    # stitched into the trace they were cut from, where they were: io.market.read_market) for themselves
+    sources = [s for ref in refs for s in ([ref] if (Path(ref) / TELEMETRY).exists() or ref.endswith(BUNDLE_SUFFIX)
+                                            else _trace_files([ref]))]
     observed = read_market(sources, offering)
     if not observed:
         raise InputError(", ".join(refs), "offering", f"no spot lives of {offering!r} in these sources" if offering

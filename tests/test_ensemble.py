@@ -431,6 +431,8 @@ def test_a_bundle_cut_from_one_trace_is_stitched_back_and_its_windows_keep_their
     assert len(lives) == len(own_lives)   # once, not once for every window that overlaps a life
     _, each_lives, _ = ensemble.windows_of(_bundle(tmp_path / "plain.json.gz", windows))
     assert len(each_lives) > 5 * len(own_lives)   # the same lives, counted again and again
+    from costsim.io.market import read_market   # `costsim calibrate --market BUNDLE` counts them once too
+    assert [len(v[0]) for v in read_market([path]).values()] == [len(own_lives)]
     past = 24 * 3600.0
     for window, origin in zip(stitched, origins):
         assert window.origin == origin * GAP and not window.slide

@@ -25,7 +25,7 @@ from pathlib import Path
 from costsim.contract.telemetry import JOURNAL, read_events, run_folder
 from costsim.errors import InputError
 from costsim.io.files import read_json
-from costsim.io.specs import load_trace
+from costsim.io.specs import BUNDLE_SUFFIX, bundle_timeline, bundle_windows, load_trace
 from costsim.market_fit import Span, trace_spans
 
 PREEMPTED = ("preempted", "preempted-notice")
@@ -60,6 +60,17 @@ def read_market(refs: list[str], offering: str | None = None) -> Observations:
         if path.is_dir():
             for label, lives in _run_lives(path).items():
                 add(label, lives, [])
+            continue
+        if BUNDLE_SUFFIX + "#" in path.name:   # one window of a bundle
+            ticks, gap_s = load_trace(path)
+            add(offering or TRACE_LABEL, *trace_spans(ticks, gap_s, source=str(path)))
+            continue
+        if path.name.endswith(BUNDLE_SUFFIX):   # windows cut from one trace count as that trace, each stretch once
+            stitched = bundle_timeline(path)
+            pieces = [(str(path), stitched[0].tolist(), stitched[1])] if stitched is not None else [
+                (ref, ticks.tolist(), gap_s) for ref, ticks, gap_s in bundle_windows(path)]
+            for source, ticks, gap_s in pieces:
+                add(offering or TRACE_LABEL, *trace_spans(ticks, gap_s, source=source))
             continue
         doc = read_json(path)
         if isinstance(doc, dict) and "instances" in doc:
