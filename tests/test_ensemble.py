@@ -418,6 +418,7 @@ def test_a_bundle_cut_from_one_trace_is_stitched_back_and_its_windows_keep_their
     window where it started; its lives are counted once (as the trace's own), not once a window; a window's past
     on the stitched trace is the trace's; without start times, or cut from different traces, nothing is stitched."""
     from costsim.errors import InputError
+    from costsim.io.market import read_market
     from costsim.io.specs import bundle_timeline
     trace = _pattern(up=60, down=20, length=3000, seed=3)
     windows, times = _cut(trace, 40, seed=4)
@@ -431,7 +432,7 @@ def test_a_bundle_cut_from_one_trace_is_stitched_back_and_its_windows_keep_their
     assert len(lives) == len(own_lives)   # once, not once for every window that overlaps a life
     _, each_lives, _ = ensemble.windows_of(_bundle(tmp_path / "plain.json.gz", windows))
     assert len(each_lives) > 5 * len(own_lives)   # the same lives, counted again and again
-    from costsim.io.market import read_market   # `costsim calibrate --market BUNDLE` counts them once too
+    # `costsim calibrate --market BUNDLE` counts them once too
     assert [len(v[0]) for v in read_market([path]).values()] == [len(own_lives)]
     past = 24 * 3600.0
     for window, origin in zip(stitched, origins):
