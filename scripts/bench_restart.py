@@ -2,7 +2,8 @@
 ratios to the figures the issue started from (one H200, the plan as written). For each life: how it
 started (fresh, on the same node from its own checkpoint, on a new node from the store), from `runner
 execute`'s start to the end of its first step, the fetch and the load, its steady samples per second, and,
-where a notice ended it, notice to exit with the decision and whether a write was in flight. The lives
+where a notice ended it, notice to exit with the decision, whether a write was in flight and how long removing
+old checkpoints for room took inside it (COSTSIM_REMOVE_AHEAD=0, or nothing removed them ahead). The lives
 come from one GPU run (`scripts/gpu_sdxl_restart_bench.sh`), so the ratios compare like with like.
 No torch here.
 
@@ -62,6 +63,13 @@ def figures(life: list[dict]) -> dict[str, float]:
         if flight is not None and flight.get("commit_s") is not None:   # its read-back: every core once hurried
             threads = flight.get("commit_threads")
             out["notice: the write's commit" + (f" ({threads} threads)" if threads else "")] = flight["commit_s"]
+        # checkpoints the notice's path removed for room (at the save: COSTSIM_REMOVE_AHEAD=0, or nothing removed
+        # them ahead), inside the notice to exit
+        removed = [e["duration_s"] for e in life if e["event"] == "checkpoint_removed" and e.get("rank") == 0
+                   and ended["notice_t"] <= e["t"] <= ended["t"]
+                   and str(e.get("reason", "")).startswith("room for checkpoint")]
+        if removed:
+            out["notice: removals for room inside it"] = sum(removed)
         # how long training ran on after the notice (the step finished, or abandoned between micro-batches:
         # `abandoned_micro_batches`); lives before `stopped_t` was recorded: to the notice's save's start
         stopped = notice.get("stopped_t") or (saved["t"] - saved["duration_s"] if saved is not None else None)
