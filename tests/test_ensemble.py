@@ -447,6 +447,11 @@ def test_a_bundle_cut_from_one_trace_is_stitched_back_and_its_windows_keep_their
     assert bundle_timeline(mixed) is None   # not one trace
     with pytest.raises(InputError, match=r"start_times\[1\].*ISO 8601"):
         bundle_timeline(_bundle(tmp_path / "bad.json.gz", windows[:2], [times[0], "yesterday"]))
+    import gzip
+    (tmp_path / "still.json.gz").write_bytes(gzip.compress(json.dumps(
+        {"gap_seconds": 0, "windows": windows[:2], "start_times": times[:2]}).encode()))
+    with pytest.raises(InputError, match="gap_seconds: got 0; a positive number"):   # any use of a bundle
+        bundle_timeline(tmp_path / "still.json.gz")
 
 
 def test_validate_tells_a_stitched_bundles_windows_their_past(run_cli, tmp_path):

@@ -478,6 +478,9 @@ def _bundle(path: Path) -> dict:
         raise InputError(str(path), "file", "not a gzipped JSON trace bundle") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("windows"), list) or "gap_seconds" not in doc:
         raise InputError(str(path), "windows", "expected {gap_seconds, windows: ['0101...', ...]}")
+    gap_s = doc["gap_seconds"]
+    if isinstance(gap_s, bool) or not isinstance(gap_s, (int, float)) or not gap_s > 0:
+        raise InputError(str(path), "gap_seconds", f"got {gap_s!r}; a positive number of seconds a tick")
     return doc
 
 
