@@ -24,7 +24,6 @@ evenly over them, has capacity.
 
 from __future__ import annotations
 
-import collections
 import math
 from dataclasses import dataclass, field, replace
 from typing import Callable
@@ -198,22 +197,20 @@ def window_blocks(group: Group, horizon_s: float, stride_s: float) -> np.ndarray
     blocks, not windows (`cluster_se`)."""
     per_block = max(1, math.ceil(horizon_s / stride_s - 1e-9))
     blocks, next_block = [], 0
-    stitched: dict[tuple[int, int], int] = {}   # (the shared trace, its horizon-long stretch): block
-    sharing = collections.Counter(id(window.starts) for window in group.windows if not window.slide)
+    # a bundle's window: (its trace, which horizon-long stretch of it the window starts in); a window that was not
+    # stitched has stretches of its own, so a key of its own
+    bundled: dict[tuple[int, int], int] = {}
     for window in group.windows:
         if window.slide:
             count = int(np.arange(0.0, max(window.length_s - horizon_s, 0.0) + 1e-9, stride_s).size)
             blocks += [next_block + i // per_block for i in range(count)]
             next_block += -(-count // per_block)
-        elif sharing[id(window.starts)] > 1:
-            key = (id(window.starts), int(window.origin // horizon_s))
-            if key not in stitched:
-                stitched[key] = next_block
-                next_block += 1
-            blocks.append(stitched[key])
         else:
-            blocks.append(next_block)
-            next_block += 1
+            key = (id(window.starts), int(window.origin // horizon_s))
+            if key not in bundled:
+                bundled[key] = next_block
+                next_block += 1
+            blocks.append(bundled[key])
     return np.array(blocks, dtype=np.int64)
 
 

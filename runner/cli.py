@@ -320,7 +320,7 @@ def check_checkpoint_place(run_dir: Path, plan, *, accept_change: bool = False) 
     steps = layout.saved_steps(root) if root.exists() else []
     # older checkpoints, and what a start removes anyway: saves cut short, removals an earlier life left half done
     folders = [layout.step_folder(root, step) for step in steps[1:]]
-    folders += layout.partial_folders(root) + layout.removing_folders(root) if root.exists() else []
+    folders += layout.partial_folders(root) + layout.removing_folders(root)   # none where root does not exist
     reclaimable = sum(p.stat().st_size for folder in folders for p in folder.iterdir() if p.is_file())
     free = free_bytes(root)
     if free + reclaimable < needed:
