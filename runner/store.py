@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +42,7 @@ FETCH_THREADS = environment.whole("COSTSIM_S3_FETCH_THREADS", 16)
 FETCH_PROCESSES = environment.whole("COSTSIM_S3_FETCH_PROCESSES", 1)
 PROCESS_BYTES = 1 << 30    # a fetch process for each GiB at most: a small checkpoint is fetched in the caller's
 READ_BLOCK = 8 << 20       # what one read of a range's body takes at a time
+DIRECT_READS = True        # body_reader's socket-to-buffer reads (False: the body's read(); the bench compares)
 
 
 class StoreError(RuntimeError):
@@ -308,7 +310,8 @@ class S3Store:
 
     def _range_into(self, step: int, name: str, start: int, length: int, fd: int) -> int | None:
         """Bytes [start, start + length) of the store's file into `fd` at `start`; their CRC-32, or None
-        when the object ends before them."""
+        when the object ends before them. Each block goes from the socket into this thread's buffer and from
+        there into the file (`body_reader`: the body's read() copies each block once more, twice in urllib3)."""
         import zlib
 
         import botocore.exceptions as errors
@@ -319,15 +322,17 @@ class S3Store:
             if exc.response.get("Error", {}).get("Code") in ("InvalidRange", "NoSuchKey", "404", "416"):
                 return None
             raise
+        buffer = _thread_buffer()
         crc, done = 0, 0
         with body:
-            while done < length and (block := body.read(min(READ_BLOCK, length - done))):
-                view, at = memoryview(block), start + done
+            readinto = body_reader(body)
+            while done < length and (got := readinto(buffer[:min(len(buffer), length - done)])):
+                view, at = buffer[:got], start + done
+                crc = zlib.crc32(view, crc)
                 while view:   # a regular file takes it whole; a signal may cut it short
                     written = os.pwrite(fd, view, at)
                     view, at = view[written:], at + written
-                crc = zlib.crc32(block, crc)
-                done += len(block)
+                done += got
         return crc if done == length else None
 
     @_guarded("an upload")
@@ -457,6 +462,36 @@ class S3Store:
         for step in removed:
             self.delete(step)
         return removed
+
+
+_buffers = threading.local()
+
+
+def _thread_buffer() -> memoryview:
+    """This thread's READ_BLOCK buffer for a fetch's reads (allocated once a thread, not once a block)."""
+    buffer = getattr(_buffers, "buffer", None)
+    if buffer is None or len(buffer) != READ_BLOCK:
+        buffer = _buffers.buffer = memoryview(bytearray(READ_BLOCK))
+    return buffer
+
+
+def body_reader(body):
+    """readinto(view) -> bytes read (0 at the end) for a GET's streaming body: http.client's own readinto under
+    urllib3's response where the body is that plain stream (the socket's bytes straight into the caller's
+    buffer), else the body's read() copied in. The caller counts what it got against the length it asked for
+    (botocore's length check is read()'s)."""
+    raw = getattr(body, "_raw_stream", None)
+    stream = getattr(raw, "_fp", None)
+    headers = getattr(raw, "headers", None) or {}
+    direct = getattr(stream, "readinto", None)
+    if DIRECT_READS and callable(direct) and headers.get("content-encoding", "identity") == "identity":
+        return direct
+
+    def readinto(view: memoryview) -> int:
+        block = body.read(len(view))
+        view[:len(block)] = block
+        return len(block)
+    return readinto
 
 
 def folder_key(run_dir: Path) -> str:

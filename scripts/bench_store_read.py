@@ -39,7 +39,8 @@ from runner.checkpoint_manifest import verify
 from runner.diskspace import filesystem_type
 
 KEY, SECRET, PORT = "costsim-bench", "costsim-bench-secret", 8333
-VARIANTS = ("bound", "memory", "memory-1", "disk", "download", "writes", "writes-own", "crc")
+VARIANTS = ("bound", "memory", "memory-1", "disk", "download", "writes", "writes-own", "crc", "bound-read",
+            "memory-1-read")
 
 
 def progress(line: str) -> None:
@@ -112,17 +113,21 @@ def make_checkpoint(folder: Path, total: int, files: int) -> None:
 
 
 def read_bound(store: store_module.S3Store, step: int, sizes: dict[str, int], threads: int, chunk: int) -> int:
-    """Every byte of the checkpoint through ranged GETs, `threads` in flight, dropped as read."""
+    """Every byte of the checkpoint through ranged GETs, `threads` in flight, dropped as read: each read
+    straight from the socket into one buffer a thread (`runner.store.body_reader`, the least a reader can do,
+    as the fetch reads; until 2026-12-04 through the body's read(), which copies each block again)."""
     client = store._client()
 
     def one(job: tuple[str, int, int]) -> int:
         name, start, length = job
         body = client.get_object(Bucket=store.bucket, Key=store._key(f"step-{step}", name),
                                  Range=f"bytes={start}-{start + length - 1}")["Body"]
+        buffer = store_module._thread_buffer()
         got = 0
         with body:
-            while block := body.read(store_module.READ_BLOCK):
-                got += len(block)
+            readinto = store_module.body_reader(body)
+            while got < length and (n := readinto(buffer[:min(len(buffer), length - got)])):
+                got += n
         return got
 
     jobs = [(n, s, min(chunk, size - s)) for n, size in sizes.items() for s in range(0, size, chunk)]
@@ -274,6 +279,17 @@ def main() -> None:
                     "writes-own": lambda: write_into(memory / "writes", sizes, args.threads, 64 << 20, own=True),
                     "crc": lambda: crc_alone(total, args.threads)}
 
+        def through_read(variant):   # the body's read() (copies each block once more) instead of reads into a buffer
+            def run() -> float:
+                store_module.DIRECT_READS = False
+                try:
+                    return variant()
+                finally:
+                    store_module.DIRECT_READS = True
+            return run
+
+        variants["bound-read"], variants["memory-1-read"] = through_read(bound), through_read(variants["memory-1"])
+
         def with_block(mib: float) -> float:
             default, store_module.READ_BLOCK = store_module.READ_BLOCK, int(mib * (1 << 20))
             try:
@@ -306,7 +322,9 @@ def main() -> None:
                   "writes": f"the fetch's writes alone ({filesystem_type(memory)}), {args.threads} threads over the "
                             f"{len(sizes)} files",
                   "writes-own": "the same writes, each thread into a file of its own",
-                  "crc": f"the fetch's CRC-32 alone, {args.threads} threads"}
+                  "crc": f"the fetch's CRC-32 alone, {args.threads} threads",
+                  "bound-read": "the bound through the body's read() (its reader until 2026-12-04)",
+                  "memory-1-read": "the one-process fetch through the body's read() (until 2026-12-04)"}
         for mib in blocks:
             labels[f"memory-1@{mib:g}"] = f"the same in one process, reads of {mib:g} MiB"
         for name, values in times.items():

@@ -459,3 +459,38 @@ def test_a_fetch_shared_among_processes_is_the_checkpoint_byte_for_byte_and_find
     assert s3.fetch(7, tmp_path / "b", threads=6, processes=3) == "__1_0.distcp fails its CRC-32 check"
     store["client"].put_object(Bucket=BUCKET, Key=key, Body=bytes(damaged[:3 << 20]))   # cut short
     assert "shorter than its manifest" in s3.fetch(7, tmp_path / "c", threads=6, processes=3)
+
+
+@pytest.mark.parametrize("direct", [True, False])
+def test_a_fetch_reads_a_range_from_the_socket_into_its_buffer_or_through_read_alike(store, tmp_path, monkeypatch,
+                                                                                    direct):
+    """`body_reader` on a real ranged GET: http.client's own readinto (the socket's bytes straight into the
+    fetch's buffer; if urllib3 stops exposing it, this fails and says the fetch fell back to the slower read()),
+    or with DIRECT_READS off the body's read(): the same bytes either way, in reads cut at any size, and 0 at
+    the range's end; a fetch through either is the object byte for byte."""
+    import http.client
+    import json as json_
+
+    from runner import store as store_module
+    from runner.checkpoint_manifest import MANIFEST, file_checksums
+    monkeypatch.setattr(store_module, "DIRECT_READS", direct)
+    data = os.urandom((3 << 20) + 77)
+    store["client"].put_object(Bucket=BUCKET, Key="raw/object", Body=data)
+    body = store["client"].get_object(Bucket=BUCKET, Key="raw/object", Range=f"bytes=5-{(2 << 20) + 9}")["Body"]
+    readinto = store_module.body_reader(body)
+    assert isinstance(getattr(readinto, "__self__", None), http.client.HTTPResponse) is direct
+    buffer, got = memoryview(bytearray(1 << 20)), bytearray()
+    with body:
+        for size in (1, 1000, 1 << 20, 1 << 20, 1 << 20):
+            got += buffer[:readinto(buffer[:size])]
+    assert bytes(got) == data[5:(2 << 20) + 10]
+    source = tmp_path / "source"
+    source.mkdir()
+    (source / "__0_0.distcp").write_bytes(data)
+    sums = file_checksums([source / "__0_0.distcp"], 1 << 20)
+    (source / MANIFEST).write_text(json_.dumps({"step": 3, "chunk_bytes": 1 << 20, "files": {
+        "__0_0.distcp": {"size": len(data), "crc32_chunks": sums[source / "__0_0.distcp"]}}}))
+    s3 = store_module.S3Store.from_url(f"s3://{BUCKET}/runs/reader-{direct}")
+    s3.upload(source, 3)
+    assert s3.fetch(3, tmp_path / "fetched", threads=3, processes=1) is None
+    assert (tmp_path / "fetched" / "__0_0.distcp").read_bytes() == data
