@@ -291,7 +291,7 @@ class Checkpointer:
         into = self._fetch_target(step)
         partial = layout.partial_folder(into, step)
         try:
-            problem = store.fetch(step, partial)
+            problem = store.fetch(step, partial, apart=True)   # beside the start's build: a process of its own
         except StoreUnavailable:
             shutil.rmtree(partial, ignore_errors=True)
             raise

@@ -35,11 +35,13 @@ PART_BYTES = int(environment.real("COSTSIM_S3_PART_MB", 64, minimum=5) * (1 << 2
 TRANSFER_THREADS = 8       # parts in flight per file (uploads)
 # ranges in flight when a checkpoint is fetched (all its files at once); COSTSIM_S3_FETCH_THREADS sets another
 FETCH_THREADS = environment.whole("COSTSIM_S3_FETCH_THREADS", 16)
-# processes they are shared among (COSTSIM_S3_FETCH_PROCESSES; 1, the default: the caller's own). One process
+# processes they are shared among (COSTSIM_S3_FETCH_PROCESSES; 1, the default: the caller's own, or one of its own
+# where the caller builds beside it: `fetch(apart=True)`, off with COSTSIM_S3_FETCH_APART=0). One process
 # fetched faster wherever both were measured (scripts/bench_store_read.py): on 2 cores 0.64-0.81x of the store's
 # bound against 0.35-0.37x with 4 (data/measurements/2026-12-03-store-read-local), on the 16-core H200 host 0.55x
 # and 0.66x against 0.49x and 0.57x (2026-12-03-h200-async-streaming, 2026-12-04-h200-resume-check)
 FETCH_PROCESSES = environment.whole("COSTSIM_S3_FETCH_PROCESSES", 1)
+FETCH_APART = os.environ.get("COSTSIM_S3_FETCH_APART", "1") != "0"
 PROCESS_BYTES = 1 << 30    # a fetch process for each GiB at most: a small checkpoint is fetched in the caller's
 READ_BLOCK = 8 << 20       # what one read of a range's body takes at a time
 DIRECT_READS = True        # body_reader's socket-to-buffer reads (False: the body's read(); the bench compares)
@@ -204,7 +206,7 @@ class S3Store:
 
     @_guarded("a fetch")
     def fetch(self, step: int, folder: Path, *, threads: int = FETCH_THREADS,
-              processes: int = FETCH_PROCESSES) -> str | None:
+              processes: int = FETCH_PROCESSES, apart: bool = False) -> str | None:
         """Checkpoint `step` into `folder` (created; the caller renames it into place): every file in ranges
         of its manifest's chunk size (64 MiB), `threads` ranges in flight across all the files, each written
         where it belongs and its CRC-32 computed on the bytes as they arrive, then the manifest. Returns None
@@ -214,7 +216,9 @@ class S3Store:
         The ranges are shared out among `processes` processes (`python -m runner.store`, this module, with
         the ranges on its stdin), each with its share of the threads: in one process the reading threads'
         interpreter work competed with the caller's own (the SDXL build beside the fetch took 9.8 s, 2.6-3.2 s
-        alone) and with each other."""
+        alone) and with each other. `apart`: in a process of its own even where one process fetches (the
+        runner's start, whose build runs beside the fetch: a fetch in the builder's process holds the
+        interpreter's lock at every socket read), unless the checkpoint is under PROCESS_BYTES."""
         from runner.checkpoint_manifest import CHUNK_BYTES, verify
         client = self._client()
         folder = Path(folder)
@@ -235,7 +239,7 @@ class S3Store:
         # file took 2.3 GB/s of a store that serves 7.5), so the ranges in flight spread over all of them
         ranges = [(name, start, min(chunk, size - start)) for start in range(0, max(sizes.values(), default=0), chunk)
                   for name, size in sizes.items() if start < size]
-        crcs = self._fetch_in_processes(step, folder, ranges, threads, processes)
+        crcs = self._fetch_in_processes(step, folder, ranges, threads, processes, apart)
         (folder / MANIFEST).write_bytes(manifest)
         for name, size in sizes.items():
             got = [crcs[(name, start)] for start in range(0, size, chunk)] or [0]   # an empty file: CRC-32 of nothing
@@ -248,14 +252,14 @@ class S3Store:
                 return f"{name} fails its CRC-32 check"
         return None
 
-    def _fetch_in_processes(self, step: int, folder: Path, ranges: list, threads: int,
-                            processes: int) -> dict[tuple[str, int], int | None]:
+    def _fetch_in_processes(self, step: int, folder: Path, ranges: list, threads: int, processes: int,
+                            apart: bool = False) -> dict[tuple[str, int], int | None]:
         import errno
         import subprocess
         import sys
         total = sum(length for _, _, length in ranges)   # a process pays its start (about 0.5 s): one per GB or more
         processes = max(1, min(processes, len(ranges), -(-total // PROCESS_BYTES)))
-        if processes == 1:
+        if processes == 1 and (not (apart and FETCH_APART) or total < PROCESS_BYTES):
             return self.fetch_ranges(step, folder, ranges, threads)
         share = max(1, threads // processes)
         children = []

