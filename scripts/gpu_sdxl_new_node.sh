@@ -54,7 +54,7 @@ life 10 "life-1-first-node" "$OUT/lives.txt"
 cp "$RUN_DIR/telemetry.jsonl" "$OUT/telemetry-1.jsonl"
 EXECUTE_ARGS="--checkpoint-dir s3://ckpt/sdxl --share-compile-cache"
 n=2
-IFS=';' read -r -a NEW_NODES <<< "${NEW_NODES:-}"; [ ${#NEW_NODES[@]} -eq 0 ] && NEW_NODES=("")
+IFS=';' read -r -a NEW_NODES <<< "${NEW_NODES:-};"   # the extra ";" keeps a trailing empty entry; none: one
 for settings in "${NEW_NODES[@]}"; do   # each a new node: the run folder gone, the page cache dropped
   rm -rf "$RUN_DIR" /dev/shm/costsim-*; sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null && echo "page cache dropped" >> "$OUT/notes.txt"
   free -g | head -2 >> "$OUT/notes.txt"; df -h /tmp /dev/shm | tail -2 >> "$OUT/notes.txt"

@@ -59,7 +59,7 @@ if [[ $LIVES == *A* ]]; then
     fi
   fi
   if [[ -n ${MORE_LIVES:-} ]]; then   # more same-node lives after those, one for each ';'-separated environment
-    IFS=';' read -ra more <<< "$MORE_LIVES"
+    IFS=';' read -ra more <<< "$MORE_LIVES;"   # the extra ";": a trailing empty entry is a life too
     at=16   # after B's notice at 12 (B2 and B3 at 16 and 20, B4 at 24)
     if [[ $LIVES == *S* ]]; then at=24; [[ $LIVES == *4* ]] && at=28; fi
     for i in "${!more[@]}"; do
