@@ -230,11 +230,15 @@ class Checkpointer:
             return held
         return layout.step_folder(self.root, step)
 
-    def _drop_memory(self, *, background: bool = False) -> None:
+    def _drop_memory(self, *, background: bool = False, keep: int | None = None) -> None:
         """The fetched copies in memory go (rank 0); in the background after a load: freeing 30.8 GB of a
-        tmpfs took about 3 s, before the first step."""
+        tmpfs took about 3 s, before the first step. `keep`: all but that step's copy (the supervisor's fetch)."""
         if self.rank == 0 and self._memory is not None and self._memory.exists():
-            if background:
+            if keep is not None:
+                for path in self._memory.iterdir():
+                    if path.name != layout.step_folder(self._memory, keep).name:
+                        shutil.rmtree(path, ignore_errors=True)
+            elif background:
                 threading.Thread(target=shutil.rmtree, args=(self._memory,), kwargs={"ignore_errors": True},
                                  name="checkpoint-drop", daemon=True).start()
             else:
@@ -243,7 +247,10 @@ class Checkpointer:
     def choose(self) -> int:
         """Newest valid step (0 when none), from the local folder or, newer, from the store (fetched into
         the local folder or memory first); skipped ones are reported. Rank 0 only."""
-        self._drop_memory()   # what an earlier life fetched and did not load
+        # the supervisor's check, begun at the launch; with a store it may have fetched into memory too
+        checked = resume_check.Verdicts.wait(self.root)
+        fetched = checked.fetched_step(self._memory)
+        self._drop_memory(keep=fetched)   # what an earlier life fetched and did not load
         for partial in layout.partial_folders(self.root):
             self.warn(f"removing partial checkpoint {partial.name} (a save that did not finish)")
             self.on_event("checkpoint_skipped", step=layout.partial_step_of(partial.name), reason="partial")
@@ -252,7 +259,6 @@ class Checkpointer:
         self._leftovers = [(layout.removing_step_of(p.name), _folder_bytes(p), p, LEFTOVER)
                            for p in layout.removing_folders(self.root)]
         local = 0
-        checked = resume_check.Verdicts.wait(self.root)   # the supervisor's check, begun at the launch
         for step in self.steps():
             problem = checked.problem(step, self.folder(step))
             self.checked_by.append("supervisor" if problem is not resume_check.UNKNOWN else "rank 0")
@@ -266,8 +272,18 @@ class Checkpointer:
             self.on_event("checkpoint_skipped", step=step, reason=problem)
         if self.store is None:
             return local
+        if fetched is not None and fetched > local:   # checked against its manifest as it arrived
+            self._sound.add(fetched)
+            for old in self.steps():   # the verified newer checkpoint is in place: the older copies make room now
+                shutil.rmtree(layout.step_folder(self.root, old), ignore_errors=True)
+            return fetched
+        damaged = None   # the step the supervisor fetched and found damaged: not fetched again
+        if (problem := checked.fetched.get("problem")) is not None:
+            damaged = checked.fetched.get("step")
+            self.warn(f"skipping checkpoint step-{damaged} of {self.store.url}: {problem}")
+            self.on_event("checkpoint_skipped", step=damaged, reason=f"store: {problem}")
         try:
-            for step in (s for s in self.store.steps() if s > local):
+            for step in (s for s in self.store.steps() if s > local and s != damaged):
                 if self._fetch(step):
                     return step
         except StoreUnavailable as exc:

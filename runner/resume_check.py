@@ -8,6 +8,12 @@ check as it launches torchrun, in a thread, and writes its verdicts into a file 
 environment names to the workers (COSTSIM_RESUME_CHECK). Rank 0 reads it once the check has ended and takes
 a verdict where the manifest it was made on is still the one on the disk (same inode, size and
 modification time: a manifest is only ever replaced whole); anything else rank 0 checks itself.
+
+With an object store (`--checkpoint-dir s3://...`), the same thread then fetches the store's newest checkpoint
+where it is newer than the node's sound one, into memory (`prefetch`): rank 0 fetched it itself once its process
+was up, about 6 s after `runner execute` on the H200, and its fetch held the interpreter's lock against the
+build beside it. Rank 0 takes the fetched copy where it is still as the verdicts say; anything else (no room
+in memory, the store out, a damaged copy) it fetches or skips itself, as before.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import shutil
 import threading
 import time
 import uuid
@@ -23,6 +30,7 @@ from typing import Callable
 
 from runner import layout
 from runner.checkpoint_manifest import MANIFEST, verify
+from runner.diskspace import available_memory, filesystem_type, free_bytes
 
 ENV = "COSTSIM_RESUME_CHECK"   # the verdicts' file
 PREFIX = ".resume-check-"      # its name in the run folder: PREFIX<random>.json
@@ -69,9 +77,11 @@ class Precheck:
     could be made, or `root` is None: rank 0 then checks for itself); `on_done(doc)` is told the verdicts
     after the unlock; `close()` waits for the thread and removes the file."""
 
-    def __init__(self, root: Path | None, run_dir: Path, on_done: Callable[[dict], None] | None = None):
+    def __init__(self, root: Path | None, run_dir: Path, on_done: Callable[[dict], None] | None = None, *,
+                 store=None, memory: Path | None = None):
         self.path = Path(run_dir) / f"{PREFIX}{uuid.uuid4().hex[:12]}.json"
         self.on_done = on_done
+        self.store, self.memory = store, memory   # an S3Store and the node's memory folder: prefetch there
         self.env: dict[str, str] = {}
         self._thread: threading.Thread | None = None
         if root is None:   # nothing to check here
@@ -90,6 +100,9 @@ class Precheck:
         doc: dict = {}
         try:
             doc = {"root": str(root.resolve()), "verdicts": newest_sound(root)}
+            if self.store is not None and self.memory is not None:
+                local = next((v["step"] for v in doc["verdicts"] if v["problem"] is None), 0)
+                doc["fetched"] = prefetch(self.store, local, self.memory)
         except Exception as exc:   # rank 0 then checks for itself, and meets the problem there
             doc = {"error": f"{type(exc).__name__}: {exc}"}
         finally:
@@ -104,10 +117,51 @@ class Precheck:
         if self.on_done is not None:
             self.on_done(doc)
 
-    def close(self) -> None:
-        if self._thread is not None:
+    def close(self, *, wait: bool = True) -> None:
+        """The thread waited for and the verdicts' file removed; wait=False (a notice: the node is going)
+        leaves a fetch under way to the process's exit, and the file to the next start (remove_stale)."""
+        if self._thread is not None and wait:
             self._thread.join()
             self.path.unlink(missing_ok=True)
+
+
+def prefetch(store, local: int, memory: Path) -> dict | None:
+    """The store's newest checkpoint, where it is newer than step `local`, into the memory folder (emptied
+    first: what an earlier life fetched and did not load), in this process (the supervisor's, idle beside
+    torchrun): {step, folder, stamp, duration_s, bytes, location, threads}; {step, problem} where it failed
+    its check (nothing kept); {step, skipped} where the memory has no room for it (rank 0 fetches it to the
+    disk); None where the store has nothing newer. The store's errors propagate (rank 0 meets them again)."""
+    from runner.store import FETCH_THREADS
+    newer = [s for s in store.steps() if s > local]
+    if not newer:
+        return None
+    step = newer[0]
+    manifest, _ = store.get_json(f"step-{step}/{MANIFEST}")
+    try:
+        size = sum(int(entry["size"]) for entry in (manifest or {})["files"].values())
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return {"step": step, "problem": "its manifest in the store is not readable"}
+    shutil.rmtree(memory, ignore_errors=True)
+    memory.mkdir(parents=True, exist_ok=True)
+    memory_left = available_memory()
+    if filesystem_type(memory) != "tmpfs" or free_bytes(memory) < size * 1.05 + (1 << 30) or (
+            memory_left is not None and memory_left < 2 * size + (4 << 30)):   # as an async job's staging needs
+        return {"step": step, "skipped": f"no room in memory ({memory.parent}) for {size} bytes"}
+    partial, final = layout.partial_folder(memory, step), layout.step_folder(memory, step)
+    started = time.perf_counter()
+    try:
+        problem = store.fetch(step, partial)
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+    if problem is not None:
+        shutil.rmtree(partial, ignore_errors=True)
+        return {"step": step, "problem": problem}
+    os.rename(partial, final)
+    return {"step": step, "folder": str(final), "stamp": stamp(final),
+            "duration_s": round(time.perf_counter() - started, 3),
+            "bytes": sum(p.stat().st_size for p in final.iterdir() if p.is_file()), "location": store.url,
+            "threads": FETCH_THREADS}
 
 
 class Verdicts:
@@ -117,6 +171,8 @@ class Verdicts:
     def __init__(self, root: Path, doc: dict | None):
         same_root = isinstance(doc, dict) and doc.get("root") == str(Path(root).resolve())
         self.by_step = {v["step"]: v for v in doc.get("verdicts", [])} if isinstance(doc, dict) and same_root else {}
+        fetched = doc.get("fetched") if isinstance(doc, dict) and same_root else None
+        self.fetched: dict = fetched if isinstance(fetched, dict) else {}
 
     @classmethod
     def wait(cls, root: Path, env=os.environ) -> Verdicts:
@@ -132,6 +188,15 @@ class Verdicts:
         except (OSError, ValueError):
             return cls(root, None)
         return cls(root, doc)
+
+    def fetched_step(self, memory: Path | None) -> int | None:
+        """The step the supervisor fetched into `memory`, where its copy is there as it was fetched; else None."""
+        step, folder = self.fetched.get("step"), self.fetched.get("folder")
+        if memory is None or not isinstance(step, int) or self.fetched.get("stamp") is None:
+            return None
+        if folder != str(layout.step_folder(memory, step)) or stamp(Path(folder)) != self.fetched["stamp"]:
+            return None
+        return step
 
     def problem(self, step: int, folder: Path):
         verdict = self.by_step.get(step)

@@ -162,7 +162,7 @@ class Supervisor:
             code = self.child.wait()
             stderr.join(timeout=5.0)   # a worker torchrun left behind may hold the pipe open
             self.child = None
-            check.close()
+            check.close(wait=not self.notice)   # a notice: the exit does not wait for a fetch under way
             if any(lease.lost.is_set() for lease in self.leases):   # another runner holds the folder now
                 return 1   # nothing more is written: the folder is the new holder's
             events = [e for e in read_events(x.run_dir) if e["t"] >= attempt_start]
@@ -204,17 +204,27 @@ class Supervisor:
     def _resume_check(self) -> resume_check.Precheck:
         """The check of this node's newest checkpoints for the launch, begun now, beside torchrun's start
         (runner.resume_check). On one node only: on several, rank 0's node is the rendezvous's choice, and
-        every node's supervisor would read the shared folder's checkpoint whole."""
+        every node's supervisor would read the shared folder's checkpoint whole. With an object store, a newer
+        checkpoint there is fetched into memory in the same thread (resume_check.prefetch)."""
+        from runner import layout
         from runner.store import checkpoint_place
         x = self.x
-        root = checkpoint_place(x.run_dir, x.spec.checkpoint_location)[0] if x.node.nnodes == 1 else None
+        root, store = checkpoint_place(x.run_dir, x.spec.checkpoint_location) if x.node.nnodes == 1 else (None, None)
+        memory = layout.memory_folder(root) if root is not None and store is not None else None
 
         def done(doc: dict) -> None:
             verdicts = doc.get("verdicts") or []
+            fetched = doc.get("fetched") or {}
             self.telemetry.event("resume_check", duration_s=doc.get("duration_s"), error=doc.get("error"),
                                  step=next((v["step"] for v in verdicts if v["problem"] is None), 0),
-                                 checked=[v["step"] for v in verdicts])
-        return resume_check.Precheck(root, x.run_dir, on_done=done)
+                                 checked=[v["step"] for v in verdicts],
+                                 fetched=fetched.get("step") if "folder" in fetched else None,
+                                 fetch_skipped=fetched.get("skipped") or fetched.get("problem"))
+            if "folder" in fetched:
+                self.telemetry.event("checkpoint_fetch", step=fetched["step"], duration_s=fetched["duration_s"],
+                                     bytes=fetched["bytes"], location=fetched["location"], into="memory",
+                                     threads=fetched["threads"], by="supervisor")
+        return resume_check.Precheck(root, x.run_dir, on_done=done, store=store, memory=memory)
 
     def _write_notice(self, started: float) -> None:
         os.read(self._wake_r, 1)   # the notice, or the exit

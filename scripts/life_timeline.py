@@ -43,7 +43,8 @@ def describe(life: list[dict]) -> str:
             parts.append(f"compile cache {e['op']} {e['bytes'] / 1e6:.0f} MB, {e['files']} files in "
                          f"{e['duration_s']:.1f} s{why} at {at(e)}")
         elif kind == "checkpoint_fetch":
-            parts.append(f"fetch step-{e['step']} {e['bytes'] / 1e9:.2f} GB into {e.get('into', 'disk')} in "
+            by = " by the supervisor" if e.get("by") == "supervisor" else ""
+            parts.append(f"fetch step-{e['step']} {e['bytes'] / 1e9:.2f} GB into {e.get('into', 'disk')}{by} in "
                          f"{e['duration_s']:.1f} s ({e['bytes'] / e['duration_s'] / 1e9:.2f} GB/s) at {at(e)}")
         elif kind == "checkpoint_load" and e.get("rank") == 0:
             parts.append(f"load {e['duration_s']:.1f} s, ended at {at(e)}")

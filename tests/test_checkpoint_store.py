@@ -198,8 +198,10 @@ def test_a_kill_in_the_middle_of_an_upload_leaves_the_previous_checkpoint_the_ne
     shutil.rmtree(run / "checkpoints")   # and the disk went with the node
     again = execute(plan, run, "--steps", "160", "--seed", "5", "--checkpoint-dir", url, *WIDE)
     assert again.returncode == 0, again.stderr[-3000:]
-    fetched = events(run, "checkpoint_fetch")
-    assert [(e["step"], e["into"]) for e in fetched] == [(40, "memory")]
+    # fetched by the supervisor beside torchrun's start (resume_check.prefetch), the copy rank 0 loaded
+    fetched = events(run, "checkpoint_fetch", rank=None)
+    assert [(e["step"], e["into"], e.get("by")) for e in fetched] == [(40, "memory", "supervisor")]
+    assert events(run, "resume_check", rank=None)[-1]["fetched"] == 40
     assert events(run, "start")[-1]["world_size"] == 2   # both ranks read their share from memory
     assert summary(run)["final_state_sha256"] == uninterrupted
     assert not any(memory.rglob("*")), sorted(memory.rglob("*"))   # memory given back
@@ -233,7 +235,8 @@ def test_a_damaged_store_checkpoint_never_replaces_an_intact_local_one(store, pl
     assert again.returncode == 0, again.stderr[-3000:]
     skipped = events(run, "checkpoint_skipped")
     assert any(e["step"] == 200 and "CRC-32" in e["reason"] for e in skipped), skipped
-    assert events(run, "start")[-1]["step"] == 120 and not events(run, "checkpoint_fetch")
+    assert sum(e["step"] == 200 for e in skipped) == 1, skipped   # found by the supervisor's fetch, not fetched again
+    assert events(run, "start")[-1]["step"] == 120 and not events(run, "checkpoint_fetch", rank=None)
     clean = execute(plan, tmp_path / "clean", "--steps", "240", "--seed", "5")
     assert clean.returncode == 0, clean.stderr[-3000:]
     assert summary(run)["final_state_sha256"] == summary(tmp_path / "clean")["final_state_sha256"]

@@ -42,8 +42,10 @@ EVENT_FIELDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "launch": ("supervisor, per torchrun launch; fault: an injected one", ("attempt", "fault")),
     "restart": ("supervisor", ("attempt", "restarts", "reason", "exit_code")),
     "resume_check": ("supervisor, per launch on one node: its check of the newest local checkpoints beside torchrun's "
-                     "start (runner.resume_check); step: the newest sound one (0: none), checked: the steps it read",
-                     ("duration_s", "step", "checked", "error")),
+                     "start (runner.resume_check); step: the newest sound one (0: none), checked: the steps it read; "
+                     "with an object store, fetched: the newer step it fetched into memory (checkpoint_fetch, by "
+                     "supervisor), fetch_skipped: why it left a newer one to rank 0",
+                     ("duration_s", "step", "checked", "error", "fetched", "fetch_skipped")),
     "notice": ("supervisor, as a notice (SIGTERM) reaches it: the record that survives a reclaim that kills the "
                "runner before its `exit`; ended: how the life ends then (INSTANCE_ENDS; `exit`'s word wins)",
                ("ended",)),
@@ -78,9 +80,10 @@ EVENT_FIELDS: dict[str, tuple[str, tuple[str, ...]]] = {
                                                                     "reason", "upload_s", "location", "staged",
                                                                     "staging", "commit_s", "write_threads",
                                                                     "commit_read_bytes", "commit_threads")),
-    "checkpoint_fetch": ("worker, rank 0: a checkpoint fetched from the object store (ranged reads, `threads` in "
-                         "flight), into memory (a tmpfs, dropped once loaded) or onto the disk (the local folder)",
-                         ("step", "duration_s", "bytes", "location", "into", "threads")),
+    "checkpoint_fetch": ("worker, rank 0, or the supervisor (by: supervisor, beside torchrun's start): a checkpoint "
+                         "fetched from the object store (ranged reads, `threads` in flight), into memory (a tmpfs, "
+                         "dropped once loaded) or onto the disk (the local folder)",
+                         ("step", "duration_s", "bytes", "location", "into", "threads", "by")),
     "compile_cache": ("worker: torch.compile's caches through the object store (runner execute --share-compile-cache): "
                       "op fetch (local rank 0 of a node whose cache is empty; reason when none came) or upload "
                       "(rank 0, after a life's first step compiled something new)",
