@@ -102,7 +102,10 @@ class Precheck:
             doc = {"root": str(root.resolve()), "verdicts": newest_sound(root)}
             if self.store is not None and self.memory is not None:
                 local = next((v["step"] for v in doc["verdicts"] if v["problem"] is None), 0)
-                doc["fetched"] = prefetch(self.store, local, self.memory)
+                try:
+                    doc["fetched"] = prefetch(self.store, local, self.memory)
+                except Exception as exc:   # the verdicts stand; rank 0 meets the store's problem itself
+                    doc["fetched"] = {"error": f"{type(exc).__name__}: {exc}"}
         except Exception as exc:   # rank 0 then checks for itself, and meets the problem there
             doc = {"error": f"{type(exc).__name__}: {exc}"}
         finally:

@@ -219,7 +219,7 @@ class Supervisor:
                                  step=next((v["step"] for v in verdicts if v["problem"] is None), 0),
                                  checked=[v["step"] for v in verdicts],
                                  fetched=fetched.get("step") if "folder" in fetched else None,
-                                 fetch_skipped=fetched.get("skipped") or fetched.get("problem"))
+                                 fetch_skipped=fetched.get("skipped") or fetched.get("problem") or fetched.get("error"))
             if "folder" in fetched:
                 self.telemetry.event("checkpoint_fetch", step=fetched["step"], duration_s=fetched["duration_s"],
                                      bytes=fetched["bytes"], location=fetched["location"], into="memory",

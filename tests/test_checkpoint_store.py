@@ -497,3 +497,58 @@ def test_a_fetch_reads_a_range_from_the_socket_into_its_buffer_or_through_read_a
     s3.upload(source, 3)
     assert s3.fetch(3, tmp_path / "fetched", threads=3, processes=1) is None
     assert (tmp_path / "fetched" / "__0_0.distcp").read_bytes() == data
+
+
+def test_the_supervisors_check_fetches_a_newer_store_checkpoint_into_memory_and_keeps_its_verdicts(store, tmp_path):
+    """resume_check.Precheck with a store: the node's step-3 is checked, the store's newer step-7 is fetched into
+    the memory folder (emptied of an earlier life's leftovers first) and rank 0's Verdicts name it while its copy
+    is as fetched; a store that does not answer leaves the verdicts standing and says why."""
+    import json as json_
+
+    from botocore.config import Config
+
+    from runner import layout, resume_check
+    from runner import store as store_module
+    from runner.checkpoint_manifest import MANIFEST, file_checksums
+    if not Path("/dev/shm").is_dir():
+        pytest.skip("no /dev/shm tmpfs here")
+
+    def checkpoint(folder: Path, step: int) -> None:
+        folder.mkdir(parents=True)
+        (folder / "__0_0.distcp").write_bytes(os.urandom((2 << 20) + step))
+        (folder / ".metadata").write_bytes(os.urandom(99))
+        paths = sorted(folder.iterdir())
+        sums = file_checksums(paths, 1 << 20)
+        (folder / MANIFEST).write_text(json_.dumps({"step": step, "chunk_bytes": 1 << 20, "files": {
+            p.name: {"size": p.stat().st_size, "crc32_chunks": sums[p]} for p in paths}}))
+
+    root, run = tmp_path / "run" / "checkpoints", tmp_path / "run"
+    checkpoint(layout.step_folder(root, 3), 3)
+    checkpoint(tmp_path / "source", 7)
+    s3 = store_module.S3Store.from_url(f"s3://{BUCKET}/runs/prefetch")
+    s3.upload(tmp_path / "source", 7)
+    memory = Path(tempfile.mkdtemp(dir="/dev/shm", prefix="costsim-test-"))
+    try:
+        (memory / ".step-5.tmp").mkdir()   # an earlier life's unfinished fetch
+        done: list[dict] = []
+        check = resume_check.Precheck(root, run, on_done=done.append, store=s3, memory=memory)
+        verdicts = resume_check.Verdicts.wait(root, check.env)
+        check.close()
+        assert [v["step"] for v in done[0]["verdicts"]] == [3] and done[0]["verdicts"][0]["problem"] is None
+        assert verdicts.fetched_step(memory) == 7 and done[0]["fetched"]["bytes"] == sum(
+            p.stat().st_size for p in (tmp_path / "source").iterdir())
+        assert sorted(p.name for p in memory.iterdir()) == ["step-7"]
+        fetched = layout.step_folder(memory, 7)
+        assert (fetched / "__0_0.distcp").read_bytes() == (tmp_path / "source" / "__0_0.distcp").read_bytes()
+        (fetched / MANIFEST).write_text((fetched / MANIFEST).read_text())   # replaced since: not the fetched copy
+        assert verdicts.fetched_step(memory) is None
+        gone = store_module.S3Store.from_url(f"s3://{BUCKET}/runs/prefetch")
+        gone._cached = boto3.client("s3", endpoint_url="http://127.0.0.1:8399", aws_access_key_id=KEY,
+                                    aws_secret_access_key=SECRET, region_name="us-east-1",
+                                    config=Config(retries={"max_attempts": 1}, connect_timeout=1))
+        done.clear()
+        check = resume_check.Precheck(root, run, on_done=done.append, store=gone, memory=memory)
+        check.close()
+        assert [v["step"] for v in done[0]["verdicts"]] == [3] and "error" in done[0]["fetched"]
+    finally:
+        shutil.rmtree(memory, ignore_errors=True)
