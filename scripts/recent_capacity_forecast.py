@@ -13,7 +13,8 @@ only, each group weighing the same as in the ensemble:
   past share is from the held-out window's own past share (what a plan given the last day would state).
 
 Per group it prints the realised share and each statement's error (stated - realised); the per-group goal is
-|error| <= 0.05. A bundle's windows (the 2022 period) have no past and are left out. It was the check before
+|error| <= 0.05. A bundle's windows (the 2022 period) are stitched into the trace they were cut from
+(`io.specs.bundle_timeline`) and count where they have the past (947 of 1,000 with 24 h). It was the check before
 the planner had it; `costsim plan --recent-trace` and `costsim validate --recent-past` now do this with whole
 plans (docs/model.md).
 
@@ -71,9 +72,6 @@ def main() -> None:
     for group_spec in market_of(offerings).groups:
         group = ensemble.build_group(group_spec)
         shares = past_shares(group, horizon_s, stride_s, past_s)
-        if group.windows and not any(window.slide for window in group.windows):
-            print(f"{group.name}: a bundle's windows have no past: left out", file=sys.stderr)
-            continue
         _, _, met = realised(config, replay_timelines(group, horizon_s, stride_s, 1))
         keep = ~np.isnan(shares)
         if keep.any():
