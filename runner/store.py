@@ -337,6 +337,7 @@ class S3Store:
                     written = os.pwrite(fd, view, at)
                     view, at = view[written:], at + written
                 done += got
+            release_read(body)
         return crc if done == length else None
 
     @_guarded("an upload")
@@ -496,6 +497,17 @@ def body_reader(body):
         view[:len(block)] = block
         return len(block)
     return readinto
+
+
+def release_read(body) -> None:
+    """The connection of a body that body_reader read to its end, back to the client's pool: urllib3 releases
+    it itself only when its own read() meets the end, and closing the body otherwise closes the connection
+    (a new connection, over TLS a new handshake, for every range)."""
+    raw = getattr(body, "_raw_stream", None)
+    stream = getattr(raw, "_fp", None)
+    release = getattr(raw, "release_conn", None)
+    if stream is not None and callable(getattr(stream, "isclosed", None)) and stream.isclosed() and callable(release):
+        release()
 
 
 def folder_key(run_dir: Path) -> str:

@@ -128,6 +128,7 @@ def read_bound(store: store_module.S3Store, step: int, sizes: dict[str, int], th
             readinto = store_module.body_reader(body)
             while got < length and (n := readinto(buffer[:min(len(buffer), length - got)])):
                 got += n
+            store_module.release_read(body)
         return got
 
     jobs = [(n, s, min(chunk, size - s)) for n, size in sizes.items() for s in range(0, size, chunk)]

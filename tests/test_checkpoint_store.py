@@ -466,7 +466,7 @@ def test_a_fetch_shared_among_processes_is_the_checkpoint_byte_for_byte_and_find
 
 @pytest.mark.parametrize("direct", [True, False])
 def test_a_fetch_reads_a_range_from_the_socket_into_its_buffer_or_through_read_alike(store, tmp_path, monkeypatch,
-                                                                                    direct):
+                                                                                    caplog, direct):
     """`body_reader` on a real ranged GET: http.client's own readinto (the socket's bytes straight into the
     fetch's buffer; if urllib3 stops exposing it, this fails and says the fetch fell back to the slower read()),
     or with DIRECT_READS off the body's read(): the same bytes either way, in reads cut at any size, and 0 at
@@ -497,6 +497,12 @@ def test_a_fetch_reads_a_range_from_the_socket_into_its_buffer_or_through_read_a
     s3.upload(source, 3)
     assert s3.fetch(3, tmp_path / "fetched", threads=3, processes=1) is None
     assert (tmp_path / "fetched" / "__0_0.distcp").read_bytes() == data
+    # each range's connection goes back to the pool: one thread's four ranges open no new connection each
+    # (closing a body read past urllib3 closed its connection: over TLS, a handshake a range)
+    with caplog.at_level(logging.DEBUG, logger="urllib3.connectionpool"):
+        assert s3.fetch(3, tmp_path / "again", threads=1, processes=1) is None
+    opened = [r for r in caplog.records if "Starting new HTTP" in r.getMessage()]
+    assert len(opened) <= 1, [r.getMessage() for r in opened]
 
 
 def test_the_supervisors_check_fetches_a_newer_store_checkpoint_into_memory_and_keeps_its_verdicts(store, tmp_path):
