@@ -283,6 +283,8 @@ class Checkpointer:
             self.warn(f"skipping checkpoint step-{damaged} of {self.store.url}: {problem}")
             self.on_event("checkpoint_skipped", step=damaged, reason=f"store: {problem}")
         try:
+            if local and checked.fetched.get("unavailable"):   # the supervisor's listing failed moments ago
+                raise StoreUnavailable(str(checked.fetched.get("error")))
             for step in (s for s in self.store.steps() if s > local and s != damaged):
                 if self._fetch(step):
                     return step

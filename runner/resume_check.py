@@ -105,7 +105,10 @@ class Precheck:
                 try:
                     doc["fetched"] = prefetch(self.store, local, self.memory)
                 except Exception as exc:   # the verdicts stand; rank 0 meets the store's problem itself
-                    doc["fetched"] = {"error": f"{type(exc).__name__}: {exc}"}
+                    from runner.store import StoreUnavailable
+                    down = isinstance(exc, StoreUnavailable)   # rank 0 then does not ask again beside a local copy
+                    doc["fetched"] = {"error": str(exc) if down else f"{type(exc).__name__}: {exc}",
+                                      "unavailable": down}
         except Exception as exc:   # rank 0 then checks for itself, and meets the problem there
             doc = {"error": f"{type(exc).__name__}: {exc}"}
         finally:
