@@ -12,8 +12,9 @@ modification time: a manifest is only ever replaced whole); anything else rank 0
 With an object store (`--checkpoint-dir s3://...`), the same thread then fetches the store's newest checkpoint
 where it is newer than the node's sound one, into memory (`prefetch`): rank 0 fetched it itself once its process
 was up, about 6 s after `runner execute` on the H200, and its fetch held the interpreter's lock against the
-build beside it. Rank 0 takes the fetched copy where it is still as the verdicts say; anything else (no room
-in memory, the store out, a damaged copy) it fetches or skips itself, as before.
+build beside it. Rank 0 takes the fetched copy where it is still as the verdicts say; no room in memory or a
+damaged copy it fetches or skips itself, as before (a damaged step once); a store that did not answer it takes
+at the supervisor's word where the node has a checkpoint of its own, and asks again where it has none.
 """
 
 from __future__ import annotations
