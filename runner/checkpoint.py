@@ -57,7 +57,7 @@ from runner.checkpoint_manifest import (
     verify,
 )
 from runner.checkpoint_reader import SafeFileSystemReader, SafeLoadPlanner
-from runner.diskspace import DiskFullError, available_memory, filesystem_type, free_bytes, gb, is_disk_full, refuse
+from runner.diskspace import DiskFullError, free_bytes, gb, is_disk_full, no_room_in_memory, refuse
 from runner.speed import RuntimeConfigError
 from runner.staging import HostStager
 from runner.state import PRIVATE_PREFIX
@@ -350,15 +350,7 @@ class Checkpointer:
         the node's memory has it to spare (beyond the host staging buffers, as large), else the local folder."""
         if self._memory is None:
             return self.root
-        base = self._memory.parent
-        size = self.checkpoint_bytes()
-        reason = None
-        if filesystem_type(base) != "tmpfs":
-            reason = f"{base} is not a memory filesystem (tmpfs)"
-        elif free_bytes(base) < size * 1.05 + (1 << 30):
-            reason = f"{base} has {gb(free_bytes(base))} free, the checkpoint is about {gb(size)}"
-        elif (memory := available_memory()) is not None and memory < size * (2 if self.async_mode else 1) + (4 << 30):
-            reason = f"{gb(memory)} of memory available, the checkpoint is about {gb(size)}"
+        reason = no_room_in_memory(self._memory.parent, self.checkpoint_bytes(), 2 if self.async_mode else 1)
         if reason is not None:
             self.warn(f"fetching checkpoint step-{step} to the disk, not into memory: {reason} "
                       f"({layout.MEMORY_DIR_ENV} names another tmpfs)")

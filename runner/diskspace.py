@@ -55,6 +55,19 @@ def available_memory() -> int | None:
 SHORT_WRITE = "unexpected pos"
 
 
+def no_room_in_memory(base: Path, size: int, copies: int) -> str | None:
+    """Why a checkpoint of `size` bytes cannot be fetched into the tmpfs `base` (None: it can): `base` must be a
+    tmpfs with the checkpoint's size free (5% and 1 GiB to spare), and the node's available memory must hold
+    `copies` of it (2 where an async job's host staging buffers, as large, come after) and 4 GiB more."""
+    if filesystem_type(base) != "tmpfs":
+        return f"{base} is not a memory filesystem (tmpfs)"
+    if (free := free_bytes(base)) < size * 1.05 + (1 << 30):
+        return f"{base} has {gb(free)} free, the checkpoint is about {gb(size)}"
+    if (memory := available_memory()) is not None and memory < size * copies + (4 << 30):
+        return f"{gb(memory)} of memory available, the checkpoint is about {gb(size)}"
+    return None
+
+
 def is_disk_full(exc: BaseException, folder: Path | None = None, needed: int = 0) -> bool:
     """An out-of-space error, however it was wrapped; with `folder`, also a short write by PyTorch's zip
     writer (SHORT_WRITE) while `folder` has less than `needed` bytes free (call it before removing what

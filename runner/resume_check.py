@@ -31,7 +31,7 @@ from typing import Callable
 
 from runner import layout
 from runner.checkpoint_manifest import MANIFEST, verify
-from runner.diskspace import available_memory, filesystem_type, free_bytes
+from runner.diskspace import no_room_in_memory
 
 ENV = "COSTSIM_RESUME_CHECK"   # the verdicts' file
 PREFIX = ".resume-check-"      # its name in the run folder: PREFIX<random>.json
@@ -149,11 +149,10 @@ def prefetch(store, local: int, memory: Path) -> dict | None:
     except (KeyError, TypeError, ValueError, AttributeError):
         return {"step": step, "problem": "its manifest in the store is not readable"}
     shutil.rmtree(memory, ignore_errors=True)
+    # the worker's own rule (Checkpointer._fetch_target), with room for an async job's staging buffers
+    if (reason := no_room_in_memory(memory.parent, size, 2)) is not None:
+        return {"step": step, "skipped": f"no room in memory: {reason}"}
     memory.mkdir(parents=True, exist_ok=True)
-    memory_left = available_memory()
-    if filesystem_type(memory) != "tmpfs" or free_bytes(memory) < size * 1.05 + (1 << 30) or (
-            memory_left is not None and memory_left < 2 * size + (4 << 30)):   # as an async job's staging needs
-        return {"step": step, "skipped": f"no room in memory ({memory.parent}) for {size} bytes"}
     partial, final = layout.partial_folder(memory, step), layout.step_folder(memory, step)
     started = time.perf_counter()
     try:
