@@ -1,15 +1,24 @@
 """A checkpoint's manifest: each file's size and CRC-32 per 64 MiB chunk, written by rank 0 before the
 folder is renamed to step-N/, and checked before a step is loaded (a corrupt checkpoint is skipped,
 never loaded). Checksums run on a pool of threads (zlib releases the GIL), each chunk as soon as the writer
-has written it (FollowingStream: the commit waits only for the last ones). No torch here."""
+has written it (FollowingStream: the commit waits only for the last ones). No torch here.
+
+The CRC-32 is zlib's (the same polynomial and values), computed by zlib-ng where it is installed (the `runner`
+extra): it folds with the CPU's carry-less multiply, where the zlib that CPython links (1.2/1.3) reads a table
+a byte at a time: on the 2-core development machine 64 against 5.5 GB/s a thread (scripts/bench_store_read.py's
+`crc` and `crc-zlib`). Without zlib-ng the stdlib's gives the same sums, slower."""
 
 from __future__ import annotations
 
 import json
 import os
-import zlib
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+
+try:
+    from zlib_ng.zlib_ng import crc32
+except ImportError:   # pragma: no cover - the runner extra installs it
+    from zlib import crc32
 
 MANIFEST = "manifest.json"
 CHUNK_BYTES = 64 << 20
@@ -24,7 +33,7 @@ def _crc32_range(path: Path, start: int, length: int) -> int:
     with open(path, "rb") as handle:
         handle.seek(start)
         while length > 0 and (block := handle.read(min(8 << 20, length))):
-            value = zlib.crc32(block, value)
+            value = crc32(block, value)
             length -= len(block)
     return value
 

@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from runner import environment, layout
+from runner import checkpoint_manifest, environment, layout
 from runner.checkpoint_manifest import MANIFEST
 
 SCHEME = "s3://"
@@ -316,8 +316,6 @@ class S3Store:
         """Bytes [start, start + length) of the store's file into `fd` at `start`; their CRC-32, or None
         when the object ends before them. Each block goes from the socket into this thread's buffer and from
         there into the file (`body_reader`: the body's read() copies each block once more, twice in urllib3)."""
-        import zlib
-
         import botocore.exceptions as errors
         try:
             body = self._client().get_object(Bucket=self.bucket, Key=self._key(f"step-{step}", name),
@@ -332,7 +330,7 @@ class S3Store:
             readinto = body_reader(body)
             while done < length and (got := readinto(buffer[:min(len(buffer), length - done)])):
                 view, at = buffer[:got], start + done
-                crc = zlib.crc32(view, crc)
+                crc = checkpoint_manifest.crc32(view, crc)
                 while view:   # a regular file takes it whole; a signal may cut it short
                     written = os.pwrite(fd, view, at)
                     view, at = view[written:], at + written

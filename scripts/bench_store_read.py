@@ -34,13 +34,14 @@ import zlib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from runner import checkpoint_manifest
 from runner import store as store_module
 from runner.checkpoint_manifest import verify
 from runner.diskspace import filesystem_type
 
 KEY, SECRET, PORT = "costsim-bench", "costsim-bench-secret", 8333
 VARIANTS = ("bound", "memory", "memory-1", "disk", "download", "writes", "writes-own", "writes-falloc", "crc",
-            "bound-read", "memory-1-read")
+            "crc-zlib", "bound-read", "memory-1-read", "memory-1-zlib")
 
 
 def progress(line: str) -> None:
@@ -188,12 +189,14 @@ def write_into(folder: Path, sizes: dict[str, int], threads: int, chunk: int, *,
     return seconds
 
 
-def crc_alone(total: int, threads: int) -> float:
-    """The fetch's CRC-32 alone: `total` bytes in 8 MiB blocks (one block, summed again), on `threads` threads."""
+def crc_alone(total: int, threads: int, crc32=None) -> float:
+    """The fetch's CRC-32 alone: `total` bytes in 8 MiB blocks (one block, summed again), on `threads` threads;
+    the runner's (zlib-ng's where installed) or `crc32`."""
+    crc32 = crc32 or checkpoint_manifest.crc32
     block = os.urandom(store_module.READ_BLOCK)
     started = time.perf_counter()
     with ThreadPoolExecutor(max_workers=threads) as pool:
-        list(pool.map(lambda _: zlib.crc32(block), range(max(1, total // len(block)))))
+        list(pool.map(lambda _: crc32(block), range(max(1, total // len(block)))))
     return time.perf_counter() - started
 
 
@@ -288,7 +291,8 @@ def main() -> None:
                     "writes-own": lambda: write_into(memory / "writes", sizes, args.threads, 64 << 20, own=True),
                     "writes-falloc": lambda: write_into(memory / "writes", sizes, args.threads, 64 << 20, own=False,
                                                         falloc=True),
-                    "crc": lambda: crc_alone(total, args.threads)}
+                    "crc": lambda: crc_alone(total, args.threads),
+                    "crc-zlib": lambda: crc_alone(total, args.threads, zlib.crc32)}
 
         def through_read(variant):   # the body's read() (copies each block once more) instead of reads into a buffer
             def run() -> float:
@@ -300,6 +304,15 @@ def main() -> None:
             return run
 
         variants["bound-read"], variants["memory-1-read"] = through_read(bound), through_read(variants["memory-1"])
+
+        def stdlib_crc() -> float:   # the stdlib's zlib for the CRC-32 (the runner's until 2026-12-04)
+            default, checkpoint_manifest.crc32 = checkpoint_manifest.crc32, zlib.crc32
+            try:
+                return fetch(memory, processes=1)
+            finally:
+                checkpoint_manifest.crc32 = default
+
+        variants["memory-1-zlib"] = stdlib_crc
 
         def with_block(mib: float) -> float:
             default, store_module.READ_BLOCK = store_module.READ_BLOCK, int(mib * (1 << 20))
@@ -334,9 +347,11 @@ def main() -> None:
                             f"{len(sizes)} files",
                   "writes-own": "the same writes, each thread into a file of its own",
                   "writes-falloc": "the same writes into files allocated first (posix_fallocate, timed with them)",
-                  "crc": f"the fetch's CRC-32 alone, {args.threads} threads",
+                  "crc": f"the fetch's CRC-32 alone ({checkpoint_manifest.crc32.__module__}), {args.threads} threads",
+                  "crc-zlib": f"the same with the stdlib's zlib {zlib.ZLIB_RUNTIME_VERSION}",
                   "bound-read": "the bound through the body's read() (its reader until 2026-12-04)",
-                  "memory-1-read": "the one-process fetch through the body's read() (until 2026-12-04)"}
+                  "memory-1-read": "the one-process fetch through the body's read() (until 2026-12-04)",
+                  "memory-1-zlib": "the one-process fetch with the stdlib's CRC-32 (until 2026-12-04)"}
         for mib in blocks:
             labels[f"memory-1@{mib:g}"] = f"the same in one process, reads of {mib:g} MiB"
         for name, values in times.items():

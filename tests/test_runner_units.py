@@ -512,6 +512,22 @@ print(runner.train.preload(["--plan", sys.argv[1], "--run-dir", "r", "--run-id",
                      "[] False False False False"], lines
 
 
+def test_the_manifests_crc32_is_zlibs_whichever_library_computes_it():
+    """Manifests written with zlib-ng's CRC-32 (the runner extra) are checked by a runner without it and the other
+    way round: the same values as the stdlib's, started from any value, over any slice of a buffer."""
+    import random
+
+    from runner import checkpoint_manifest
+    zlib_ng = pytest.importorskip("zlib_ng.zlib_ng")
+    assert checkpoint_manifest.crc32 is zlib_ng.crc32   # the runner extra's: the fast one where installed
+    rng = random.Random(11)
+    data = memoryview(bytearray(rng.randbytes((1 << 20) + 333)))
+    for start, stop, seed in ((0, 0, 0), (0, 1, 0), (7, 4099, 5), (1, len(data), 0xFFFFFFFF), (0, len(data), 123)):
+        assert zlib_ng.crc32(data[start:stop], seed) == zlib.crc32(data[start:stop], seed), (start, stop, seed)
+    whole = zlib.crc32(data)
+    assert zlib_ng.crc32(data[1000:], zlib.crc32(data[:1000])) == whole   # chained across the two
+
+
 def test_crcs_computed_while_a_file_is_written_equal_those_read_back_after(tmp_path):
     import array
     import random
