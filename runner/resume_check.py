@@ -35,6 +35,10 @@ from runner.diskspace import no_room_in_memory
 
 ENV = "COSTSIM_RESUME_CHECK"   # the verdicts' file
 PREFIX = ".resume-check-"      # its name in the run folder: PREFIX<random>.json
+# COSTSIM_S3_PREFETCH=0: the supervisor checks the node's checkpoints but leaves a newer one in the store to rank 0
+# (its fetch then begins with the worker, after torchrun's start and the imports: what scripts/gpu_sdxl_new_node.sh
+# compares)
+PREFETCH = os.environ.get("COSTSIM_S3_PREFETCH", "1") != "0"
 UNKNOWN = object()   # Verdicts.problem's answer for a checkpoint the supervisor did not check as it is now
 
 

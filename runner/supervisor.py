@@ -205,11 +205,14 @@ class Supervisor:
         """The check of this node's newest checkpoints for the launch, begun now, beside torchrun's start
         (runner.resume_check). On one node only: on several, rank 0's node is the rendezvous's choice, and
         every node's supervisor would read the shared folder's checkpoint whole. With an object store, a newer
-        checkpoint there is fetched into memory in the same thread (resume_check.prefetch)."""
+        checkpoint there is fetched into memory in the same thread (resume_check.prefetch; not with
+        COSTSIM_S3_PREFETCH=0)."""
         from runner import layout
         from runner.store import checkpoint_place
         x = self.x
         root, store = checkpoint_place(x.run_dir, x.spec.checkpoint_location) if x.node.nnodes == 1 else (None, None)
+        if not resume_check.PREFETCH:
+            store = None
         memory = layout.memory_folder(root) if root is not None and store is not None else None
 
         def done(doc: dict) -> None:
