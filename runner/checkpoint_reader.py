@@ -67,12 +67,20 @@ class _MetadataUnpickler(pickle.Unpickler):
 
 
 class SafeFileSystemReader(FileSystemReader):
-    """FileSystemReader whose metadata load cannot run arbitrary code."""
+    """FileSystemReader whose metadata load cannot run arbitrary code. `metadata`: what an earlier
+    read_metadata() of this folder returned, used instead of reading it again (an SDXL checkpoint's is 2.5 MB
+    of pickle, 6,800 entries: 0.24-0.34 s to unpickle on the 2-core development machine)."""
+
+    def __init__(self, path, *args, metadata=None, **kwargs):
+        super().__init__(path, *args, **kwargs)
+        self._preloaded = metadata
 
     def read_metadata(self, *args, **kwargs):
-        path = self._get_metadata_path(kwargs.get("rank"))
-        with self.fs.create_stream(path, "rb") as stream:
-            metadata = _MetadataUnpickler(stream).load()
+        metadata = self._preloaded
+        if metadata is None:
+            path = self._get_metadata_path(kwargs.get("rank"))
+            with self.fs.create_stream(path, "rb") as stream:
+                metadata = _MetadataUnpickler(stream).load()
         if getattr(metadata, "storage_meta", None) is None:
             metadata.storage_meta = dcp_metadata.StorageMeta()
         metadata.storage_meta.load_id = self.load_id

@@ -153,6 +153,42 @@ def test_a_start_removes_what_an_earlier_life_left_half_removed(tmp_path):
         (half / "__0_0.distcp").write_bytes(b"x" * 100)
 
 
+def test_a_resume_reads_its_checkpoints_metadata_once_unless_the_file_changed(tmp_path, monkeypatch):
+    """A resume asks the checkpoint's DCP metadata whether it holds each entry (its random state, a workload's
+    own state) and then loads it: one unpickling of the metadata file for all of it (an SDXL checkpoint's is 2.5
+    MB, about a quarter of a second each), and the load still puts the saved values in place. A metadata file
+    replaced since is read again."""
+    import torch
+
+    from runner import checkpoint_reader
+    from runner.checkpoint import Checkpointer
+    reads = []
+
+    class Counting(checkpoint_reader._MetadataUnpickler):
+        def load(self):
+            reads.append(1)
+            return super().load()
+
+    first = Checkpointer(tmp_path, keep=3, async_mode=False, rank=0, warn=lambda m: None, on_event=lambda n, **f: None)
+    first.agree_on_step()
+    first.save(10, {"model": {"w": torch.arange(1000.0)}, "progress": {"step": 10}})
+    first.close()
+    monkeypatch.setattr(checkpoint_reader, "_MetadataUnpickler", Counting)
+    later = Checkpointer(tmp_path, keep=3, async_mode=False, rank=0, warn=lambda m: None, on_event=lambda n, **f: None)
+    assert later.agree_on_step() == 10
+    assert later.has_entry(10, "model") and not later.has_entry(10, "ema") and later.has_entry(10, "progress")
+    state = {"model": {"w": torch.zeros(1000)}, "progress": {"step": 0}}
+    later.load(10, state)
+    assert torch.equal(state["model"]["w"], torch.arange(1000.0)) and state["progress"]["step"] == 10
+    assert len(reads) == 1
+    metadata = later.folder(10) / ".metadata"
+    data = metadata.read_bytes()
+    metadata.unlink()
+    metadata.write_bytes(data)   # another file now (a checkpoint written again under the same step)
+    assert later.has_entry(10, "model") and len(reads) == 2
+    later.close()
+
+
 def test_a_start_counts_what_an_earlier_life_left_half_removed_as_room(tmp_path):
     """A life that left on a notice while a checkpoint was being removed ahead leaves `.step-N.removing`: on a
     3 MB disk with the newest checkpoint (1.16 MB) and such a leftover (1.3 MB), the free space alone is less than
