@@ -14,8 +14,8 @@
 #     notice after step 10 (`--notice-save always`: the emergency checkpoint written and uploaded); then the
 #     run folder goes (the node's disk, its compile cache and the checkpoint's local copy: a new node), and
 #     life 2 starts from the store: the checkpoint fetched into memory, the compile cache fetched, a notice
-#     after its fourth step. timeline.txt (`scripts/life_timeline.py`), lives.txt, notes.txt, the run folders'
-#     telemetry. NEW_NODES='A=1 B=2;C=0': a new node for each ';'-separated set of environment settings, one
+#     after its fourth step. timeline.txt (`scripts/life_timeline.py`), lives.txt, notes.txt, report.txt, lives.tgz
+#     (each life's telemetry-N.jsonl and the store's weed.log). NEW_NODES='A=1 B=2;C=0': a new node for each ';'-separated set of environment settings, one
 #     after the other (each from the newest checkpoint in the store; default one new node, no settings). Python's bytecode is kept outside the run folder (PYTHONPYCACHEPREFIX=/tmp/pycache-image):
 #     a node's image has its installation's bytecode; this host's Python writes none (runner-speed.md).
 # Wheels in .whl/, made on a fresh checkout by scripts/device_wheels.sh (simpy, diffusers, importlib_metadata,
@@ -67,3 +67,6 @@ for settings in "${NEW_NODES[@]}"; do   # each a new node: the run folder gone, 
   n=$((n + 1))
 done
 python3 -m runner report "$RUN_DIR" > "$OUT/report.txt" 2>&1
+# the lives' telemetry and the store's log in one archive: the device tool returns a command's first 8 files only
+# (2026-12-04: four new nodes' telemetry and their timeline did not come back)
+(cd "$OUT" && tar czf lives.tgz telemetry-*.jsonl weed.log && rm -f telemetry-*.jsonl weed.log)
