@@ -257,7 +257,7 @@ class Checkpointer:
             self.on_event("checkpoint_skipped", step=layout.partial_step_of(partial.name), reason="partial")
             shutil.rmtree(partial, ignore_errors=True)
         # removals an earlier life left unfinished: deleted with the removals ahead, or first thing at a save
-        self._leftovers = [(layout.removing_step_of(p.name), _folder_bytes(p), p, LEFTOVER)
+        self._leftovers = [(layout.removing_step_of(p.name), layout.folder_bytes(p), p, LEFTOVER)
                            for p in layout.removing_folders(self.root)]
         local = 0
         for step in self.steps():
@@ -275,8 +275,7 @@ class Checkpointer:
             return local
         if fetched is not None and fetched > local:   # checked against its manifest as it arrived
             self._sound.add(fetched)
-            for old in self.steps():   # the verified newer checkpoint is in place: the older copies make room now
-                shutil.rmtree(layout.step_folder(self.root, old), ignore_errors=True)
+            self._drop_older(self.steps(), fetched)
             return fetched
         damaged = None   # the step the supervisor fetched and found damaged: not fetched again
         if (problem := checked.fetched.get("problem")) is not None:
@@ -339,12 +338,16 @@ class Checkpointer:
         fsync_dir(into)
         self._sound.add(step)
         fetched_s = time.perf_counter() - started
-        for old in older:   # the verified newer checkpoint is in place: the older copies make room now
-            if old != step:
-                shutil.rmtree(layout.step_folder(self.root, old), ignore_errors=True)
-        self.on_event("checkpoint_fetch", step=step, duration_s=fetched_s, bytes=_folder_bytes(final),
+        self._drop_older(older, step)
+        self.on_event("checkpoint_fetch", step=step, duration_s=fetched_s, bytes=layout.folder_bytes(final),
                       location=store.url, into="memory" if into != self.root else "disk", threads=FETCH_THREADS)
         return True
+
+    def _drop_older(self, older: list[int], step: int) -> None:
+        """The verified newer checkpoint `step` is in place: the `older` local copies make room now."""
+        for old in older:
+            if old != step:
+                shutil.rmtree(layout.step_folder(self.root, old), ignore_errors=True)
 
     def _fetch_target(self, step: int) -> Path:
         """Where a fetch of `step` goes: the memory folder when it is a tmpfs with room for the checkpoint and
@@ -405,7 +408,7 @@ class Checkpointer:
             if torch.cuda.is_available():
                 torch.cuda.synchronize()
         self.on_event("checkpoint_load", step=step, duration_s=time.perf_counter() - started, read_s=read_s,
-                      bytes=_folder_bytes(folder), owned_bytes=ownership.owned_bytes(state, owned, self.rank))
+                      bytes=layout.folder_bytes(folder), owned_bytes=ownership.owned_bytes(state, owned, self.rank))
         if self._memory is not None and folder.parent == self._memory:   # every rank has read it: memory back
             if self._group is not None and self.world_size > 1:
                 dist.barrier(group=self._group)
@@ -484,7 +487,7 @@ class Checkpointer:
     def checkpoint_bytes(self) -> int:
         """What the next save will take: the newest complete checkpoint's size, else the plan's estimate."""
         newest = self.steps()
-        return _folder_bytes(self.folder(newest[0])) if newest else self.estimate_bytes
+        return layout.folder_bytes(self.folder(newest[0])) if newest else self.estimate_bytes
 
     def make_room(self, needed: int, what: str, *, collective: bool = True) -> None:
         """Free space for `needed` bytes beside the newest intact checkpoint, removing older ones (oldest
@@ -503,7 +506,7 @@ class Checkpointer:
             while free_bytes(self.root) < needed and len(steps) > 1:
                 oldest = steps.pop()
                 self.warn(f"removing checkpoint step-{oldest} to make room for {what} (the newest is kept)")
-                started, size = time.perf_counter(), _folder_bytes(self.folder(oldest))
+                started, size = time.perf_counter(), layout.folder_bytes(self.folder(oldest))
                 shutil.rmtree(self.folder(oldest), ignore_errors=True)
                 self.measured_s["remove"] = time.perf_counter() - started
                 self.on_event("checkpoint_removed", step=oldest, duration_s=self.measured_s["remove"], bytes=size,
@@ -541,7 +544,7 @@ class Checkpointer:
             for old in reversed(steps[1:]):   # the oldest first
                 if free >= needed:
                     break
-                size = _folder_bytes(self.folder(old))
+                size = layout.folder_bytes(self.folder(old))
                 victims.append((old, size))
                 free += size
             if free < needed:   # not enough even so: the save says so (make_room)
@@ -592,7 +595,7 @@ class Checkpointer:
         for old in reversed(removable):   # the oldest go first
             if free >= size:
                 break
-            free += _folder_bytes(self.folder(old))
+            free += layout.folder_bytes(self.folder(old))
             count += 1
         return count
 
@@ -667,7 +670,7 @@ class Checkpointer:
         duration_s = time.perf_counter() - started
         self.measured_s["save" if blocking_of(reason, self.async_mode) else "write"] = duration_s
         self.on_event("checkpoint_save", step=step, duration_s=duration_s, stall_s=stall_s,
-                      bytes=_folder_bytes(self.folder(step)) if self.rank == 0 else None,
+                      bytes=layout.folder_bytes(self.folder(step)) if self.rank == 0 else None,
                       mode="sync" if blocking_of(reason, self.async_mode) else "async", reason=reason,
                       upload_s=upload_s, location=self.store.url if self.store is not None else None,
                       staged=staged, staging=staging if staged else None, commit_s=commit_s,
@@ -824,5 +827,3 @@ def blocking_of(reason: str, async_mode: bool) -> bool:
     return not (async_mode and reason == "interval")
 
 
-def _folder_bytes(folder: Path) -> int:
-    return sum(p.stat().st_size for p in folder.iterdir() if p.is_file()) if folder.exists() else 0

@@ -74,6 +74,12 @@ def partial_folders(root: Path) -> list[Path]:
     return sorted(Path(root).glob(".step-*.tmp"))
 
 
+def folder_bytes(folder: Path) -> int:
+    """The bytes of a checkpoint folder's files (0 when there is none)."""
+    folder = Path(folder)
+    return sum(p.stat().st_size for p in folder.iterdir() if p.is_file()) if folder.exists() else 0
+
+
 def removing_folder(root: Path, step: int) -> Path:
     """Where checkpoint `step` is moved (one rename) before its files are deleted: no longer a checkpoint."""
     return Path(root) / f".step-{step}.removing"

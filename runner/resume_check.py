@@ -170,7 +170,7 @@ def prefetch(store, local: int, memory: Path) -> dict | None:
     os.rename(partial, final)
     return {"step": step, "folder": str(final), "stamp": stamp(final),
             "duration_s": round(time.perf_counter() - started, 3),
-            "bytes": sum(p.stat().st_size for p in final.iterdir() if p.is_file()), "location": store.url,
+            "bytes": layout.folder_bytes(final), "location": store.url,
             "threads": FETCH_THREADS}
 
 
