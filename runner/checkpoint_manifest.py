@@ -5,8 +5,8 @@ has written it (FollowingStream: the commit waits only for the last ones). No to
 
 The CRC-32 is zlib's (the same polynomial and values), computed by zlib-ng where it is installed (the `runner`
 extra): it folds with the CPU's carry-less multiply, where the zlib that CPython links (1.2/1.3) looks bytes up in
-tables: 64 against 5.5 GB/s a thread on the 2-core development machine, 104 against 19.4 GB/s over 16 threads on
-the H200 host (scripts/bench_store_read.py's `crc` and `crc-zlib`; data/measurements/2026-12-04-h200-fetch-zlib-ng).
+tables: over 16 threads 90 against 12.7 GB/s on the 2-core development machine, 104 against 19.4 GB/s on the H200
+host (scripts/bench_store_read.py's `crc` and `crc-zlib`; data/measurements/2026-12-04-h200-fetch-zlib-ng).
 Without zlib-ng the stdlib's gives the same sums, slower."""
 
 from __future__ import annotations
