@@ -1,0 +1,81 @@
+"""The first micro-batch's forward and backward, run once beside a resume's checkpoint read.
+
+The first step of a compiled model in a new process pays what the next ones do not: Dynamo traces each
+compiled frame again (its trace is not cached), the AOTAutograd and FX-graph caches are looked up and their
+kernels loaded, the lazily imported compiler modules come in, cuBLAS and cuDNN pick their algorithms, the
+caching allocator grows. On the H200 that was 4.5-5 s of a resume's 8-9 s first step from a warm compile
+cache (data/measurements/2026-12-04-h200-first-step), all after the 4-5 s checkpoint read, whose threads
+leave the interpreter and the GPU mostly free.
+
+So a resume runs one micro-batch through the model on a thread while the main thread reads the checkpoint
+into the same tensors: its results are garbage (the weights are being written under it) and are thrown away,
+but everything it compiled, loaded and allocated is in place when the first real step starts. It must leave
+nothing behind that the step would see: it runs before the random state is restored (`Trainer.restore` joins
+it first), its gradients are dropped, the optimizer is not stepped, and it runs the module DDP wraps (never
+DDP's own forward: no collective on the thread while the main thread's read uses the process group) inside
+DDP's marker of an active forward, so that Dynamo compiles the frames as it does under DDP
+(`torch._dynamo`'s DDPOptimizer) and finds them in the same cache entries. The batch it used is the first
+real micro-batch's (the same indices), handed to the first step so the data is read once.
+
+`COSTSIM_WARM_STEP=0` turns it off (then runner.prewarm imports the recorded modules beside the read instead).
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+WARM_STEP_ENV = "COSTSIM_WARM_STEP"
+
+
+def enabled(env=os.environ) -> bool:
+    return env.get(WARM_STEP_ENV, "1") != "0"
+
+
+@dataclass
+class WarmStep:
+    """`run()` (any callable that takes no argument and returns the batch it used) on a daemon thread from
+    `start()`; `join()` before anything else touches the model's gradients or the random state."""
+    run: Callable[[], Any]
+    batch: Any = None        # what run() returned: the first micro-batch, for the step to use
+    error: str | None = None
+    seconds: float = 0.0
+    waited_s: float = 0.0    # how long the main thread waited for it after its own work (the read)
+    _done: threading.Event = field(default_factory=threading.Event)
+
+    def start(self) -> WarmStep:
+        threading.Thread(target=self._run, name="warm-step", daemon=True).start()
+        return self
+
+    def _run(self) -> None:
+        started = time.monotonic()
+        try:
+            self.batch = self.run()
+        except Exception as exc:   # noqa: BLE001 - the real first step does it all again, and reports its own error
+            self.error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        finally:
+            self.seconds = time.monotonic() - started
+            self._done.set()
+
+    def join(self) -> WarmStep:
+        started = time.monotonic()
+        self._done.wait()
+        self.waited_s = time.monotonic() - started
+        return self
+
+    def report(self) -> dict:
+        out: dict = {"seconds": round(self.seconds, 3), "waited_s": round(self.waited_s, 3)}
+        if self.error:
+            out["error"] = self.error
+        return out
+
+
+def inside_ddp(ddp) -> contextlib.AbstractContextManager:
+    """DDP's own marker of an active forward (what Dynamo reads to compile a frame as DDP's), without its
+    forward's collectives; nothing for a model that DDP does not wrap."""
+    marker = getattr(ddp, "_inside_ddp_forward", None)
+    return marker() if marker is not None else contextlib.nullcontext()
