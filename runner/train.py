@@ -138,14 +138,13 @@ class Trainer:
         return training_state(self.model, self.built.optimizer, self.built.scheduler, self.step, self.rank,
                               self.built.state)
 
-    def restore(self, warm: bool = False) -> None:
-        """Load the agreed checkpoint, if any; with `warm`, the first micro-batch runs beside the read
-        (runner.warm_step) and is joined before the loaded state is applied."""
+    def restore(self, warming: warm_step.WarmStep | None = None) -> None:
+        """Load the agreed checkpoint, if any; `warming` (runner.warm_step), the first micro-batch's forward
+        running beside the read, is joined before the loaded state (the random state with it) is applied."""
         step = self.resume_step
         if step:
-            state = self.state()   # the optimizer's state exists from here: the warm step's gradients cannot reach it
-            warming = self.start_warm_step(step) if warm else None
             try:
+                state = self.state()
                 own_rng = f"{PRIVATE_PREFIX}{self.rank}"
                 if not self.checkpointer.has_entry(step, own_rng):
                     # Saved by fewer processes than now: this rank had no random state then. The data
@@ -160,6 +159,7 @@ class Trainer:
             finally:
                 if warming is not None:
                     self.finish_warm_step(warming.join(), step)
+                    warming = None
             self.step = apply_state(state, self.model, self.built.optimizer, self.built.scheduler, self.rank)
             self.saved_step = self.step
             if own_rng not in state:
@@ -206,9 +206,12 @@ class Trainer:
                 return kept[1]
         return self.built.batch(indices)
 
-    def start_warm_step(self, step: int) -> warm_step.WarmStep:
-        """The first micro-batch of `step`, forward and backward, on a thread from now (runner.warm_step)."""
+    def start_warm_step(self, step: int) -> warm_step.WarmStep | None:
+        """The forward of `step`'s first micro-batch on a thread from now (runner.warm_step); None for a model
+        with buffers (a forward may update them, e.g. batch norm's running statistics, under the read)."""
         built, model, runtime = self.built, self.model, self.runtime
+        if next(built.model.buffers(), None) is not None:
+            return None
         indices = self.split.indices(step, self.rank, 0)
         ddp = model if isinstance(model, DistributedDataParallel) else None
 
@@ -218,20 +221,17 @@ class Trainer:
             with autocast, speed.attention(runtime):
                 data = built.batch(indices)
                 with warm_step.inside_ddp(ddp):
-                    loss = built.loss(built.model, data) / self.accumulation
-            loss.backward()
+                    built.loss(built.model, data)   # its graph (and the activations it saved) go with it
             return indices, data
         return warm_step.WarmStep(run).start()
 
     def finish_warm_step(self, warming: warm_step.WarmStep, step: int) -> None:
-        """What the warm step left: its gradients dropped, its batch kept for the first step; the event."""
-        for parameter in self.built.model.parameters():
-            parameter.grad = None
+        """What the warm step left: its batch, kept for the first step; the event."""
         if warming.batch is not None:
             self.warm_batch = warming.batch
         if warming.error:
-            self.warn(f"the first micro-batch beside the checkpoint's read failed ({warming.error}); the first "
-                      "step compiles as without it")
+            self.warn(f"the first micro-batch's forward beside the checkpoint's read failed ({warming.error}); the "
+                      "first step compiles as without it")
         if self.rank == 0:   # with what it compiled: the first step's compile event shows what it added
             self.telemetry.event("warm_step", step=step, **warming.report(),
                                  counters=speed.compile_report()["counters"])
@@ -272,20 +272,22 @@ class Trainer:
                 dist.barrier()
 
     def train(self) -> int:
-        # A resume of a compiled model runs its first micro-batch beside the checkpoint's read (runner.warm_step),
-        # from the node's compile cache; otherwise the recorded imports are imported there (runner.prewarm).
-        warm = bool(self.resume_step) and self.compiled and warm_step.enabled()
-        if warm:
+        # A resume of a compiled model runs its first micro-batch's forward beside the checkpoint's read
+        # (runner.warm_step), from the node's compile cache; otherwise the recorded imports are imported there
+        # (runner.prewarm).
+        want_warm = bool(self.resume_step) and self.compiled and warm_step.enabled()
+        if want_warm:
             self.wait_compile_cache()
+        warm = self.start_warm_step(self.resume_step) if want_warm else None
         warming = None if warm else self.start_prewarm()
         self.restore(warm)
-        if not warm and self.compile_share is not None:
+        if not want_warm and self.compile_share is not None:
             self.wait_compile_cache()
             warming = warming or self.start_prewarm()   # a new node's list came with the cache
         if warming:
             warming.wait()   # no import on another thread while the first step traces (runner.prewarm)
         record_imports = (prewarm.imports_file() if self.rank == 0 and self.compiled and prewarm.enabled()
-                          and self.step > 0 and warming is None and not warm else None)   # a resume's own imports
+                          and self.step > 0 and warming is None and warm is None else None)   # a resume's own imports
         modules_before = set(sys.modules) if record_imports else set()
         self.telemetry.event("start", step=self.step, total_steps=self.total_steps, pid=os.getpid(),
                              node=int(os.environ.get("GROUP_RANK", 0)), global_batch=self.spec.global_batch)

@@ -1,21 +1,24 @@
-"""The first micro-batch's forward and backward, run once beside a resume's checkpoint read.
+"""The first micro-batch's forward, run once beside a resume's checkpoint read.
 
 The first step of a compiled model in a new process pays what the next ones do not: Dynamo traces each
 compiled frame again (its trace is not cached), the AOTAutograd and FX-graph caches are looked up and their
-kernels loaded, the lazily imported compiler modules come in, cuBLAS and cuDNN pick their algorithms, the
-caching allocator grows. On the H200 that was 4.5-5 s of a resume's 8-9 s first step from a warm compile
-cache (data/measurements/2026-12-04-h200-first-step), all after the 4-5 s checkpoint read, whose threads
-leave the interpreter and the GPU mostly free.
+kernels loaded (the backward's with the forward's), the lazily imported compiler modules come in, cuBLAS and
+cuDNN pick their algorithms, the caching allocator grows. On the H200 that was 4.5-6 s of a resume's 8-10 s
+first step from a warm compile cache (data/measurements/2026-12-04-h200-first-step and -warm-step), all after
+the 4-5 s checkpoint read, whose threads leave the GPU and much of the interpreter free.
 
-So a resume runs one micro-batch through the model on a thread while the main thread reads the checkpoint
-into the same tensors: its results are garbage (the weights are being written under it) and are thrown away,
-but everything it compiled, loaded and allocated is in place when the first real step starts. It must leave
-nothing behind that the step would see: it runs before the random state is restored (`Trainer.restore` joins
-it first), its gradients are dropped, the optimizer is not stepped, and it runs the module DDP wraps (never
-DDP's own forward: no collective on the thread while the main thread's read uses the process group) inside
-DDP's marker of an active forward, so that Dynamo compiles the frames as it does under DDP
-(`torch._dynamo`'s DDPOptimizer) and finds them in the same cache entries. The batch it used is the first
-real micro-batch's (the same indices), handed to the first step so the data is read once.
+So a compiled resume runs the forward of its first micro-batch on a thread from the moment the model is built
+and wrapped, while the main thread sizes the optimizer's state and reads the checkpoint into the same tensors:
+its result is garbage (the weights are written under it) and is dropped with its autograd graph, but what it
+traced, looked up, loaded and allocated is in place for the first real step. Only the forward: a backward
+through tensors that the read has since written fails autograd's version check (it did, on the H200), and the
+forward's cache hits already load the backward's kernels. It must leave nothing the step would see: it touches
+no gradient and no optimizer, the main thread joins it before the random state is restored, a model with
+buffers gets none (its forward may update them, as batch norm's running statistics, under the read), and it
+runs the module DDP wraps, never DDP's own forward (no collective on the thread while the read uses the process
+group), inside DDP's marker of an active forward, so Dynamo compiles the frames as under DDP (its DDPOptimizer)
+and finds them in the same cache entries. The batch it used is the first real micro-batch (the same indices),
+handed to the first step so that the data is read once.
 
 `COSTSIM_WARM_STEP=0` turns it off (then runner.prewarm imports the recorded modules beside the read instead).
 """
