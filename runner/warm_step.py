@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -33,6 +34,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 WARM_STEP_ENV = "COSTSIM_WARM_STEP"
+# The interpreter's switch interval while the warm step runs (Python's default 5 ms): a thread waiting for the
+# interpreter lock gets it within this. The read's threads take it briefly for each of a checkpoint's ~6,700
+# records and leave it for their reads and copies; behind a thread that holds it for tracing, each of those
+# takes waited up to 5 ms (the convoy effect): on the H200 the read took 6.5-10.8 s beside the warm step against
+# 3.7-4.2 s without (data/measurements/2026-12-04-h200-warm-step/second)
+SWITCH_INTERVAL_S = 0.0002
 
 
 def enabled(env=os.environ) -> bool:
@@ -49,8 +56,11 @@ class WarmStep:
     seconds: float = 0.0
     waited_s: float = 0.0    # how long the main thread waited for it after its own work (the read)
     _done: threading.Event = field(default_factory=threading.Event)
+    _interval: float = 0.005   # the switch interval before start(), put back by join()
 
     def start(self) -> WarmStep:
+        self._interval = sys.getswitchinterval()
+        sys.setswitchinterval(min(self._interval, SWITCH_INTERVAL_S))
         threading.Thread(target=self._run, name="warm-step", daemon=True).start()
         return self
 
@@ -68,6 +78,7 @@ class WarmStep:
         started = time.monotonic()
         self._done.wait()
         self.waited_s = time.monotonic() - started
+        sys.setswitchinterval(self._interval)
         return self
 
     def report(self) -> dict:
