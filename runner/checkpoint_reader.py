@@ -41,6 +41,10 @@ _DCP_CLASSES = {"Metadata", "TensorStorageMetadata", "BytesStorageMetadata", "Ch
 READ_THREADS = 8       # reads in parallel per rank (at most its share of the cores)
 READ_BATCH_BYTES = 256 << 20
 RECORDS = True         # read torch.save records with _record (False: torch.load each, the benchmark's baseline)
+# _record reads a record's first and last this many bytes once and finds its zip directory, pickle and local
+# headers in them (0: a read for each, the benchmark's baseline). Each read leaves the interpreter lock and takes
+# it back; beside a thread that holds it (tracing, importing) each take waits up to the switch interval, 5 ms.
+RECORD_BLOCK_BYTES = 4096
 
 
 class _MetadataUnpickler(pickle.Unpickler):
@@ -240,19 +244,42 @@ def _rebuilt_v3(storage, offset, size, stride, requires_grad, hooks, dtype, meta
     return _Rebuilt(storage, dtype, storage.numel // dtype.itemsize, offset, tuple(size), tuple(stride))
 
 
+class _RecordBytes:
+    """A record's bytes [start, start + size) (from the record's own start), served from its first and last
+    RECORD_BLOCK_BYTES where they lie inside them (a torch.save record's headers, pickle and directory do,
+    around its storage's bytes), else read."""
+
+    def __init__(self, fd: int, offset: int, length: int):
+        self.fd, self.offset, self.length = fd, offset, length
+        block = min(length, RECORD_BLOCK_BYTES)
+        self.head = os.pread(fd, block, offset) if block else b""
+        self.tail_start = length - block
+        self.tail = self.head if self.tail_start == 0 else os.pread(fd, block, offset + self.tail_start) if block \
+            else b""
+
+    def read(self, start: int, size: int) -> bytes:
+        if start + size <= len(self.head):
+            return self.head[start:start + size]
+        if start >= self.tail_start and start + size <= self.length and self.tail:
+            return self.tail[start - self.tail_start:start - self.tail_start + size]
+        return os.pread(self.fd, size, self.offset + start)
+
+
 def _record(fd: int, offset: int, length: int) -> _Record | None:
     """The tensor of the torch.save record at file bytes [offset, offset + length), or None when the record is
     not one plain tensor in an uncompressed little-endian archive (torch.load reads it then)."""
     if sys.byteorder != "little":
         return None
-    tail = os.pread(fd, min(length, 4096), offset + length - min(length, 4096))
+    record = _RecordBytes(fd, offset, length)
+    tail_size = min(length, 4096)
+    tail = record.read(length - tail_size, tail_size)
     end = tail.rfind(_EOCD)
     if end < 0 or len(tail) < end + 22:
         return None
     count, size, start = struct.unpack_from("<HII", tail, end + 10)
     if start == 0xFFFFFFFF or start + size > length:
         return None   # ZIP64 (a record over 4 GB): torch.load
-    directory = os.pread(fd, size, offset + start)
+    directory = record.read(start, size)
     entries, position = {}, 0
     for _ in range(count):
         if directory[position:position + 4] != _CENTRAL:
@@ -267,7 +294,7 @@ def _record(fd: int, offset: int, length: int) -> _Record | None:
         if name not in entries or entries[name][0] != 0 or entries[name][1] != entries[name][2]:
             return None
         _, csize, _, local = entries[name]
-        header = os.pread(fd, 30, offset + local) if local + 30 <= length else b""
+        header = record.read(local, 30) if local + 30 <= length else b""
         if header[:4] != _LOCAL:
             return None
         nlen, elen = struct.unpack_from("<HH", header, 26)
@@ -277,10 +304,10 @@ def _record(fd: int, offset: int, length: int) -> _Record | None:
     pickled, order = body("data.pkl"), body("byteorder")
     if pickled is None:
         return None
-    if order is not None and os.pread(fd, order[1], offset + order[0]) != b"little":
+    if order is not None and record.read(*order) != b"little":
         return None
     try:
-        tensor = _TensorUnpickler(io.BytesIO(os.pread(fd, pickled[1], offset + pickled[0]))).load()
+        tensor = _TensorUnpickler(io.BytesIO(record.read(*pickled))).load()
     except (_NotPlain, pickle.UnpicklingError, TypeError, ValueError, EOFError):
         return None
     if not isinstance(tensor, _Rebuilt):   # e.g. a dict or a list of tensors

@@ -8,15 +8,21 @@ ratio is to DCP's reader in the same round.
 Usage: python scripts/bench_load.py --gb 8 --device cuda --dir /tmp/bench-load --threads 1,8 --rounds 3
 (on a GPU host, a state the size of a rank's share: 15.4 GB for SDXL on 2 GPUs). `--tensors 6700`
 cuts the state into as many tensors as SDXL's training state has (its parameters, both Adam moments
-and the step counts), where the cost per record shows.
+and the step counts), where the cost per record shows. "each read" rows: the runner's reader finding
+each record's fields with a read of its own (RECORD_BLOCK_BYTES=0, as before 2026-12-04) instead of
+in the record's first and last 4 KB. `--beside`: also each runner row with a thread running Python
+beside the load (as a first step's tracing or runner.prewarm's imports do), where every take of the
+interpreter lock after a read waits behind it.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import shutil
 import statistics
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -37,33 +43,37 @@ def main() -> None:
     parser.add_argument("--dir", type=Path, default=Path("/tmp/bench-load"))
     parser.add_argument("--threads", default="1,8", help="runner reader thread counts, e.g. 1,8")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--beside", action="store_true", help="also each runner row beside a thread running Python")
     args = parser.parse_args()
     count = args.tensors or max(1, round(args.gb * 1e9 / (64 << 20)))
     state = {f"t{i}": torch.randn(max(1, int(args.gb * 1e9 / 4 / count)), device=args.device) for i in range(count)}
     size = sum(t.numel() * t.element_size() for t in state.values())
     shutil.rmtree(args.dir, ignore_errors=True)
     dcp.save(state, storage_writer=FileSystemWriter(str(args.dir), thread_count=4), no_dist=True)
-    readers: list[tuple[str, tuple[int, bool] | None]] = [("dcp", None)]
+    block = checkpoint.RECORD_BLOCK_BYTES
+    readers: list[tuple[str, tuple[int, bool, int, bool] | None]] = [("dcp", None)]
     for n in args.threads.split(","):   # the runner caps its threads at the process's share of the cores
         checkpoint.READ_THREADS = int(n)
-        for records in (True, False):
-            label = f"runner x{checkpoint.read_threads()}" + ("" if records else " torch.load")
-            readers.append((label, (int(n), records)))
+        for beside in (False, True) if args.beside else (False,):
+            for records, blocks, how in ((True, block, ""), (True, 0, " each read"), (False, block, " torch.load")):
+                label = f"runner x{checkpoint.read_threads()}{how}" + (" beside" if beside else "")
+                readers.append((label, (int(n), records, blocks, beside)))
     times: dict[str, list[float]] = {name: [] for name, _ in readers}
     for round_ in range(args.rounds):
         for name, setting in readers:
             target = {k: torch.empty_like(v) for k, v in state.items()}
             if setting:
-                checkpoint.READ_THREADS, checkpoint.RECORDS = setting
-            started = time.perf_counter()
-            if setting:
-                dcp.load(target, storage_reader=checkpoint.SafeFileSystemReader(str(args.dir)),
-                         planner=checkpoint.SafeLoadPlanner(), no_dist=True)
-            else:
-                dcp.load(target, storage_reader=FileSystemReader(str(args.dir)), no_dist=True)
-            if args.device.startswith("cuda"):
-                torch.cuda.synchronize()
-            times[name].append(time.perf_counter() - started)
+                checkpoint.READ_THREADS, checkpoint.RECORDS, checkpoint.RECORD_BLOCK_BYTES, beside = setting
+            with busy_thread(bool(setting and setting[3])):
+                started = time.perf_counter()
+                if setting:
+                    dcp.load(target, storage_reader=checkpoint.SafeFileSystemReader(str(args.dir)),
+                             planner=checkpoint.SafeLoadPlanner(), no_dist=True)
+                else:
+                    dcp.load(target, storage_reader=FileSystemReader(str(args.dir)), no_dist=True)
+                if args.device.startswith("cuda"):
+                    torch.cuda.synchronize()
+                times[name].append(time.perf_counter() - started)
             assert all(torch.equal(target[k], state[k]) for k in state), f"{name} loaded different values"
             print(f"round {round_ + 1}: {name}: {times[name][-1]:.2f} s", file=sys.stderr)
     base = statistics.median(times["dcp"])
@@ -72,6 +82,27 @@ def main() -> None:
         median = statistics.median(values)
         print(f"  {name:<22} {median:7.2f} s  {size / 1e9 / median:6.2f} GB/s  x{base / median:.2f} of DCP's reader")
     shutil.rmtree(args.dir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def busy_thread(on: bool):
+    """A thread running Python (never leaving the interpreter lock of its own accord) while the block runs."""
+    stop = threading.Event()
+
+    def spin() -> None:
+        x = 0
+        while not stop.is_set():
+            for i in range(1000):
+                x += i * i
+    thread = threading.Thread(target=spin, daemon=True)
+    if on:
+        thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        if on:
+            thread.join()
 
 
 if __name__ == "__main__":

@@ -258,18 +258,23 @@ def _saved_at(path, prefix: bytes, obj) -> tuple[int, int]:
     return len(prefix), len(record.getvalue())
 
 
-def test_a_tensor_record_is_read_from_its_bytes_as_torch_load_reads_it(tmp_path):
+@pytest.mark.parametrize("block", [4096, 0, 64])
+def test_a_tensor_record_is_read_from_its_bytes_as_torch_load_reads_it(tmp_path, monkeypatch, block):
     """The fast path (runner.checkpoint_reader._record) reads torch.save's record itself: every layout a
     training state holds (fp32, bf16, fp8, a 0-dim step count, a transposed view, a view inside a larger
-    storage, an empty tensor) comes out equal to torch.load's, dtype, shape and strides included."""
+    storage, an empty tensor, one larger than the record's first and last blocks together) comes out equal to
+    torch.load's, dtype, shape and strides included; its fields found in the record's first and last
+    RECORD_BLOCK_BYTES (4096), with a read for each (0), or partly either way (64)."""
     import io
 
+    from runner import checkpoint_reader
     from runner.checkpoint_reader import _record, _Staging
+    monkeypatch.setattr(checkpoint_reader, "RECORD_BLOCK_BYTES", block)
     generator = torch.Generator().manual_seed(1)
     base = torch.randn(7, 5, generator=generator)
     cases = {"fp32": base, "bf16": base.to(torch.bfloat16), "step": torch.tensor(12.0), "int": torch.arange(9),
              "transposed": base.t(), "inside": torch.randn(100, generator=generator)[10:40].view(5, 6),
-             "empty": torch.zeros(0, 3)}
+             "empty": torch.zeros(0, 3), "large": torch.randn(64, 100, generator=generator)}
     if hasattr(torch, "float8_e4m3fn"):
         cases["fp8"] = base.to(torch.float8_e4m3fn)
     for name, tensor in cases.items():
@@ -283,6 +288,23 @@ def test_a_tensor_record_is_read_from_its_bytes_as_torch_load_reads_it(tmp_path)
         assert ours.dtype == theirs.dtype and ours.size() == theirs.size() and ours.stride() == theirs.stride(), name
         exact = torch.float64 if ours.is_floating_point() else ours.dtype   # fp8 has no equal(): compare widened
         assert torch.equal(ours.to(exact), theirs.to(exact)), name
+
+
+def test_a_records_fields_come_from_two_reads_of_its_ends(tmp_path, monkeypatch):
+    """Each read leaves the interpreter lock and takes it back (a wait behind any thread holding it): _record
+    finds a record's directory, headers and pickle in two reads of its first and last 4 KB, where it took
+    seven reads, one a field, before (RECORD_BLOCK_BYTES=0 still does that)."""
+    from runner import checkpoint_reader
+    offset, length = _saved_at(tmp_path / "r", b"x" * 100, torch.randn(64, 100))
+    reads = []
+    real = os.pread
+    monkeypatch.setattr(checkpoint_reader.os, "pread", lambda fd, n, at: reads.append(n) or real(fd, n, at))
+    for block, expected in ((4096, 2), (0, 7)):
+        monkeypatch.setattr(checkpoint_reader, "RECORD_BLOCK_BYTES", block)
+        reads.clear()
+        with open(tmp_path / "r", "rb", buffering=0) as handle:
+            assert checkpoint_reader._record(handle.fileno(), offset, length) is not None
+        assert len(reads) == expected, (block, reads)
 
 
 def test_a_records_tensor_in_a_slice_of_a_buffer_starts_at_the_slice(tmp_path):
