@@ -26,7 +26,7 @@ import sys
 import threading
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, cast
 
@@ -161,6 +161,7 @@ class _Record:
     size: tuple[int, ...]
     stride: tuple[int, ...]
     data: int
+    inline: bytes | None = field(default=None, repr=False, compare=False)   # the bytes, when _record read them
 
     @property
     def nbytes(self) -> int:
@@ -258,11 +259,16 @@ class _RecordBytes:
             else b""
 
     def read(self, start: int, size: int) -> bytes:
+        held = self.held(start, size)
+        return held if held is not None else os.pread(self.fd, size, self.offset + start)
+
+    def held(self, start: int, size: int) -> bytes | None:
+        """The bytes, when the blocks already read hold them."""
         if start + size <= len(self.head):
             return self.head[start:start + size]
         if start >= self.tail_start and start + size <= self.length and self.tail:
             return self.tail[start - self.tail_start:start - self.tail_start + size]
-        return os.pread(self.fd, size, self.offset + start)
+        return None
 
 
 def _record(fd: int, offset: int, length: int) -> _Record | None:
@@ -318,7 +324,8 @@ def _record(fd: int, offset: int, length: int) -> _Record | None:
         return None   # the size does not match, or the record holds more than one storage
     if not _fits(tensor.numel, tensor.offset, tensor.size, tensor.stride):
         return None
-    return _Record(tensor.dtype, tensor.numel, cast(int, tensor.offset), tensor.size, tensor.stride, offset + data[0])
+    return _Record(tensor.dtype, tensor.numel, cast(int, tensor.offset), tensor.size, tensor.stride, offset + data[0],
+                   inline=record.held(*data))   # a small tensor's bytes come with its headers
 
 
 def _fits(numel: int, offset, size: tuple, stride: tuple) -> bool:
@@ -338,6 +345,14 @@ def _view(raw: torch.Tensor, record: _Record) -> torch.Tensor:
         return torch.empty(record.size, dtype=record.dtype)
     storage = raw.view(record.dtype)
     return storage.as_strided(record.size, record.stride, storage.storage_offset() + record.storage_offset)
+
+
+def _fill(fd: int, view: memoryview, record: _Record) -> None:
+    """Fill `view` with the record's storage bytes: those _record already holds, else read."""
+    if record.inline is not None:
+        view[:] = record.inline
+    else:
+        _pread_into(fd, view, record.data)
 
 
 def _pread_into(fd: int, view: memoryview, offset: int) -> None:
@@ -373,7 +388,7 @@ class _Staging:
     def read(self, fd: int, record: _Record, target: torch.Tensor) -> torch.Tensor:
         if target.device.type == "cpu" and record.plain() and target.dtype == record.dtype \
                 and target.is_contiguous() and tuple(target.size()) == record.size:
-            _pread_into(fd, _bytes_of(target), record.data)
+            _fill(fd, _bytes_of(target), record)
             return target
         buffer = self._buffer(record.nbytes) if target.device.type == "cuda" else None
         if buffer is None:
@@ -381,7 +396,7 @@ class _Staging:
         else:
             raw = buffer[self.used:self.used + record.nbytes]
             self.used += -(-record.nbytes // 64) * 64   # the next record's bytes start 64-byte aligned
-        _pread_into(fd, _bytes_of(raw), record.data)
+        _fill(fd, _bytes_of(raw), record)
         return _view(raw, record)
 
     def copy(self, target: torch.Tensor, tensor: torch.Tensor) -> None:

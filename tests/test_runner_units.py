@@ -293,18 +293,22 @@ def test_a_tensor_record_is_read_from_its_bytes_as_torch_load_reads_it(tmp_path,
 def test_a_records_fields_come_from_two_reads_of_its_ends(tmp_path, monkeypatch):
     """Each read leaves the interpreter lock and takes it back (a wait behind any thread holding it): _record
     finds a record's directory, headers and pickle in two reads of its first and last 4 KB, where it took
-    seven reads, one a field, before (RECORD_BLOCK_BYTES=0 still does that)."""
+    seven reads, one a field, before (RECORD_BLOCK_BYTES=0 still does that); a record within 4 KB (a step count's,
+    1.6 KB) is one read, and its tensor's bytes come with it: the reading thread reads nothing more for it."""
     from runner import checkpoint_reader
-    offset, length = _saved_at(tmp_path / "r", b"x" * 100, torch.randn(64, 100))
-    reads = []
-    real = os.pread
-    monkeypatch.setattr(checkpoint_reader.os, "pread", lambda fd, n, at: reads.append(n) or real(fd, n, at))
-    for block, expected in ((4096, 2), (0, 7)):
+    reads, real_pread, real_preadv = [], os.pread, os.preadv
+    monkeypatch.setattr(checkpoint_reader.os, "pread", lambda fd, n, at: reads.append(n) or real_pread(fd, n, at))
+    monkeypatch.setattr(checkpoint_reader.os, "preadv", lambda fd, views, at: reads.append(-1) or real_preadv(fd, views, at))
+    for tensor, block, expected in ((torch.randn(64, 100), 4096, 2 + 1), (torch.randn(64, 100), 0, 7 + 1),
+                                    (torch.tensor(12.0), 4096, 1), (torch.tensor(12.0), 0, 7 + 1)):
         monkeypatch.setattr(checkpoint_reader, "RECORD_BLOCK_BYTES", block)
+        offset, length = _saved_at(tmp_path / "r", b"x" * 100, tensor)
         reads.clear()
         with open(tmp_path / "r", "rb", buffering=0) as handle:
-            assert checkpoint_reader._record(handle.fileno(), offset, length) is not None
-        assert len(reads) == expected, (block, reads)
+            record = checkpoint_reader._record(handle.fileno(), offset, length)
+            assert record is not None
+            read = checkpoint_reader._Staging().read(handle.fileno(), record, torch.empty_like(tensor))
+        assert torch.equal(read, tensor) and len(reads) == expected, (tuple(tensor.shape), block, reads)
 
 
 def test_a_records_tensor_in_a_slice_of_a_buffer_starts_at_the_slice(tmp_path):
