@@ -43,7 +43,9 @@ READ_BATCH_BYTES = 256 << 20
 RECORDS = True         # read torch.save records with _record (False: torch.load each, the benchmark's baseline)
 # _record reads a record's first and last this many bytes once and finds its zip directory, pickle and local
 # headers in them (0: a read for each, the benchmark's baseline). Each read leaves the interpreter lock and takes
-# it back; beside a thread that holds it (tracing, importing) each take waits up to the switch interval, 5 ms.
+# it back; beside a thread that holds it (tracing, importing) each take waits up to the switch interval, 5 ms: on
+# the 2-core machine a 6,700-record load beside such a thread took 33.9 s this way against 74.5 s (0.90 against
+# 0.98 s alone; data/measurements/2026-12-04-cpu-record-reads).
 RECORD_BLOCK_BYTES = 4096
 
 
