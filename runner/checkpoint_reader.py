@@ -265,10 +265,10 @@ class _RecordBytes:
         return held if held is not None else os.pread(self.fd, size, self.offset + start)
 
     def held(self, start: int, size: int) -> bytes | None:
-        """The bytes, when the blocks already read hold them."""
+        """The bytes, when the blocks already read hold them all (a file cut short gave shorter blocks)."""
         if start + size <= len(self.head):
             return self.head[start:start + size]
-        if start >= self.tail_start and start + size <= self.length and self.tail:
+        if start >= self.tail_start and start + size <= self.tail_start + len(self.tail):
             return self.tail[start - self.tail_start:start - self.tail_start + size]
         return None
 

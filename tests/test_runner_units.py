@@ -345,6 +345,9 @@ def test_a_record_that_is_not_one_plain_tensor_is_left_to_torch_load(tmp_path):
     offset, length = _saved_at(path, b"", t)
     with open(path, "rb", buffering=0) as handle:
         assert _record(handle.fileno(), offset, length - 30) is None   # the directory cut off
+    path.write_bytes(path.read_bytes()[:offset + length - 30])   # the file itself ends early
+    with open(path, "rb", buffering=0) as handle:
+        assert _record(handle.fileno(), offset, length) is None
 
 
 def test_a_file_slice_reads_and_seeks_only_inside_its_bytes(tmp_path):
