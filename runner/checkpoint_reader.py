@@ -255,10 +255,11 @@ class _RecordBytes:
     def __init__(self, fd: int, offset: int, length: int):
         self.fd, self.offset, self.length = fd, offset, length
         block = min(length, RECORD_BLOCK_BYTES)
-        self.head = os.pread(fd, block, offset) if block else b""
         self.tail_start = length - block
-        self.tail = self.head if self.tail_start == 0 else os.pread(fd, block, offset + self.tail_start) if block \
-            else b""
+        self.head = self.tail = b""
+        if block:
+            self.head = os.pread(fd, block, offset)
+            self.tail = self.head if self.tail_start == 0 else os.pread(fd, block, offset + self.tail_start)
 
     def read(self, start: int, size: int) -> bytes:
         held = self.held(start, size)

@@ -89,6 +89,9 @@ def main() -> None:
 @contextlib.contextmanager
 def busy_thread(on: bool):
     """A thread running Python (never leaving the interpreter lock of its own accord) while the block runs."""
+    if not on:
+        yield
+        return
     stop = threading.Event()
 
     def spin() -> None:
@@ -97,14 +100,12 @@ def busy_thread(on: bool):
             for i in range(1000):
                 x += i * i
     thread = threading.Thread(target=spin, daemon=True)
-    if on:
-        thread.start()
+    thread.start()
     try:
         yield
     finally:
         stop.set()
-        if on:
-            thread.join()
+        thread.join()
 
 
 if __name__ == "__main__":
