@@ -393,12 +393,14 @@ class Checkpointer:
             dist.broadcast(choice, src=0, group=self._group)
         return int(choice.item())
 
-    def load(self, step: int, state: dict) -> None:
-        """Load `step` into `state` in place: each rank reads its share, then receives the others'."""
+    def load(self, step: int, state: dict, prepared: Callable[[], object] | None = None) -> None:
+        """Load `step` into `state` in place: each rank reads its share, then receives the others'.
+        `prepared`: called once the read's remaining work holds the interpreter lock little
+        (runner.checkpoint_reader), for work to run beside it."""
         started = time.perf_counter()
         folder = self.folder(step)
         owned, mine = self._share(state)
-        reader = SafeFileSystemReader(str(folder), metadata=self._metadata(folder))
+        reader = SafeFileSystemReader(str(folder), metadata=self._metadata(folder), prepared=prepared)
         self._metadata_cache = None   # loaded: not asked again
         dcp.load(mine, storage_reader=reader, planner=SafeLoadPlanner(), process_group=self._group)
         ownership.merge(state, mine)

@@ -18,6 +18,7 @@ _get_metadata_path): the `runner` extra's torch floor (pyproject.toml) is the ol
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import pickle
@@ -47,6 +48,11 @@ RECORDS = True         # read torch.save records with _record (False: torch.load
 # the 2-core machine a 6,700-record load beside such a thread took 33.9 s this way against 74.5 s (0.90 against
 # 0.98 s alone; data/measurements/2026-12-04-cpu-record-reads).
 RECORD_BLOCK_BYTES = 4096
+# Which targets take the batched path (_Batch): "cuda" (GPU targets), "always" (CPU targets too: the tests'
+# way to run it on a machine without a GPU) or "never" (every record on its own, as before 2026-12-05).
+# COSTSIM_READ_BATCHED sets another (batched_mode()).
+BATCHED = "cuda"
+BATCHED_MODES = ("cuda", "always", "never")
 
 
 class _MetadataUnpickler(pickle.Unpickler):
@@ -78,9 +84,10 @@ class SafeFileSystemReader(FileSystemReader):
     of pickle, 6,800 entries: a quarter of a second to unpickle; data/measurements/2026-12-04-h200-fetch-zlib-ng
     has the command)."""
 
-    def __init__(self, path, *args, metadata=None, **kwargs):
+    def __init__(self, path, *args, metadata=None, prepared=None, **kwargs):
         super().__init__(path, *args, **kwargs)
         self._preloaded = metadata
+        self._prepared = prepared   # called once what is left of the read holds the interpreter lock little
 
     def read_metadata(self, *args, **kwargs):
         metadata = self._preloaded
@@ -97,36 +104,72 @@ class SafeFileSystemReader(FileSystemReader):
         """The requested entries, read by a pool of threads (DCP's own reader reads one file after
         another in one thread), each tensor straight from its file slice, in runs of about
         READ_BATCH_BYTES. `scripts/bench_load.py` measures it against DCP's; the figures are in
-        data/measurements/2026-11-30-h200-sdxl-reader."""
+        data/measurements/2026-11-30-h200-sdxl-reader.
+
+        GPU targets go in batches (_Batch): first every record's fields are found and its target and its
+        place in a page-locked buffer are set, then each batch is one read of its file range into the
+        buffer and one copy call for all of its records. The second part takes the interpreter lock a few
+        times a batch instead of several times a record, so work that holds the lock beside it (a resume's
+        first forward, runner.warm_step) and the read do not wait on each other: `prepared`, given to the
+        reader, is called between the two parts."""
         jobs: dict[str, list] = {}
         for item in plan.items:
             info = self.storage_data[item.storage_index]
             if getattr(info, "transform_descriptors", None):   # written through an extension: DCP's own path
+                self._ready()
                 return super().read_data(plan, planner)
             jobs.setdefault(info.relative_path, []).append(item)
         batches = []   # each file's entries in offset order, cut into runs of about READ_BATCH_BYTES
         for relative_path, items in jobs.items():
             items.sort(key=lambda i: self.storage_data[i.storage_index].offset)
-            batch, size = [], 0
+            batch: list = []
             for item in items:
+                info = self.storage_data[item.storage_index]
+                if batch:
+                    first = self.storage_data[batch[0].storage_index]
+                    if info.offset + info.length - first.offset > READ_BATCH_BYTES:
+                        batches.append((relative_path, batch))
+                        batch = []
                 batch.append(item)
-                size += self.storage_data[item.storage_index].length
-                if size >= READ_BATCH_BYTES:
-                    batches.append((relative_path, batch))
-                    batch, size = [], 0
             if batch:
                 batches.append((relative_path, batch))
-        with ThreadPoolExecutor(max_workers=max(1, min(read_threads(), len(batches)))) as pool:
-            for done in [pool.submit(self._read_batch, path, items, planner) for path, items in batches]:
+        if not batches:
+            self._ready()
+        mode = batched_mode()
+        threads = max(1, min(read_threads(), len(batches)))
+        with ThreadPoolExecutor(max_workers=threads) as pool:
+            if mode == "never":
+                self._ready()
+                results = [pool.submit(self._read_batch, path, items, planner) for path, items in batches]
+            else:
+                buffers = list(pool.map(lambda _: _batch_buffer(mode), range(threads)))
+
+                def prepare(index: int) -> _Batch:   # batch i goes through lane i % threads's buffer
+                    relative_path, items = batches[index]
+                    return _Batch.prepare(self, relative_path, items, planner, buffers[index % threads], mode)
+                prepared = list(pool.map(prepare, range(len(batches))))
+                self._ready()
+                results = [pool.submit(_Batch.run_all, prepared[lane::threads], self, planner)
+                           for lane in range(threads)]
+            for done in results:
                 done.result()
         future: torch.futures.Future[None] = torch.futures.Future()
         future.set_result(None)
         return future
 
+    def _ready(self) -> None:
+        if self._prepared is not None:
+            prepared, self._prepared = self._prepared, None
+            prepared()
+
     def _read_batch(self, relative_path: str, items: list, planner) -> None:
+        self._read_items(Path(self.path) / relative_path, items, planner)
+
+    def _read_items(self, path: Path, items: list, planner) -> None:
+        """Each entry on its own: a tensor record straight into its target or through a page-locked buffer."""
         staging = _Staging()
         try:
-            with open(Path(self.path) / relative_path, "rb", buffering=0) as handle:
+            with open(path, "rb", buffering=0) as handle:
                 for item in items:
                     self._read_item(handle, item, planner, staging)
         finally:
@@ -151,6 +194,98 @@ class SafeFileSystemReader(FileSystemReader):
         if tensor.data_ptr() != target.data_ptr():   # not already read into the target's own memory
             staging.copy(target, tensor)
         planner.commit_tensor(item, target)
+
+
+def _batch_buffer(mode: str) -> torch.Tensor | None:
+    """One lane's buffer for the batched path: page-locked where there is a GPU (None when it cannot be had:
+    the records then go on their own), pageable for CPU targets ("always")."""
+    if mode == "cuda":
+        if not torch.cuda.is_available():
+            return None
+        try:
+            return torch.empty(READ_BATCH_BYTES, dtype=torch.uint8, pin_memory=True)
+        except RuntimeError:
+            return None
+    return torch.empty(READ_BATCH_BYTES, dtype=torch.uint8)
+
+
+@dataclass
+class _Batch:
+    """A run of one file's records whose bytes go into a lane's buffer with one read, and from it into their
+    targets with one `_foreach_copy_` (a byte copy: the records' bytes need not be aligned in the file).
+    A record that cannot (not a plain tensor of the target's dtype, size and layout, a read of part of
+    it, a target on another device) is read on its own (`rest`); non-tensor entries are read while
+    preparing."""
+    path: Path
+    buffer: torch.Tensor | None
+    start: int = 0                 # the file range the buffer takes, [start, end)
+    end: int = 0
+    targets: list = field(default_factory=list)   # each record's target, as bytes
+    sources: list = field(default_factory=list)   # its bytes in the buffer
+    done: list = field(default_factory=list)      # (item, target) to commit once copied
+    rest: list = field(default_factory=list)
+
+    @classmethod
+    def prepare(cls, reader: SafeFileSystemReader, relative_path: str, items: list, planner,
+                buffer: torch.Tensor | None, mode: str) -> _Batch:
+        batch = cls(Path(reader.path) / relative_path, buffer)
+        places = []
+        with open(batch.path, "rb", buffering=0) as handle:
+            for item in items:
+                info = reader.storage_data[item.storage_index]
+                if item.type == LoadItemType.BYTE_IO:
+                    planner.load_bytes(item, io.BytesIO(_Slice(handle, info.offset, info.length).read()))
+                    continue
+                target = planner.resolve_tensor(item).detach()
+                record = _record(handle.fileno(), info.offset, info.length) if RECORDS and buffer is not None else None
+                whole = all(o == 0 for o in item.storage_offsets) and record is not None \
+                    and tuple(item.lengths) == record.size
+                if record is None or not whole or not record.plain() or target.dtype != record.dtype \
+                        or tuple(target.size()) != record.size or not target.is_contiguous() \
+                        or target.device.type != ("cuda" if mode == "cuda" else "cpu") \
+                        or record.nbytes > cast(torch.Tensor, buffer).numel():   # alone in a batch, and larger
+                    batch.rest.append(item)
+                    continue
+                if record.nbytes:
+                    places.append((record.data, record.nbytes, target))
+                batch.done.append((item, target))
+        if places:
+            batch.start = min(at for at, _, _ in places)
+            batch.end = max(at + n for at, n, _ in places)
+            buffer = cast(torch.Tensor, buffer)
+            for at, nbytes, target in places:
+                batch.targets.append(target.reshape(-1).view(torch.uint8))
+                batch.sources.append(buffer[at - batch.start:at - batch.start + nbytes])
+        return batch
+
+    @staticmethod
+    def run_all(batches: list[_Batch], reader: SafeFileSystemReader, planner) -> None:
+        """One lane: its batches in turn through its buffer, each batch's copies finished before the buffer
+        takes the next; then the records that go on their own."""
+        device = next((b.targets[0].device for b in batches if b.targets and b.targets[0].is_cuda), None)
+        stream = None
+        if device is not None:   # the copies run on a stream of the lane's, after what was queued for the targets
+            stream = torch.cuda.Stream(device=device)
+            stream.wait_stream(torch.cuda.current_stream(device))
+        try:
+            for batch in batches:
+                if not batch.targets:
+                    continue
+                if stream is not None:
+                    stream.synchronize()   # the buffer's last copies are done
+                assert batch.buffer is not None
+                with open(batch.path, "rb", buffering=0) as handle:
+                    _pread_into(handle.fileno(), _bytes_of(batch.buffer[:batch.end - batch.start]), batch.start)
+                with torch.no_grad(), (torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext()):
+                    torch._foreach_copy_(batch.targets, batch.sources, non_blocking=stream is not None)
+        finally:
+            if stream is not None:
+                stream.synchronize()
+        for batch in batches:
+            for item, target in batch.done:
+                planner.commit_tensor(item, target)
+            if batch.rest:
+                reader._read_items(batch.path, batch.rest, planner)
 
 
 @dataclass(frozen=True)
@@ -471,6 +606,15 @@ def read_threads() -> int:
         raise RuntimeConfigError(f"COSTSIM_READ_THREADS={text!r}: expected a whole number of threads >= 1")
     share = (os.cpu_count() or 1) // max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
     return max(1, min(int(text), share))
+
+
+def batched_mode() -> str:
+    """BATCHED, or COSTSIM_READ_BATCHED's value."""
+    text = os.environ.get("COSTSIM_READ_BATCHED", BATCHED)
+    if text not in BATCHED_MODES:
+        from runner.speed import RuntimeConfigError
+        raise RuntimeConfigError(f"COSTSIM_READ_BATCHED={text!r}: expected one of {', '.join(BATCHED_MODES)}")
+    return text
 
 
 def _narrow(tensor: torch.Tensor, offsets, lengths) -> torch.Tensor:

@@ -26,7 +26,7 @@ from torch.nn.parallel import DistributedDataParallel
 from costsim.contract import notice as notice_rule
 from costsim.contract.telemetry import read_events
 from costsim.contract.timing import save_durations
-from runner import compile_share, faults, layout, prewarm, speed
+from runner import compile_share, faults, layout, prewarm, speed, warm_step
 from runner.checkpoint import Checkpointer, SharedStorageError
 from runner.compile_share import CompileCacheShare
 from runner.diskspace import DiskFullError, free_bytes, is_disk_full, quiet_disk_full_in_threads, refuse
@@ -115,6 +115,7 @@ class Trainer:
         self.step = 0
         self.saved_step = 0   # the newest checkpoint this life loaded or started to save
         self.last_loss: torch.Tensor | None = None   # the last step's loss on this rank, kept on the device
+        self.warm_batch: tuple[range, object] | None = None   # the warm step's micro-batch (runner.warm_step)
 
     def _compile_share(self, store, local_rank: int) -> CompileCacheShare | None:
         """torch.compile's caches through the store (runner.compile_share), when the run shares them: each
@@ -137,21 +138,29 @@ class Trainer:
         return training_state(self.model, self.built.optimizer, self.built.scheduler, self.step, self.rank,
                               self.built.state)
 
-    def restore(self) -> None:
+    def restore(self, warming: warm_step.WarmStep | None = None) -> None:
+        """Load the agreed checkpoint, if any; `warming` (runner.warm_step), the first micro-batch's forward
+        running beside the read, is joined before the loaded state (the random state with it) is applied."""
         step = self.resume_step
         if step:
-            state = self.state()
-            own_rng = f"{PRIVATE_PREFIX}{self.rank}"
-            if not self.checkpointer.has_entry(step, own_rng):
-                # Saved by fewer processes than now: this rank had no random state then. The data
-                # is a function of the sample index, so a seeded state changes no sample.
-                del state[own_rng]
-            for name in self.built.state:
-                if not self.checkpointer.has_entry(step, name):
-                    raise WorkloadOptionError(f"the checkpoint of step {step} has no {name!r} state (saved by a run "
-                                              f"without it): resume with the options it ran with, or start a new "
-                                              "run folder")
-            self.checkpointer.load(step, state)
+            try:
+                state = self.state()
+                own_rng = f"{PRIVATE_PREFIX}{self.rank}"
+                if not self.checkpointer.has_entry(step, own_rng):
+                    # Saved by fewer processes than now: this rank had no random state then. The data
+                    # is a function of the sample index, so a seeded state changes no sample.
+                    del state[own_rng]
+                for name in self.built.state:
+                    if not self.checkpointer.has_entry(step, name):
+                        raise WorkloadOptionError(f"the checkpoint of step {step} has no {name!r} state (saved by a "
+                                                  f"run without it): resume with the options it ran with, or start a "
+                                                  "new run folder")
+                # the warm step starts once what is left of the read holds the interpreter lock little
+                self.checkpointer.load(step, state, prepared=warming.start if warming is not None else None)
+            finally:
+                if warming is not None:
+                    self.finish_warm_step(warming.join(), step)
+                    warming = None
             self.step = apply_state(state, self.model, self.built.optimizer, self.built.scheduler, self.rank)
             self.saved_step = self.step
             if own_rng not in state:
@@ -179,7 +188,7 @@ class Trainer:
             no_sync = (model.no_sync() if isinstance(model, DistributedDataParallel) and not sync and self.world_size > 1
                        else contextlib.nullcontext())
             with autocast, speed.attention(self.runtime), no_sync:
-                loss = built.loss(model, built.batch(self.split.indices(self.step, self.rank, micro))) / self.accumulation
+                loss = built.loss(model, self.batch(self.split.indices(self.step, self.rank, micro))) / self.accumulation
             loss.backward()
             total = loss.detach() if total is None else total + loss.detach()   # no host sync
         self.last_loss = total
@@ -189,6 +198,45 @@ class Trainer:
         if built.after_step is not None:
             built.after_step(self.step + 1)
         return True
+
+    def batch(self, indices: range):
+        """The micro-batch of these samples: the warm step's, once, when it ran on them (runner.warm_step)."""
+        if self.warm_batch is not None:
+            kept, self.warm_batch = self.warm_batch, None
+            if kept[0] == indices:
+                return kept[1]
+        return self.built.batch(indices)
+
+    def make_warm_step(self, step: int) -> warm_step.WarmStep | None:
+        """The forward of `step`'s first micro-batch, to run on a thread beside the checkpoint's read
+        (runner.warm_step; restore() starts it); None for a model with buffers (a forward may update them, e.g.
+        batch norm's running statistics, under the read)."""
+        built, model, runtime = self.built, self.model, self.runtime
+        if next(built.model.buffers(), None) is not None:
+            return None
+        indices = self.split.indices(step, self.rank, 0)
+        ddp = model if isinstance(model, DistributedDataParallel) else None
+
+        def run():
+            autocast = (torch.autocast(self.device.type, dtype=built.autocast_dtype) if built.autocast_dtype
+                        else contextlib.nullcontext())
+            with autocast, speed.attention(runtime):
+                data = built.batch(indices)
+                with warm_step.inside_ddp(ddp):
+                    built.loss(built.model, data)   # its graph (and the activations it saved) go with it
+            return indices, data
+        return warm_step.WarmStep(run)
+
+    def finish_warm_step(self, warming: warm_step.WarmStep, step: int) -> None:
+        """What the warm step left: its batch, kept for the first step; the event."""
+        if warming.batch is not None:
+            self.warm_batch = warming.batch
+        if warming.error:
+            self.warn(f"the first micro-batch's forward beside the checkpoint's read failed ({warming.error}); the "
+                      "first step compiles as without it")
+        if self.rank == 0:   # with what it compiled: the first step's compile event shows what it added
+            self.telemetry.event("warm_step", step=step, **warming.report(),
+                                 counters=speed.compile_report()["counters"])
 
     def agree(self, checkpoint_due: bool, next_sync: int, within: bool) -> tuple[bool, bool, int]:
         """One all-reduce (MAX): checkpoint due (rank 0's clock), notice seen anywhere, next sync step, and
@@ -218,18 +266,30 @@ class Trainer:
         names = prewarm.read_names(path) if path else []
         return prewarm.Prewarm(names).start() if names else None
 
-    def train(self) -> int:
-        warming = self.start_prewarm()   # beside the checkpoint's read
-        self.restore()
-        if self.compile_share is not None:   # every rank compiles from the node's cache once it is in place
+    def wait_compile_cache(self) -> None:
+        """Every rank compiles from the node's cache once it is in place (a new node's, fetched)."""
+        if self.compile_share is not None:
             self.compile_share.wait_fetch()
             if self.world_size > 1:
                 dist.barrier()
+
+    def train(self) -> int:
+        # A resume of a compiled model runs its first micro-batch's forward beside the checkpoint's read
+        # (runner.warm_step), from the node's compile cache; otherwise the recorded imports are imported there
+        # (runner.prewarm).
+        want_warm = bool(self.resume_step) and self.compiled and warm_step.enabled()
+        if want_warm:
+            self.wait_compile_cache()
+        warm = self.make_warm_step(self.resume_step) if want_warm else None
+        warming = None if warm else self.start_prewarm()
+        self.restore(warm)
+        if not want_warm and self.compile_share is not None:
+            self.wait_compile_cache()
             warming = warming or self.start_prewarm()   # a new node's list came with the cache
         if warming:
             warming.wait()   # no import on another thread while the first step traces (runner.prewarm)
         record_imports = (prewarm.imports_file() if self.rank == 0 and self.compiled and prewarm.enabled()
-                          and self.step > 0 and warming is None else None)   # a resume's own imports
+                          and self.step > 0 and warming is None and warm is None else None)   # a resume's own imports
         modules_before = set(sys.modules) if record_imports else set()
         self.telemetry.event("start", step=self.step, total_steps=self.total_steps, pid=os.getpid(),
                              node=int(os.environ.get("GROUP_RANK", 0)), global_batch=self.spec.global_batch)

@@ -8,6 +8,9 @@
 # SET=fp8: one GPU, fp8 blocks and the activation budget (below; FP8_ROWS=rest: the rows after the first call's).
 # SET=accum: one GPU, the fastest configuration (compile=model at 16) at the flagship's global batch 64 (16 x 4
 #   micro-batches: the optimizer steps once a step), then without accumulation from the warm cache.
+# SET=cl: one GPU, the whole model compiled in channels_last (NHWC) at 16 (its GroupNorms then run in Inductor's
+#   kernels, not eager's slow NHWC ones: channels_last was 0.92x eager and 0.905x with compile=blocks, 2026-11-29),
+#   beside the plain loop at 12 as the machine's reference (compile=model at 16 was 1.308x it, 2026-11-29)
 # SET=fp8large: one GPU, fp8 on the large linear layers only (fp8_select=large) at 16 x 4 (compile=blocks, or
 #   FP8_COMPILE=model: not compiled within 450 s on 2026-12-03; FP8_BASELINE=1: bf16 first, which runs out of memory
 #   under compile=blocks at 16 x 4), then the manifest CRC comparison (scripts/bench_checkpoint.py --notice 4: read
@@ -123,11 +126,19 @@ fp8large() {
   fi
 }
 
+channels_last() {
+  local g="--runtime compile=model --runtime gc_every=50 --runtime expandable_segments=true"
+  row 0 60 peak
+  row 0 90 bare --batch 12
+  TORCHINDUCTOR_CACHE_DIR=/tmp/inductor-model16-cl row 0 480 runner --batch 16 $g --runtime channels_last=true
+}
+
 export -f row; export START BUDGET STEPS RESULTS OUT CONFIG
 if [[ "$SET" == next ]]; then next0 & next1 & wait
 elif [[ "$SET" == fp8 ]]; then fp8
 elif [[ "$SET" == accum ]]; then accum
 elif [[ "$SET" == fp8large ]]; then fp8large
+elif [[ "$SET" == cl ]]; then channels_last
 else lane0 & lane1 & wait; fi
 cp "$RESULTS" /tmp/bench_sdxl.jsonl   # a follow-up call on the same (warm) machine reads it; $OUT is emptied
 python3 scripts/bench_sdxl.py report "$RESULTS" | tee "$OUT/bench_sdxl.txt"

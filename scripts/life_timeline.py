@@ -53,6 +53,13 @@ def describe(life: list[dict]) -> str:
         elif kind == "prewarm":
             parts.append(f"prewarm: imported {e['imported']} of {e['modules']} listed modules ({e['failed']} failed) "
                          f"in {e['seconds']:.1f} s beside the load; the first step waited {e['waited_s']:.1f} s")
+        elif kind == "warm_step" and e.get("started") is False:
+            parts.append("warm step: not started (the load failed first)")
+        elif kind == "warm_step":
+            failed = f", failed: {e['error']}" if e.get("error") else ""
+            began = f"started {e['started_after_s']:.1f} s into the restore, " if "started_after_s" in e else ""
+            parts.append(f"warm step: the first micro-batch's forward beside the load, {began}in {e['seconds']:.1f} s, "
+                         f"ended at {at(e)}; the load waited {e['waited_s']:.1f} s for it{failed}")
         elif kind == "compile" and e.get("rank") == 0:
             counters = e.get("counters") or {}
             parts.append("compile: " + ", ".join(f"{k} {v}" for k, v in counters.items() if "cache" in k))

@@ -224,6 +224,7 @@ def test_compiled_run_resumes_exactly_and_restarts_from_its_compile_cache(tmp_pa
     # Inductor sets TORCHINDUCTOR_CACHE_DIR in its own process once it has compiled anything, and a
     # user's value wins over the run folder's: the workers must not inherit this process's.
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    monkeypatch.setenv("COSTSIM_READ_BATCHED", "always")   # the batched read on CPU, beside the warm step
     plan = sdxl_plan(tmp_path, runtime={"compile": "blocks", "channels_last": True})
     args = ("--option", f"config={TINY_UNET}", "--steps", "8", "--seed", "4")
     drill, clean = tmp_path / "drill", tmp_path / "clean"
@@ -233,11 +234,15 @@ def test_compiled_run_resumes_exactly_and_restarts_from_its_compile_cache(tmp_pa
     assert [e["settings"]["compile"] for e in starts] == ["blocks"] * 3 and starts[0]["compiled_modules"] > 0
     assert starts[0]["compile_cache_bytes"] == 0 < starts[1]["compile_cache_bytes"]   # the restart finds the cache
     assert (drill / "compile-cache").is_dir() and summary(drill)["restarts"] == 2
-    # runner.prewarm: the first resume records what its first step imported, the second imports it beside its
-    # checkpoint's read (the fresh start, which compiled, records nothing)
-    recorded, warmed = events(drill, "prewarm")
-    assert recorded["recorded"] > 0 and "modules" not in recorded
-    assert warmed["modules"] == recorded["recorded"] and warmed["failed"] == 0 and warmed["seconds"] >= 0
+    # runner.warm_step: each resume ran its first micro-batch beside the checkpoint's read (two processes: the
+    # bare module inside DDP's marker), and its first step then traced and compiled nothing more (the compile
+    # counters after it are the warm step's: no new frame, graph, cache lookup or recompile)
+    warmed, compiled = events(drill, "warm_step"), events(drill, "compile")
+    assert [w["step"] for w in warmed] == [4, 4] and not any("error" in w for w in warmed)
+    assert all(w["started_after_s"] >= 0 and w["seconds"] > 0 for w in warmed)
+    assert [c["counters"] for c in compiled[1:]] == [w["counters"] for w in warmed]
+    assert warmed[0]["counters"]["stats.unique_graphs"] > 0 and not any("miss" in k for k in warmed[1]["counters"])
+    assert not events(drill, "prewarm")   # the warm step imports what it needs itself
     # The run straight through, on the drill's cache (a user's TORCHINDUCTOR_CACHE_DIR wins over the run
     # folder's): it compiles nothing cold, and ends in the same state as the killed and resumed run.
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(drill / "compile-cache"))
@@ -253,6 +258,7 @@ def test_a_resume_that_compiled_records_no_imports_to_prewarm(tmp_path, monkeypa
     whose compile cache is gone compiles, importing the compiler too; the next resume, from a warm cache,
     records its own list."""
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    monkeypatch.setenv("COSTSIM_WARM_STEP", "0")   # runner.warm_step off: the resumes import the list instead
     plan = tiny_plan(tmp_path, interval_steps=10)
     run = tmp_path / "run"
     args = ("--nproc-per-node", "1", "--runtime", "compile=model", "--seed", "2")
@@ -266,6 +272,10 @@ def test_a_resume_that_compiled_records_no_imports_to_prewarm(tmp_path, monkeypa
     assert misses[0] > 0 and misses[1] > 0 and misses[2] == 0   # fresh, then the cold resume, then a warm one
     (recorded,) = events(run, "prewarm")   # the warm resume's alone
     assert recorded["step"] == 31 and recorded["recorded"] > 0
+    again = execute(plan, run, "--steps", "50", *args, timeout=600)   # imports the list beside its read
+    assert again.returncode == 0, again.stderr[-3000:]
+    warmed = events(run, "prewarm")[-1]
+    assert warmed["modules"] == recorded["recorded"] and warmed["failed"] == 0 and warmed["seconds"] >= 0
 
 
 @pytest.mark.parametrize("setting, message", [("sdpa=flash", "runtime.sdpa=flash needs a CUDA GPU"),

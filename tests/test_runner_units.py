@@ -227,12 +227,14 @@ def test_checkpoint_entries_are_unpickled_as_data_only(tmp_path):
     assert not os.path.exists("/tmp/costsim-pwned")
 
 
-def test_threaded_reader_loads_what_dcp_reader_loads(tmp_path, monkeypatch):
+@pytest.mark.parametrize("mode", ["never", "always", "cuda"])
+def test_threaded_reader_loads_what_dcp_reader_loads(tmp_path, monkeypatch, mode):
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
 
     from runner import checkpoint_reader as checkpoint
     monkeypatch.setattr(checkpoint, "READ_BATCH_BYTES", 1000)   # many batches per file, several threads
+    monkeypatch.setenv("COSTSIM_READ_BATCHED", mode)   # "cuda" without a GPU: every record on its own
     generator = torch.Generator().manual_seed(0)
     state = {"model": {f"w{i}": torch.randn(17 * (i + 1), 3, generator=generator) for i in range(12)},
              "ints": torch.arange(10), "progress": {"step": 9, "lr": [0.5, 0.25]}}
@@ -247,6 +249,63 @@ def test_threaded_reader_loads_what_dcp_reader_loads(tmp_path, monkeypatch):
     for key, value in state["model"].items():
         assert torch.equal(ours["model"][key], value) and torch.equal(theirs["model"][key], value)
     assert torch.equal(ours["ints"], state["ints"]) and ours["progress"] == theirs["progress"] == state["progress"]
+
+
+def test_batched_read_copies_only_after_it_is_prepared_and_leaves_odd_records_to_the_record_path(tmp_path,
+                                                                                                    monkeypatch):
+    """The batched path (COSTSIM_READ_BATCHED=always runs it for CPU targets): `prepared` is called after every
+    record's place is set and before any tensor's bytes are copied (what runs beside the rest of the read sees
+    the targets untouched until then); records it cannot take whole (a non-contiguous target, another dtype, a
+    tensor larger than a batch's buffer) are read on their own, and everything ends as DCP's reader loads it."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
+
+    from runner import checkpoint_reader as checkpoint
+    monkeypatch.setattr(checkpoint, "READ_BATCH_BYTES", 4096)
+    monkeypatch.setenv("COSTSIM_READ_BATCHED", "always")
+    generator = torch.Generator().manual_seed(1)
+    state = {"w": {f"w{i}": torch.randn(40 + i, 5, generator=generator) for i in range(20)},
+             "big": torch.randn(2000, generator=generator),   # 8 KB: more than a buffer
+             "half": torch.randn(64, generator=generator).to(torch.bfloat16),
+             "grid": torch.randn(6, 9, generator=generator), "step": torch.tensor(7), "progress": {"lr": 0.5}}
+    dcp.save(state, storage_writer=FileSystemWriter(str(tmp_path), thread_count=2), no_dist=True)
+
+    def empty() -> dict:
+        return {"w": {k: torch.zeros_like(v) for k, v in state["w"].items()}, "big": torch.zeros(2000),
+                "half": torch.zeros(64),   # float32 target for a bfloat16 record: converted on the record path
+                "grid": torch.zeros(9, 6).t(),   # a non-contiguous target
+                "step": torch.tensor(0), "progress": {"lr": 0.0}}
+    ours, theirs = empty(), empty()
+    batches: list = []
+    prepare = checkpoint._Batch.prepare.__func__
+
+    def recording(cls, *args):
+        batches.append(prepare(cls, *args))
+        return batches[-1]
+    monkeypatch.setattr(checkpoint._Batch, "prepare", classmethod(recording))
+    seen: list = []
+
+    def prepared():   # nothing copied yet; the non-tensor entries are in
+        seen.append((sum(int(t.count_nonzero()) for t in ours["w"].values()), ours["progress"]["lr"]))
+    dcp.load(ours, storage_reader=checkpoint.SafeFileSystemReader(str(tmp_path), prepared=prepared),
+             planner=checkpoint.SafeLoadPlanner(), no_dist=True)
+    dcp.load(theirs, storage_reader=FileSystemReader(str(tmp_path)), no_dist=True)
+    assert seen == [(0, 0.5)]
+    copied = sum(len(b.targets) for b in batches)
+    left = sorted(item.dest_index.fqn for b in batches for item in b.rest)
+    assert copied == len(state["w"]) + 1 and left == ["big", "grid", "half"]   # the 20 and the step count
+    assert len(batches) > 3 and all(b.end - b.start <= 4096 for b in batches)
+    for key in ("big", "half", "grid", "step"):
+        assert torch.equal(ours[key], theirs[key]) and torch.equal(ours[key], state[key].to(ours[key].dtype))
+    assert all(torch.equal(ours["w"][k], v) for k, v in state["w"].items()) and ours["progress"] == {"lr": 0.5}
+
+
+def test_a_bad_batched_read_setting_is_refused(monkeypatch):
+    from runner import checkpoint_reader
+    from runner.speed import RuntimeConfigError
+    monkeypatch.setenv("COSTSIM_READ_BATCHED", "sometimes")
+    with pytest.raises(RuntimeConfigError, match="COSTSIM_READ_BATCHED='sometimes': expected one of cuda, always"):
+        checkpoint_reader.batched_mode()
 
 
 def _saved_at(path, prefix: bytes, obj) -> tuple[int, int]:
