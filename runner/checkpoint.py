@@ -410,6 +410,7 @@ class Checkpointer:
             if torch.cuda.is_available():
                 torch.cuda.synchronize()
         self.on_event("checkpoint_load", step=step, duration_s=time.perf_counter() - started, read_s=read_s,
+                      **{k: round(v, 3) for k, v in reader.timings.items()},
                       bytes=layout.folder_bytes(folder), owned_bytes=ownership.owned_bytes(state, owned, self.rank))
         if self._memory is not None and folder.parent == self._memory:   # every rank has read it: memory back
             if self._group is not None and self.world_size > 1:

@@ -25,6 +25,7 @@ import pickle
 import struct
 import sys
 import threading
+import time
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -88,6 +89,7 @@ class SafeFileSystemReader(FileSystemReader):
         super().__init__(path, *args, **kwargs)
         self._preloaded = metadata
         self._prepared = prepared   # called once what is left of the read holds the interpreter lock little
+        self.timings: dict[str, float] = {}   # the batched path's: its buffers, and all before `prepared`
 
     def read_metadata(self, *args, **kwargs):
         metadata = self._preloaded
@@ -142,12 +144,16 @@ class SafeFileSystemReader(FileSystemReader):
                 self._ready()
                 results = [pool.submit(self._read_batch, path, items, planner) for path, items in batches]
             else:
-                buffers = list(pool.map(lambda _: _batch_buffer(mode), range(threads)))
+                began = time.perf_counter()
+                buffers = _reserved_buffers(threads, mode)
+                buffers += pool.map(lambda _: _batch_buffer(mode), range(threads - len(buffers)))
+                self.timings["buffers_s"] = time.perf_counter() - began
 
                 def prepare(index: int) -> _Batch:   # batch i goes through lane i % threads's buffer
                     relative_path, items = batches[index]
                     return _Batch.prepare(self, relative_path, items, planner, buffers[index % threads], mode)
                 prepared = list(pool.map(prepare, range(len(batches))))
+                self.timings["prepare_s"] = time.perf_counter() - began
                 self._ready()
                 results = [pool.submit(_Batch.run_all, prepared[lane::threads], self, planner)
                            for lane in range(threads)]
@@ -194,6 +200,39 @@ class SafeFileSystemReader(FileSystemReader):
         if tensor.data_ptr() != target.data_ptr():   # not already read into the target's own memory
             staging.copy(target, tensor)
         planner.commit_tensor(item, target)
+
+
+_reserve_lock = threading.Lock()
+_reserved: list = []   # [a thread allocating lanes' buffers, its list]: reserve_buffers()
+
+
+def reserve_buffers() -> None:
+    """Allocate the batched read's page-locked buffers, one per reading thread, on a thread from now, for the
+    next read to take: a resume calls it before it sizes its state and plans the read, which then need not wait
+    for the allocation (page-locking is a driver call per buffer). Nothing without a GPU or the batched path."""
+    if batched_mode() != "cuda" or not torch.cuda.is_available():
+        return
+    count, buffers = read_threads(), []
+
+    def allocate() -> None:
+        for _ in range(count):
+            buffer = _batch_buffer("cuda")
+            if buffer is None:
+                return
+            buffers.append(buffer)
+    with _reserve_lock:
+        _reserved[:] = [threading.Thread(target=allocate, name="read-buffers", daemon=True), buffers]
+        _reserved[0].start()
+
+
+def _reserved_buffers(count: int, mode: str) -> list:
+    """Up to `count` of the buffers reserve_buffers() allocated (after it is done), each taken once."""
+    with _reserve_lock:
+        reserved, _reserved[:] = list(_reserved), []
+    if not reserved or mode != "cuda":
+        return []
+    reserved[0].join()
+    return reserved[1][:count]
 
 
 def _batch_buffer(mode: str) -> torch.Tensor | None:

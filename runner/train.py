@@ -26,7 +26,7 @@ from torch.nn.parallel import DistributedDataParallel
 from costsim.contract import notice as notice_rule
 from costsim.contract.telemetry import read_events
 from costsim.contract.timing import save_durations
-from runner import compile_share, faults, layout, prewarm, speed, warm_step
+from runner import checkpoint_reader, compile_share, faults, layout, prewarm, speed, warm_step
 from runner.checkpoint import Checkpointer, SharedStorageError
 from runner.compile_share import CompileCacheShare
 from runner.diskspace import DiskFullError, free_bytes, is_disk_full, quiet_disk_full_in_threads, refuse
@@ -277,6 +277,8 @@ class Trainer:
         # A resume of a compiled model runs its first micro-batch's forward beside the checkpoint's read
         # (runner.warm_step), from the node's compile cache; otherwise the recorded imports are imported there
         # (runner.prewarm).
+        if self.resume_step:
+            checkpoint_reader.reserve_buffers()   # page-locked while the state is sized and the read planned
         want_warm = bool(self.resume_step) and self.compiled and warm_step.enabled()
         if want_warm:
             self.wait_compile_cache()

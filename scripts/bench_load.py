@@ -85,6 +85,7 @@ def main() -> None:
             busy = Busy()
             try:
                 started = time.perf_counter()
+                reader = None
                 if setting:
                     reader = checkpoint.SafeFileSystemReader(str(args.dir), prepared=busy.start if beside else None)
                     dcp.load(target, storage_reader=reader, planner=checkpoint.SafeLoadPlanner(), no_dist=True)
@@ -98,15 +99,16 @@ def main() -> None:
             if beside:
                 shares.setdefault(name, []).append(busy.rounds / busy.seconds / alone)
             assert all(torch.equal(target[k], state[k]) for k in state), f"{name} loaded different values"
-            print(f"round {round_ + 1}: {name}: {times[name][-1]:.2f} s", file=sys.stderr)
+            parts = "".join(f", {k} {v:.2f} s" for k, v in (reader.timings if reader else {}).items())
+            print(f"round {round_ + 1}: {name}: {times[name][-1]:.2f} s{parts}", file=sys.stderr)
     base = statistics.median(times["dcp"])
     print(f"{size / 1e9:.1f} GB into {args.device} (page cache warm after the first round), medians of {args.rounds}:")
     for name, values in times.items():
         median = statistics.median(values)
-        busy = (f"  the busy thread at {statistics.median(shares[name]):.2f} of its rate alone" if name in shares
+        rate = (f"  the busy thread at {statistics.median(shares[name]):.2f} of its rate alone" if name in shares
                 else "")
         print(f"  {name:<32} {median:7.2f} s  {size / 1e9 / median:6.2f} GB/s  x{base / median:.2f} of DCP's reader"
-              + busy)
+              + rate)
     shutil.rmtree(args.dir, ignore_errors=True)
 
 
