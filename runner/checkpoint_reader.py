@@ -89,7 +89,8 @@ class SafeFileSystemReader(FileSystemReader):
         super().__init__(path, *args, **kwargs)
         self._preloaded = metadata
         self._prepared = prepared   # called once what is left of the read holds the interpreter lock little
-        self.timings: dict[str, float] = {}   # the batched path's: its buffers, and all before `prepared`
+        self.timings: dict[str, float] = {}   # DCP's planning before the read; the batched path's parts
+        self._made = time.perf_counter()
 
     def read_metadata(self, *args, **kwargs):
         metadata = self._preloaded
@@ -114,6 +115,7 @@ class SafeFileSystemReader(FileSystemReader):
         times a batch instead of several times a record, so work that holds the lock beside it (a resume's
         first forward, runner.warm_step) and the read do not wait on each other: `prepared`, given to the
         reader, is called between the two parts."""
+        self.timings["planned_s"] = time.perf_counter() - self._made   # metadata and DCP's plans, from making
         jobs: dict[str, list] = {}
         for item in plan.items:
             info = self.storage_data[item.storage_index]

@@ -47,8 +47,9 @@ def describe(life: list[dict]) -> str:
             parts.append(f"fetch step-{e['step']} {e['bytes'] / 1e9:.2f} GB into {e.get('into', 'disk')}{by} in "
                          f"{e['duration_s']:.1f} s ({e['bytes'] / e['duration_s'] / 1e9:.2f} GB/s) at {at(e)}")
         elif kind == "checkpoint_load" and e.get("rank") == 0:
-            batched = (f" (batched: its buffers waited for {e['buffers_s']:.1f} s, every record placed at "
-                       f"{e['prepare_s']:.1f} s)" if "prepare_s" in e else "")
+            planned = f"planned in {e['planned_s']:.1f} s; " if "planned_s" in e else ""
+            batched = (f" ({planned}batched: its buffers waited for {e['buffers_s']:.1f} s, every record placed "
+                       f"{e['prepare_s']:.1f} s from that wait's start)" if "prepare_s" in e else "")
             parts.append(f"load {e['duration_s']:.1f} s, ended at {at(e)}{batched}")
         elif kind == "prewarm" and e.get("recorded") is not None:
             parts.append(f"prewarm: recorded the {e['recorded']} modules this first step imported")
