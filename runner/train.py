@@ -144,6 +144,8 @@ class Trainer:
         step = self.resume_step
         if step:
             try:
+                if warming is not None and warm_step.mode() == "restore":
+                    warming.start(at="restore")
                 state = self.state()
                 own_rng = f"{PRIVATE_PREFIX}{self.rank}"
                 if not self.checkpointer.has_entry(step, own_rng):
@@ -279,7 +281,7 @@ class Trainer:
         # (runner.prewarm).
         if self.resume_step:
             checkpoint_reader.reserve_buffers()   # page-locked while the state is sized and the read planned
-        want_warm = bool(self.resume_step) and self.compiled and warm_step.enabled()
+        want_warm = warm_step.enabled() and bool(self.resume_step) and self.compiled   # a bad value stops any start
         if want_warm:
             self.wait_compile_cache()
         warm = self.make_warm_step(self.resume_step) if want_warm else None

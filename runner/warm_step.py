@@ -25,7 +25,10 @@ thread while the read uses the process group), inside DDP's marker of an active 
 the frames as under DDP (its DDPOptimizer) and finds them in the same cache entries. The batch it used is the
 first real micro-batch (the same indices), handed to the first step so that the data is read once.
 
-`COSTSIM_WARM_STEP=0` turns it off (then runner.prewarm imports the recorded modules beside the read instead).
+`COSTSIM_WARM_STEP=0` turns it off (then runner.prewarm imports the recorded modules beside the read instead);
+`COSTSIM_WARM_STEP=early` starts it at the restore's start instead, beside sizing the optimizer's state and
+planning the read (about 1.5 s on the H200, interpreter work that then shares the lock with it) and the reader's
+per-record part (about 1 s): to be measured against the default.
 """
 from __future__ import annotations
 
@@ -47,8 +50,24 @@ WARM_STEP_ENV = "COSTSIM_WARM_STEP"
 SWITCH_INTERVAL_S = 0.0002
 
 
+# COSTSIM_WARM_STEP's values: where the warm step starts, if at all
+MODES = {"1": "read", "early": "restore", "0": "off"}
+
+
+def mode(env=os.environ) -> str:
+    """"read" (the default: once the reader has placed every record), "restore" (`early`: from the restore's
+    start, beside sizing the state and planning the read, which then share the interpreter lock with it) or
+    "off"."""
+    text = env.get(WARM_STEP_ENV, "1")
+    if text not in MODES:
+        from runner.speed import RuntimeConfigError
+        raise RuntimeConfigError(f"{WARM_STEP_ENV}={text!r}: expected 1 (beside the read, the default), early (from "
+                                 "the restore's start) or 0 (off)")
+    return MODES[text]
+
+
 def enabled(env=os.environ) -> bool:
-    return env.get(WARM_STEP_ENV, "1") != "0"
+    return mode(env) != "off"
 
 
 @dataclass
@@ -61,12 +80,16 @@ class WarmStep:
     seconds: float = 0.0
     waited_s: float = 0.0    # how long the main thread waited for it after its own work (the read)
     started_s: float | None = None   # when start() ran, from the WarmStep's making (None: never)
+    started_at: str = ""             # from where: "restore" or "read" (the mode's point)
     _done: threading.Event = field(default_factory=threading.Event)
     _interval: float = 0.005   # the switch interval before start(), put back by join()
     _made: float = field(default_factory=time.monotonic)
 
-    def start(self) -> WarmStep:
-        self.started_s = time.monotonic() - self._made
+    def start(self, at: str = "read") -> WarmStep:
+        """Start it (once: a later call does nothing); `at`, the point it starts from, for the report."""
+        if self.started_s is not None:
+            return self
+        self.started_s, self.started_at = time.monotonic() - self._made, at
         self._interval = sys.getswitchinterval()
         sys.setswitchinterval(min(self._interval, SWITCH_INTERVAL_S))
         threading.Thread(target=self._run, name="warm-step", daemon=True).start()
@@ -95,7 +118,8 @@ class WarmStep:
     def report(self) -> dict:
         if self.started_s is None:
             return {"started": False}
-        out: dict = {"started_after_s": round(self.started_s, 3), "seconds": round(self.seconds, 3),
+        out: dict = {"started_at": self.started_at, "started_after_s": round(self.started_s, 3),
+                     "seconds": round(self.seconds, 3),
                      "waited_s": round(self.waited_s, 3)}
         if self.error:
             out["error"] = self.error

@@ -239,7 +239,7 @@ def test_compiled_run_resumes_exactly_and_restarts_from_its_compile_cache(tmp_pa
     # counters after it are the warm step's: no new frame, graph, cache lookup or recompile)
     warmed, compiled = events(drill, "warm_step"), events(drill, "compile")
     assert [w["step"] for w in warmed] == [4, 4] and not any("error" in w for w in warmed)
-    assert all(w["started_after_s"] >= 0 and w["seconds"] > 0 for w in warmed)
+    assert all(w["started_after_s"] >= 0 and w["seconds"] > 0 and w["started_at"] == "read" for w in warmed)
     assert [c["counters"] for c in compiled[1:]] == [w["counters"] for w in warmed]
     assert warmed[0]["counters"]["stats.unique_graphs"] > 0 and not any("miss" in k for k in warmed[1]["counters"])
     assert not events(drill, "prewarm")   # the warm step imports what it needs itself
@@ -276,6 +276,32 @@ def test_a_resume_that_compiled_records_no_imports_to_prewarm(tmp_path, monkeypa
     assert again.returncode == 0, again.stderr[-3000:]
     warmed = events(run, "prewarm")[-1]
     assert warmed["modules"] == recorded["recorded"] and warmed["failed"] == 0 and warmed["seconds"] >= 0
+
+
+@pytest.mark.slow
+def test_the_warm_step_started_early_resumes_exactly(tmp_path, monkeypatch):
+    """COSTSIM_WARM_STEP=early: the warm step starts at the restore's start, beside sizing the optimizer's state
+    (a zero-learning-rate step on zero gradients) and the read, on the batched path; the resumed run ends as
+    the run straight through, and its first step after the warm step compiled nothing more. A value it does not
+    know stops the run with one line."""
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    monkeypatch.setenv("COSTSIM_READ_BATCHED", "always")
+    plan = tiny_plan(tmp_path, interval_steps=10)
+    args = ("--nproc-per-node", "1", "--runtime", "compile=model", "--seed", "3", "--steps", "30")
+    monkeypatch.setenv("COSTSIM_WARM_STEP", "early")
+    drill = execute(plan, tmp_path / "drill", *args, "--inject-preemptions", "kill@15", timeout=600)
+    assert drill.returncode == 0, drill.stderr[-3000:]
+    (warmed,) = events(tmp_path / "drill", "warm_step")
+    assert warmed["started_at"] == "restore" and warmed["step"] == 10 and "error" not in warmed
+    assert events(tmp_path / "drill", "compile")[-1]["counters"] == warmed["counters"]
+    monkeypatch.setenv("COSTSIM_WARM_STEP", "0")
+    clean = execute(plan, tmp_path / "clean", *args, timeout=600)
+    assert clean.returncode == 0, clean.stderr[-3000:]
+    assert summary(tmp_path / "clean")["final_state_sha256"] == summary(tmp_path / "drill")["final_state_sha256"]
+    monkeypatch.setenv("COSTSIM_WARM_STEP", "soon")
+    bad = execute(plan, tmp_path / "drill", *args, "--steps", "40", timeout=600)
+    assert bad.returncode == 2 and "COSTSIM_WARM_STEP='soon': expected 1 (beside the read, the default), early" \
+        in bad.stderr and "Traceback" not in bad.stderr
 
 
 @pytest.mark.parametrize("setting, message", [("sdpa=flash", "runtime.sdpa=flash needs a CUDA GPU"),

@@ -67,10 +67,11 @@ EVENT_FIELDS: dict[str, tuple[str, tuple[str, ...]]] = {
                 "for it", ("step", "recorded", "modules", "imported", "failed", "failed_examples", "seconds",
                            "waited_s")),
     "warm_step": ("worker, rank 0, a compiled resume: its first micro-batch's forward run beside the checkpoint's "
-                  "read (runner.warm_step): started_after_s (from the restore's start: sizing the state, the read's "
+                  "read (runner.warm_step): started_at (restore or read: COSTSIM_WARM_STEP=early or the default), "
+                  "started_after_s (from the restore's start: sizing the state, the read's "
                   "plan and per-record work), seconds it took, waited_s (the wait for it after the read), error if it "
                   "failed, started false when the read failed first, and torch.compile's counters after it",
-                  ("step", "started", "started_after_s", "seconds", "waited_s", "error", "counters")),
+                  ("step", "started", "started_at", "started_after_s", "seconds", "waited_s", "error", "counters")),
     "start": ("worker, per start: the step it resumed from", ("step", "total_steps", "pid", "node", "global_batch")),
     "step": ("worker, rank 0, per optimizer step (buffered)", ("step", "step_time_s", "samples")),
     "progress": ("worker, rank 0, periodically", ("step", "loss_rank0", *MEMORY_FIELDS)),
