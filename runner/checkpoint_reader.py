@@ -137,9 +137,14 @@ class SafeFileSystemReader(FileSystemReader):
                 batch.append(item)
             if batch:
                 batches.append((relative_path, batch))
+        future: torch.futures.Future[None] = torch.futures.Future()
+        future.set_result(None)
         if not batches:
             self._ready()
+            return future
         mode = batched_mode()
+        if mode == "cuda" and not torch.cuda.is_available():
+            mode = "never"   # no GPU target to batch for
         threads = max(1, min(read_threads(), len(batches)))
         with ThreadPoolExecutor(max_workers=threads) as pool:
             if mode == "never":
@@ -161,8 +166,6 @@ class SafeFileSystemReader(FileSystemReader):
                            for lane in range(threads)]
             for done in results:
                 done.result()
-        future: torch.futures.Future[None] = torch.futures.Future()
-        future.set_result(None)
         return future
 
     def _ready(self) -> None:
