@@ -389,8 +389,9 @@ def test_a_job_is_all_its_lives_across_the_run_folders_of_its_store(store, plan,
 def test_a_new_node_starts_from_the_compile_cache_the_job_shared_through_the_store(store, plan, tmp_path, monkeypatch):
     """--share-compile-cache: the first node compiles, and after its first step packs Inductor's cache into
     the store; a second node (its own run folder, an empty cache) fetches it while it builds, and its first
-    step loads every graph from it instead of compiling; its list of the first step's imports (a resume's,
-    runner.prewarm) goes to the store too."""
+    step loads every graph from it instead of compiling (its warm step, beside the read, after the fetch); a
+    third node's list of its first step's imports (a resume without the warm step: runner.prewarm) goes to the
+    store too."""
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)   # each run folder's own cache
     # one compile process, not one per core: the CPU compile beside a wall-clock drill on the other worker
     # (tests/test_control.py) made that drill miss its deadline once
@@ -413,12 +414,21 @@ def test_a_new_node_starts_from_the_compile_cache_the_job_shared_through_the_sto
     assert fetch["files"] == upload["files"] and fetch["bytes"] > 0
     warm = events(tmp_path / "b", "compile")[0]["counters"]
     assert warm.get("inductor.fxgraph_cache_hit", 0) > 0 and warm.get("inductor.fxgraph_cache_miss", 0) == 0, warm
-    # nothing compiled, but b resumed from a's checkpoint and recorded what its first step imported
-    # (runner.prewarm): the cache grew by that list, and the job's next node gets it too
+    # b resumed from a's checkpoint with its first micro-batch's forward beside the read (runner.warm_step),
+    # after the fetched cache was in place: it loaded every graph there, compiled and recorded nothing, and so
+    # uploaded nothing
+    (warmed,) = events(tmp_path / "b", "warm_step")
+    assert warmed["counters"].get("inductor.fxgraph_cache_hit", 0) > 0 and "error" not in warmed
+    assert not [e for e in events(tmp_path / "b", "compile_cache") if e["op"] == "upload"]
+    # a node that resumes without the warm step records what its first step imported (runner.prewarm): the
+    # cache grows by that list in the store, for the job's next node
     from runner.prewarm import IMPORTS_FILE
-    (again,) = [e for e in events(tmp_path / "b", "compile_cache") if e["op"] == "upload"]
-    assert again["files"] == upload["files"] + 1 and (tmp_path / "b" / "compile-cache" / IMPORTS_FILE).is_file()
-    assert events(tmp_path / "b", "prewarm")[0]["recorded"] > 0
+    monkeypatch.setenv("COSTSIM_WARM_STEP", "0")
+    third = execute(plan, tmp_path / "c", "--steps", "50", *shared, timeout=600)
+    assert third.returncode == 0, third.stderr[-3000:]
+    (again,) = [e for e in events(tmp_path / "c", "compile_cache") if e["op"] == "upload"]
+    assert again["files"] == upload["files"] + 1 and (tmp_path / "c" / "compile-cache" / IMPORTS_FILE).is_file()
+    assert events(tmp_path / "c", "prewarm")[0]["recorded"] > 0
 
 
 def test_sharing_the_compile_cache_needs_a_store(plan, tmp_path):
