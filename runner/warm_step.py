@@ -46,7 +46,8 @@ WARM_STEP_ENV = "COSTSIM_WARM_STEP"
 # interpreter lock gets it within this. Each take of the lock by the read's threads waits up to the interval
 # behind a thread that holds it for tracing (the convoy effect): with a take per record, on the H200, the read
 # took 6.5-10.8 s beside the warm step at 5 ms and 5.8-6.3 s at 0.2 ms against 3.7-4.2 s without
-# (data/measurements/2026-12-04-h200-warm-step)
+# (data/measurements/2026-12-04-h200-warm-step). The read now takes it a few times per 256 MB batch
+# (runner.checkpoint_reader), each take still within the interval.
 SWITCH_INTERVAL_S = 0.0002
 
 
@@ -55,9 +56,9 @@ MODES = {"1": "read", "early": "restore", "0": "off"}
 
 
 def mode(env=os.environ) -> str:
-    """"read" (the default: once the reader has placed every record), "restore" (`early`: from the restore's
-    start, beside sizing the state and planning the read, which then share the interpreter lock with it) or
-    "off"."""
+    """Where the warm step starts: "read" (the default: once the reader has placed every record), "restore"
+    (`early`: from the restore's start, beside sizing the state and planning the read, which then share the
+    interpreter lock with it) or "off"."""
     text = env.get(WARM_STEP_ENV, "1")
     if text not in MODES:
         from runner.speed import RuntimeConfigError

@@ -53,6 +53,8 @@ def main() -> None:
                              "torch.load")
     args = parser.parse_args()
     rows = set(args.rows.split(","))
+    if rows - {"batched", "records", "each", "torch.load"}:
+        parser.error(f"--rows {args.rows}: allowed batched, records, each, torch.load")
     batched = "cuda" if args.device.startswith("cuda") else "always"
     count = args.tensors or max(1, round(args.gb * 1e9 / (64 << 20)))
     state = {f"t{i}": torch.randn(max(1, int(args.gb * 1e9 / 4 / count)), device=args.device) for i in range(count)}
