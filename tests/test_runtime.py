@@ -29,6 +29,7 @@ STREAMING = ROOT / "data" / "measurements" / "2026-12-03-h200-async-streaming"
 RESUME_CHECK = ROOT / "data" / "measurements" / "2026-12-04-h200-resume-check"
 REMOVE_AHEAD = ROOT / "data" / "measurements" / "2026-12-04-h200-remove-ahead"
 ZLIB_NG = ROOT / "data" / "measurements" / "2026-12-04-h200-fetch-zlib-ng"
+BATCHED_READ = ROOT / "data" / "measurements" / "2026-12-05-h200-batched-read"
 FINETUNE = ROOT / "data" / "measurements" / "2026-11-30-h200-sdxl-finetune"
 
 
@@ -145,9 +146,11 @@ def test_shipped_h200_profile_is_the_calibration_of_the_measured_runs():
     noticed = calibrate([load_run(str(ABANDON / "blocking" / "run")), *streamed, *checked], profile)
     assert noticed.after.checkpoint_save_s == pytest.approx(blocks.checkpoint_save_s, abs=0.05)
     assert lives.after.checkpoint_save_s > blocks.checkpoint_save_s + 3
+    # The restart since 2026-12-05 (the read in batches, the warm step beside it): two more machines' lives too
+    batched = [load_run(str(BATCHED_READ / name / "run")) for name in ("first", "second")]
     bytecode = calibrate([load_run(str(EMPTY / "third" / "run")), load_run(str(ABANDON / "blocking" / "run")),
                           load_run(str(ABANDON / "default" / "run")), load_run(str(GPU_COUNT / "run")), *streamed,
-                          *checked], profile)
+                          *checked, *batched], profile)
     assert bytecode.after.restart_s == pytest.approx(blocks.restart_s, abs=0.05)
     empty = calibrate([load_run(str(EMPTY / "run")), load_run(str(EMPTY / "second" / "run"))], profile)
     fast = calibrate([load_run(str(FAST / "second" / "run"))], profile)
