@@ -123,7 +123,8 @@ class SafeFileSystemReader(FileSystemReader):
                 self._ready()
                 return super().read_data(plan, planner)
             jobs.setdefault(info.relative_path, []).append(item)
-        batches = []   # each file's entries in offset order, cut into runs of about READ_BATCH_BYTES
+        batches = []   # each file's entries in offset order, in runs of at most READ_BATCH_BYTES of the file
+        # (an entry longer than that alone)
         for relative_path, items in jobs.items():
             items.sort(key=lambda i: self.storage_data[i.storage_index].offset)
             batch: list = []
@@ -240,17 +241,27 @@ def _reserved_buffers(count: int, mode: str) -> list:
     return reserved[1][:count]
 
 
+def _pinned(nbytes: int) -> torch.Tensor | None:
+    """A page-locked byte buffer, or None when the driver will not lock that much."""
+    try:
+        return torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+    except RuntimeError:
+        return None
+
+
 def _batch_buffer(mode: str) -> torch.Tensor | None:
-    """One lane's buffer for the batched path: page-locked where there is a GPU (None when it cannot be had:
-    the records then go on their own), pageable for CPU targets ("always")."""
-    if mode == "cuda":
-        if not torch.cuda.is_available():
-            return None
-        try:
-            return torch.empty(READ_BATCH_BYTES, dtype=torch.uint8, pin_memory=True)
-        except RuntimeError:
-            return None
-    return torch.empty(READ_BATCH_BYTES, dtype=torch.uint8)
+    """One lane's buffer for the batched path: page-locked for GPU targets (None when it cannot be had: the
+    records then go on their own), pageable for CPU targets ("always")."""
+    return _pinned(READ_BATCH_BYTES) if mode == "cuda" else torch.empty(READ_BATCH_BYTES, dtype=torch.uint8)
+
+
+def _takes_whole(record: _Record, item, target: torch.Tensor, mode: str, room: int) -> bool:
+    """Whether a batch can copy `record`'s bytes as they are into `target`: the whole stored tensor is asked
+    for, plain, of the target's dtype and size, into contiguous memory on the mode's device, and no larger
+    than a lane's buffer (`room`: a record alone in its batch may be)."""
+    return (all(o == 0 for o in item.storage_offsets) and tuple(item.lengths) == record.size and record.plain()
+            and target.dtype == record.dtype and tuple(target.size()) == record.size and target.is_contiguous()
+            and target.device.type == ("cuda" if mode == "cuda" else "cpu") and record.nbytes <= room)
 
 
 @dataclass
@@ -282,12 +293,7 @@ class _Batch:
                     continue
                 target = planner.resolve_tensor(item).detach()
                 record = _record(handle.fileno(), info.offset, info.length) if RECORDS and buffer is not None else None
-                whole = all(o == 0 for o in item.storage_offsets) and record is not None \
-                    and tuple(item.lengths) == record.size
-                if record is None or not whole or not record.plain() or target.dtype != record.dtype \
-                        or tuple(target.size()) != record.size or not target.is_contiguous() \
-                        or target.device.type != ("cuda" if mode == "cuda" else "cpu") \
-                        or record.nbytes > cast(torch.Tensor, buffer).numel():   # alone in a batch, and larger
+                if record is None or buffer is None or not _takes_whole(record, item, target, mode, buffer.numel()):
                     batch.rest.append(item)
                     continue
                 if record.nbytes:
@@ -597,9 +603,8 @@ class _Staging:
             return None
         buffer = getattr(self._local, "pinned", None)
         if buffer is None:
-            try:
-                buffer = self._local.pinned = torch.empty(PINNED_BYTES, dtype=torch.uint8, pin_memory=True)
-            except RuntimeError:
+            buffer = self._local.pinned = _pinned(PINNED_BYTES)
+            if buffer is None:
                 return None
         if self.used + nbytes > PINNED_BYTES:
             self.finish()
