@@ -34,7 +34,8 @@ def choice(name: str, default: str, allowed: tuple[str, ...]) -> str:
 
 def check() -> None:
     """The first setting read through this module whose value is not allowed: InputError."""
-    import runner.lease  # noqa: F401  the modules that read settings when imported: each is known below
+    import runner.gcstart  # noqa: F401  the modules that read settings when imported: each is known below
+    import runner.lease  # noqa: F401
     import runner.store  # noqa: F401
     import runner.torchrun  # noqa: F401
     for name, problem_of in _KNOWN.items():

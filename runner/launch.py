@@ -149,7 +149,7 @@ def torchrun_argv(node: Node, *, nproc_per_node: int, run_id: str, worker_args: 
         argv += ["--nnodes", nnodes, "--node-rank", str(node.node_rank), "--rdzv-backend", "c10d",
                  "--rdzv-endpoint", node.endpoint, "--rdzv-id", run_id,
                  "--rdzv-conf", f"join_timeout={join_timeout_s}"]
-    return argv + ["-m", "runner.train"] + worker_args
+    return argv + ["-m", "runner.worker"] + worker_args
 
 
 class TorchrunReportFilter:

@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 from costsim.runtime import Runtime
+from runner import gcstart
 
 
 class RuntimeConfigError(RuntimeError):
@@ -167,14 +168,20 @@ def configure_ddp(model, runtime: Runtime) -> None:
 class GarbageCollection:
     """gc_every=N: Python's automatic collection off, a young-generation collection every N steps
     (torchtitan's practice: an automatic full collection, whenever it falls, stalls the step it
-    falls in). Either way it counts collections and the time they took, for the end-of-run report."""
+    falls in). Either way it counts collections and the time they took, for the end-of-run report.
+    A worker's start runs with automatic collection paused (runner.gcstart): `settle` after the first
+    step ends the pause."""
 
     def __init__(self, every: int):
         self.every, self.collections, self.seconds, self._began = every, 0, 0.0, 0.0
         gc.callbacks.append(self._timed)
-        if every:
+        if every and not gcstart.paused():   # paused: settle() collects, after the first step
             gc.collect()
             gc.disable()
+
+    def settle(self) -> dict | None:
+        """The start's pause ended (runner.gcstart.settle): what it did, or None where nothing was paused."""
+        return gcstart.settle(automatic=not self.every)
 
     def _timed(self, phase: str, info: dict) -> None:
         if phase == "start":

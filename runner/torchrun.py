@@ -9,7 +9,7 @@ traceback ending in a ChildFailedError table) would only repeat the workers' own
 supervisor says in one line why the job stopped; any other error of torchrun's prints its traceback.
 
 With COSTSIM_WORKER_START=fork (the supervisor's choice for plans that run on CPUs) the workers
-(`-m runner.train`) are forked from the agent, which has imported torch, the worker's modules and the
+(`-m runner.worker`) are forked from the agent, which has imported torch, the worker's modules and the
 workload's declared `imports` (the SDXL UNet's diffusers module: runner.train.preload) once, instead of
 each starting a new interpreter that imports them again (torchrun's own start method for a function
 entrypoint, `fork`): on every start and restart the workers begin where the imports end (a tiny 20-step
@@ -28,16 +28,17 @@ import signal
 import sys
 import traceback
 
-from runner import environment
+from runner import environment, gcstart
 from runner.faults import leave
 
-WORKER_MODULE = "runner.train"
+WORKER_MODULE = "runner.worker"   # runner.train behind a pause of the garbage collector (runner.gcstart)
 WORKER_STARTS = ("fork", "exec")
 # how the workers start (the supervisor sets it for the agent; `runner execute` refuses a bad one of the user's)
 WORKER_START = environment.choice("COSTSIM_WORKER_START", "exec", WORKER_STARTS)
 
 
 def main() -> None:
+    gcstart.pause()   # for torch's imports; on again before the agent starts its workers
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import parse_args, run
     try:
@@ -45,6 +46,7 @@ def main() -> None:
         if forked_workers(args):
             run_forked(args)
         else:
+            gcstart.resume()
             run(args)
         code = 0
     except SystemExit as exc:   # argument errors, --help
@@ -80,6 +82,7 @@ def run_forked(args) -> None:
         print("runner: CUDA was initialised while importing the workload; its workers start as new interpreters "
               "(COSTSIM_WORKER_START=exec)", file=sys.stderr, flush=True)
         from torch.distributed.run import run
+        gcstart.resume()
         run(args)
         return
     if args.standalone:   # as torchrun's run() does
@@ -88,6 +91,7 @@ def run_forked(args) -> None:
         args.master_port = 29500
     config, _, _ = config_from_args(args)
     config.start_method = "fork"
+    gcstart.resume()   # the imports frozen: neither the agent's collections nor its forked workers' walk them
     elastic_launch(config=config, entrypoint=worker)(*args.training_script_args)
 
 
@@ -96,6 +100,7 @@ def worker(*argv: str) -> None:
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
         signal.signal(sig, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    gcstart.pause()   # as runner.worker's: until the first step is done
     from runner import train
     try:
         train.main(list(argv), forked=True)

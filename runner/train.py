@@ -26,7 +26,7 @@ from torch.nn.parallel import DistributedDataParallel
 from costsim.contract import notice as notice_rule
 from costsim.contract.telemetry import read_events
 from costsim.contract.timing import save_durations
-from runner import checkpoint_reader, compile_share, faults, layout, prewarm, speed, warm_step
+from runner import checkpoint_reader, compile_share, faults, gcstart, layout, prewarm, speed, warm_step
 from runner.checkpoint import Checkpointer, SharedStorageError
 from runner.compile_share import CompileCacheShare
 from runner.diskspace import DiskFullError, free_bytes, is_disk_full, quiet_disk_full_in_threads, refuse
@@ -337,6 +337,9 @@ class Trainer:
                     self.telemetry.event("prewarm", step=self.step, **warming.report())
                 if self.rank == 0 and self.compile_share is not None:   # for the job's next node, if it compiled
                     self.compile_share.start_upload()
+                settled = self.garbage.settle()   # the start's objects frozen, automatic collection back on
+                if settled is not None and self.rank == 0:
+                    self.telemetry.event("gc_settle", step=self.step, **settled)
             if self.rank == 0:
                 self.telemetry.event("step", buffered=True, step=self.step, step_time_s=now - last_step_end,
                                      samples=spec.global_batch)
@@ -563,6 +566,7 @@ def preload(argv: list[str]) -> list[str]:
 def main(argv: list[str] | None = None, *, forked: bool = False) -> None:
     """A worker; `forked`: forked from torchrun's agent after its imports (runner.torchrun), which then took none."""
     started = process_start_t()
+    gcstart.freeze()   # what the imports made lives as long as the process (runner.worker paused the collector)
     faults.die_with_parent()
     imported = (started or time.time()) if forked else IMPORTED_T
     marks = {"process": started, "imports": imported} if started else {"imports": imported}

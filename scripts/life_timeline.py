@@ -63,6 +63,9 @@ def describe(life: list[dict]) -> str:
             began = f"started {e['started_after_s']:.1f} s into the restore, " if "started_after_s" in e else ""
             parts.append(f"warm step: the first micro-batch's forward beside the load, {began}in {e['seconds']:.1f} s, "
                          f"ended at {at(e)}; the load waited {e['waited_s']:.1f} s for it{failed}")
+        elif kind == "gc_settle":
+            parts.append(f"garbage collector paused {e['paused_s']:.1f} s through the start; its one collection after "
+                         f"the first step {e['collected_s']:.2f} s, {e['freed']} objects freed, {e['frozen']} frozen")
         elif kind == "compile" and e.get("rank") == 0:
             counters = e.get("counters") or {}
             parts.append("compile: " + ", ".join(f"{k} {v}" for k, v in counters.items() if "cache" in k))

@@ -155,7 +155,8 @@ def test_workers_forked_from_the_agent_train_as_new_interpreters_do(tmp_path, mo
     """A CPU plan's workers are forked from torchrun's agent after its imports (runner.torchrun); with
     COSTSIM_WORKER_START=exec they start as new interpreters, as a GPU plan's do. Both train the job to the same
     final state (2 ranks, 30 steps, a checkpoint on the way); the forked workers spend nothing on imports, the
-    new interpreters do. Any other value is one line before anything starts."""
+    new interpreters do. Any other value is one line before anything starts. The garbage collector's pause
+    through a start (runner.gcstart) changes nothing of the result."""
     plan = tiny_plan(tmp_path, interval_steps=10)
     ends, imports = {}, {}
     for start in ("fork", "exec"):
@@ -167,6 +168,17 @@ def test_workers_forked_from_the_agent_train_as_new_interpreters_do(tmp_path, mo
     assert ends["fork"] == ends["exec"]
     assert len(imports["fork"]) == len(imports["exec"]) == 2
     assert max(imports["fork"]) == 0.0 and min(imports["exec"]) > 0.1, imports
+    # Either way the garbage collector was paused through the start and settled after the first step (rank 0
+    # reports it: runner.gcstart); with COSTSIM_GC_START=0 it is not, and the job ends in the same state.
+    for start in ("fork", "exec"):
+        (settled,) = events(tmp_path / start, "gc_settle")
+        assert settled["step"] == 1 and settled["frozen"] > 10_000 and settled["paused_s"] > 0, settled
+    monkeypatch.setenv("COSTSIM_GC_START", "0")
+    result = execute(plan, tmp_path / "collector", "--steps", "30", "--seed", "3")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert summary(tmp_path / "collector")["final_state_sha256"] == ends["exec"]
+    assert not events(tmp_path / "collector", "gc_settle")
+    monkeypatch.delenv("COSTSIM_GC_START")
     monkeypatch.setenv("COSTSIM_WORKER_START", "spawn")
     refused = execute(plan, tmp_path / "bad", "--steps", "5")
     lines = [line for line in refused.stderr.splitlines() if line.strip()]
@@ -177,11 +189,12 @@ def test_workers_forked_from_the_agent_train_as_new_interpreters_do(tmp_path, mo
 
 @pytest.mark.parametrize("name, value, allowed", [("COSTSIM_S3_FETCH_THREADS", "sixteen", "a whole number >= 1"),
                                                   ("COSTSIM_S3_FETCH_PROCESSES", "0", "a whole number >= 1"),
-                                                  ("COSTSIM_LEASE_TTL_S", "nan", "a number >= 1")])
-def test_a_bad_number_in_the_runners_environment_is_one_line_before_anything_starts(tmp_path, monkeypatch, name,
-                                                                                     value, allowed):
-    """The store's and the lease's settings are read as their modules are imported; a bad one used to be a
-    traceback from the import (`int('sixteen')`), before the command's error handling."""
+                                                  ("COSTSIM_LEASE_TTL_S", "nan", "a number >= 1"),
+                                                  ("COSTSIM_GC_START", "off", "1, 0")])
+def test_a_bad_setting_in_the_runners_environment_is_one_line_before_anything_starts(tmp_path, monkeypatch, name,
+                                                                                      value, allowed):
+    """The store's, the lease's and the collector's settings are read as their modules are imported; a bad one used
+    to be a traceback from the import (`int('sixteen')`), before the command's error handling."""
     plan = tiny_plan(tmp_path)
     monkeypatch.setenv(name, value)
     refused = execute(plan, tmp_path / "run", "--steps", "5")

@@ -358,7 +358,7 @@ def test_a_job_is_all_its_lives_a_notice_a_kill_and_the_resume_that_finishes_it(
 
 
 def _workers_of(run_dir) -> list[int]:
-    """Live worker processes (`runner.train`) of this run folder."""
+    """Live worker processes (`runner.worker`) of this run folder."""
     from pathlib import Path
     found = []
     for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
@@ -367,7 +367,7 @@ def _workers_of(run_dir) -> list[int]:
             state = (cmdline.parent / "stat").read_text().rsplit(")", 1)[1].split()[0]
         except OSError:
             continue
-        if b"runner.train" in words and str(run_dir).encode() in words and state not in ("Z", "X"):
+        if b"runner.worker" in words and str(run_dir).encode() in words and state not in ("Z", "X"):
             found.append(int(cmdline.parent.name))
     return found
 

@@ -341,6 +341,50 @@ def test_controlled_garbage_collection_runs_only_every_n_steps_and_restores_the_
     assert gc.isenabled()
 
 
+GC_START_PROBE = r"""
+import gc, json, sys, weakref
+from runner import gcstart, speed
+gcstart.pause()
+paused = not gc.isenabled()
+gcstart.freeze()                      # what "the imports" made: out of every later collection
+frozen_before = gc.get_freeze_count()
+class Node:
+    pass
+node = Node()
+node.me = node                        # a cycle the start made and dropped
+dropped = weakref.ref(node)
+del node
+collector = speed.GarbageCollection(every=int(sys.argv[1]))
+kept_through_start = dropped() is not None
+report = collector.settle()
+print(json.dumps({"paused": paused, "kept_through_start": kept_through_start, "freed": dropped() is None,
+                  "report": report, "frozen_before": frozen_before, "enabled": gc.isenabled(),
+                  "collections": collector.collections, "again": collector.settle()}))
+"""
+
+
+@pytest.mark.parametrize("every", [0, 5])
+def test_a_start_runs_without_automatic_collection_and_its_end_collects_once_and_freezes(every, monkeypatch):
+    """runner.gcstart in a fresh interpreter (the collector is the process's): paused, nothing collects a cycle the
+    start dropped; settle() collects it, freezes the rest and turns automatic collection back on, unless gc_every
+    keeps it off (its own young collections every N steps); once. COSTSIM_GC_START=0 changes nothing."""
+    import json
+    import subprocess
+    import sys
+    probe = [sys.executable, "-c", GC_START_PROBE, str(every)]
+    monkeypatch.delenv("COSTSIM_GC_START", raising=False)
+    out = json.loads(subprocess.run(probe, capture_output=True, text=True, check=True).stdout)
+    assert out["paused"] and out["kept_through_start"] and out["freed"]
+    report = out["report"]
+    assert report["freed"] >= 1 and report["collected_s"] >= 0 and report["paused_s"] >= 0
+    assert report["frozen"] > out["frozen_before"] > 0   # the imports' objects, then what the start kept
+    assert out["enabled"] == (every == 0) and out["collections"] >= 1 and out["again"] is None
+    monkeypatch.setenv("COSTSIM_GC_START", "0")
+    out = json.loads(subprocess.run(probe, capture_output=True, text=True, check=True).stdout)
+    assert not out["paused"] and out["report"] is None and out["frozen_before"] == 0
+    assert out["enabled"] == (every == 0)   # gc_every's own rule, as before
+
+
 def test_worker_env_sets_the_allocator_and_compile_cache_but_a_users_own_values_win(tmp_path):
     from runner.workerenv import worker_env
 

@@ -72,6 +72,10 @@ EVENT_FIELDS: dict[str, tuple[str, tuple[str, ...]]] = {
                   "plan and per-record work), seconds it took, waited_s (the wait for it after the read), error if it "
                   "failed, started false when the read failed first, and torch.compile's counters after it",
                   ("step", "started", "started_at", "started_after_s", "seconds", "waited_s", "error", "counters")),
+    "gc_settle": ("worker, rank 0, after a start's first step: the end of the garbage collector's pause through the "
+                  "start (runner.gcstart): paused_s from the pause to now, collected_s and freed, the one collection "
+                  "of what the imports had not made, frozen, the objects left out of later collections",
+                  ("step", "paused_s", "collected_s", "freed", "frozen")),
     "start": ("worker, per start: the step it resumed from", ("step", "total_steps", "pid", "node", "global_batch")),
     "step": ("worker, rank 0, per optimizer step (buffered)", ("step", "step_time_s", "samples")),
     "progress": ("worker, rank 0, periodically", ("step", "loss_rank0", *MEMORY_FIELDS)),

@@ -1,0 +1,155 @@
+"""A worker's start with Python's garbage collector paused until its first step (runner.gcstart, the default)
+against the collector as Python has it (COSTSIM_GC_START=0), side by side in one run: same-node resumes of one
+run folder, the two ways alternating, each its own `runner execute` from the last life's final checkpoint.
+
+The job is the flagship's as an H200 runs it (sdxl-unet, compile=blocks, bf16, the warm step beside the
+checkpoint's read) on the SDXL UNet's structure with narrow layers (scripts/bench_restore_parts.py's: its
+1,680 parameters and 6,700 checkpoint records at a fraction of the bytes, latents of 32 x 32), on CPU with
+one worker process, so that the interpreter's share of each part shows. The first life compiles (minutes on
+two cores) and is not counted; every later life starts from the run folder's compile cache, as a same-node
+restart does.
+
+Prints, per way, the median over its lives of: `runner execute`'s start to the first step's end; the worker's
+start (process start, imports, build ...); the checkpoint's load and its planning; the warm step; the first
+step; the collection that ends the pause (gc_settle); then each figure's ratio paused / Python's.
+
+    python3 scripts/bench_gc_start.py [--lives 6] [--narrow 10] [--worker-start exec] [--dir /tmp/bench-gc-start]
+(needs the runner and sdxl extras: torch, diffusers)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from costsim.contract.lives import split_lives  # noqa: E402
+from costsim.contract.plan import Plan  # noqa: E402
+from costsim.contract.telemetry import read_job_events  # noqa: E402
+
+WAYS = {"paused": "1", "python's": "0"}   # COSTSIM_GC_START
+STEPS_A_LIFE = 2
+SAMPLE_SIZE = 32   # latents 32 x 32 (SDXL's 128): a CPU step in seconds, the same modules and records
+
+
+def narrow_config(factor: int) -> dict:
+    """data/models/sdxl_unet_config.json with every width divided by `factor` (as bench_restore_parts's)."""
+    config = json.loads((ROOT / "data" / "models" / "sdxl_unet_config.json").read_text())
+    widths = [max(32, w // factor // 32 * 32) for w in config["block_out_channels"]]
+    time_dim = max(8, config["addition_time_embed_dim"] // factor)
+    text = max(32, config["cross_attention_dim"] // factor)
+    config.update(block_out_channels=widths, attention_head_dim=[w // 32 for w in widths], cross_attention_dim=text,
+                  addition_time_embed_dim=time_dim, projection_class_embeddings_input_dim=text + 6 * time_dim,
+                  sample_size=SAMPLE_SIZE)
+    return config
+
+
+def make_plan(folder: Path) -> Path:
+    """The planner's tiny plan made the flagship's job: sdxl-unet, global batch 4, bf16, compile=blocks, no
+    periodic checkpoint (each life ends with its final save, which the next resumes from)."""
+    out = folder / "plan.json"
+    subprocess.run([sys.executable, "-m", "costsim", "plan", "--workload", "tiny", "--trials", "10", "--out", str(out),
+                    "--format", "json"], check=True, capture_output=True)
+    plan = Plan.read(out)
+    plan = replace(plan, checkpoint=replace(plan.checkpoint, interval_steps=None, interval_s=1e9, async_=False))
+    plan.write(out)
+    doc = json.loads(out.read_text())
+    doc["workload"].update(model="sdxl-unet", global_batch=4, precision="bf16")
+    doc["runtime"] = {"compile": "blocks"}
+    doc["resources"]["gpus_per_node"] = 1   # one worker, as on one H200
+    out.write_text(json.dumps(doc))
+    return out
+
+
+def life(plan: Path, run: Path, config: Path, steps: int, gc_start: str, worker_start: str | None) -> None:
+    env = {**os.environ, "COSTSIM_GC_START": gc_start, "OMP_NUM_THREADS": str(os.cpu_count() or 1)}
+    if worker_start:
+        env["COSTSIM_WORKER_START"] = worker_start
+    done = subprocess.run([sys.executable, "-m", "runner", "execute", str(plan), "--run-dir", str(run), "--steps",
+                           str(steps), "--option", f"config={config}"], env=env, capture_output=True, text=True,
+                          timeout=3600)
+    if done.returncode != 0:
+        sys.exit(f"runner execute failed ({done.returncode}):\n{done.stderr[-3000:]}")
+
+
+def figures(events: list[dict]) -> dict[str, float]:
+    """One life's figures, seconds."""
+    rank0 = lambda kind: next((e for e in events if e["event"] == kind and e.get("rank") in (0, None)), None)  # noqa: E731
+    start = events[0].get("process_start_t") or events[0]["t"]
+    steps = [e for e in events if e["event"] == "step" and e.get("rank") == 0]
+    runtime, load, warm, settle = rank0("runtime"), rank0("checkpoint_load"), rank0("warm_step"), rank0("gc_settle")
+    out = {"execute to the first step": steps[0]["t"] - start}
+    if runtime and runtime.get("process_start_t"):
+        out["  to the worker's process"] = runtime["process_start_t"] - start
+    for name, seconds in ((runtime or {}).get("start_phases_s") or {}).items():
+        out[f"  worker: {name}"] = seconds
+    if load:
+        out["  load"] = load["duration_s"]
+        if "planned_s" in load:
+            out["    its planning"] = load["planned_s"]
+    if warm and "seconds" in warm:
+        out["  warm step"] = warm["seconds"]
+    out["  first step"] = steps[0]["step_time_s"]
+    if len(steps) > 1:
+        out["  second step"] = steps[1]["step_time_s"]
+    if settle:
+        out["  the pause's collection"] = settle["collected_s"]
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lives", type=int, default=6, help="resumes, half each way (after a first, compiling life)")
+    parser.add_argument("--narrow", type=int, default=10, help="divide the UNet's widths by this")
+    parser.add_argument("--dir", type=Path, default=Path("/tmp/bench-gc-start"))
+    parser.add_argument("--worker-start", choices=("fork", "exec"),
+                        help="COSTSIM_WORKER_START: exec starts the worker as a new interpreter, as GPU plans do "
+                             "(default: the runner's choice for a CPU plan, forked from torchrun's agent)")
+    args = parser.parse_args()
+    if args.lives < 2 or args.narrow < 1:
+        parser.error("--lives: a whole number >= 2; --narrow: >= 1")
+    shutil.rmtree(args.dir, ignore_errors=True)
+    args.dir.mkdir(parents=True)
+    config = args.dir / "unet_config.json"
+    config.write_text(json.dumps(narrow_config(args.narrow)))
+    plan, run = make_plan(args.dir), args.dir / "run"
+    began = time.monotonic()
+    life(plan, run, config, STEPS_A_LIFE, "1", args.worker_start)
+    print(f"first life (compiles): {time.monotonic() - began:.0f} s", file=sys.stderr, flush=True)
+    order = [list(WAYS)[i % 2] for i in range(args.lives)]
+    for index, way in enumerate(order, start=2):
+        life(plan, run, config, STEPS_A_LIFE * index, WAYS[way], args.worker_start)
+        print(f"life {index} ({way}) done", file=sys.stderr, flush=True)
+    lives = split_lives(list(read_job_events(run)))[1:]
+    if len(lives) != len(order):
+        sys.exit(f"expected {len(order)} resumed lives in {run}, found {len(lives)}")
+    table: dict[str, dict[str, list[float]]] = {}
+    for way, events in zip(order, lives):
+        for name, value in figures(events).items():
+            table.setdefault(name, {}).setdefault(way, []).append(value)
+    paused, python = WAYS
+    print(f"{args.lives} same-node resumes alternating, narrow {args.narrow}, {os.cpu_count()} cores, workers "
+          f"{args.worker_start or 'forked (the default)'}; medians (range):")
+    print(f"{'':<32} {paused:>20} {python:>20} {'ratio':>7}")
+    for name, ways in table.items():
+        cells = []
+        for way in (paused, python):
+            values = ways.get(way, [])
+            cells.append(f"{statistics.median(values):.3f} ({min(values):.2f}-{max(values):.2f})" if values else "-")
+        ratio = (f"{statistics.median(ways[paused]) / statistics.median(ways[python]):.2f}"
+                 if ways.get(paused) and ways.get(python) and statistics.median(ways[python]) > 0 else "")
+        print(f"{name:<32} {cells[0]:>20} {cells[1]:>20} {ratio:>7}")
+
+
+if __name__ == "__main__":
+    main()
