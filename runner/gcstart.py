@@ -25,6 +25,7 @@ COSTSIM_GC_START=0 leaves the collector as Python has it, throughout.
 from __future__ import annotations
 
 import gc
+import os
 import time
 
 from runner import environment
@@ -33,14 +34,26 @@ GC_START_ENV = "COSTSIM_GC_START"
 ENABLED = environment.choice(GC_START_ENV, "1", ("1", "0")) == "1"
 
 _paused_at: float | None = None   # when pause() turned automatic collection off, while it is off
+_hooked = False
 
 
 def pause() -> None:
-    """Automatic collection off, until `settle` (or `resume`)."""
-    global _paused_at
+    """Automatic collection off, until `settle` (or `resume`). A process forked meanwhile (a workload's data
+    loader workers, made as its first batch is asked for) starts with it on: it is not this start."""
+    global _paused_at, _hooked
     if ENABLED and gc.isenabled():
+        if not _hooked:
+            os.register_at_fork(after_in_child=_forked)
+            _hooked = True
         gc.disable()
         _paused_at = time.perf_counter()
+
+
+def _forked() -> None:
+    global _paused_at
+    if _paused_at is not None:
+        gc.enable()
+        _paused_at = None
 
 
 def paused() -> bool:

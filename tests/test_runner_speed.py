@@ -342,10 +342,14 @@ def test_controlled_garbage_collection_runs_only_every_n_steps_and_restores_the_
 
 
 GC_START_PROBE = r"""
-import gc, json, sys, weakref
+import gc, json, os, sys, weakref
 from runner import gcstart, speed
 gcstart.pause()
 paused = not gc.isenabled()
+child = os.fork()                     # a data loader's worker, say: its own process, collecting as Python does
+if child == 0:
+    os._exit(0 if gc.isenabled() and not gcstart.paused() else 1)
+child_collects = os.waitstatus_to_exitcode(os.waitpid(child, 0)[1]) == 0
 gcstart.freeze()                      # what "the imports" made: out of every later collection
 frozen_before = gc.get_freeze_count()
 class Node:
@@ -357,7 +361,8 @@ del node
 collector = speed.GarbageCollection(every=int(sys.argv[1]))
 kept_through_start = dropped() is not None
 report = collector.settle()
-print(json.dumps({"paused": paused, "kept_through_start": kept_through_start, "freed": dropped() is None,
+print(json.dumps({"paused": paused, "child_collects": child_collects, "kept_through_start": kept_through_start,
+                  "freed": dropped() is None,
                   "report": report, "frozen_before": frozen_before, "enabled": gc.isenabled(),
                   "collections": collector.collections, "again": collector.settle()}))
 """
@@ -367,14 +372,15 @@ print(json.dumps({"paused": paused, "kept_through_start": kept_through_start, "f
 def test_a_start_runs_without_automatic_collection_and_its_end_collects_once_and_freezes(every, monkeypatch):
     """runner.gcstart in a fresh interpreter (the collector is the process's): paused, nothing collects a cycle the
     start dropped; settle() collects it, freezes the rest and turns automatic collection back on, unless gc_every
-    keeps it off (its own young collections every N steps); once. COSTSIM_GC_START=0 changes nothing."""
+    keeps it off (its own young collections every N steps); once. A process forked during the pause collects as
+    Python does. COSTSIM_GC_START=0 changes nothing."""
     import json
     import subprocess
     import sys
     probe = [sys.executable, "-c", GC_START_PROBE, str(every)]
     monkeypatch.delenv("COSTSIM_GC_START", raising=False)
     out = json.loads(subprocess.run(probe, capture_output=True, text=True, check=True).stdout)
-    assert out["paused"] and out["kept_through_start"] and out["freed"]
+    assert out["paused"] and out["child_collects"] and out["kept_through_start"] and out["freed"]
     report = out["report"]
     assert report["freed"] >= 1 and report["collected_s"] >= 0 and report["paused_s"] >= 0
     assert report["frozen"] > out["frozen_before"] > 0   # the imports' objects, then what the start kept
