@@ -2,10 +2,10 @@
 against the collector as Python has it (COSTSIM_GC_START=0), side by side in one run: same-node resumes of one
 run folder, the two ways alternating, each its own `runner execute` from the last life's final checkpoint.
 
-The job is the flagship's as an H200 runs it (sdxl-unet, compile=blocks, bf16, the warm step beside the
-checkpoint's read) on the SDXL UNet's structure with narrow layers (scripts/bench_restore_parts.py's: its
+The job is the flagship's as an H200 runs it (sdxl-unet, compile=blocks, gc_every=50, bf16, the warm step beside
+the checkpoint's read) on the SDXL UNet's structure with narrow layers (scripts/bench_restore_parts.py's: its
 1,680 parameters and 6,700 checkpoint records at a fraction of the bytes, latents of 32 x 32), on CPU with
-one worker process, so that the interpreter's share of each part shows. The first life compiles (minutes on
+one worker process, so that the interpreter's share of each part shows. The first life compiles (half a minute on
 two cores) and is not counted; every later life starts from the run folder's compile cache, as a same-node
 restart does.
 
@@ -13,7 +13,8 @@ Prints, per way, the median over its lives of: `runner execute`'s start to the f
 start (process start, imports, build ...); the checkpoint's load and its planning; the warm step; the first
 step; the collection that ends the pause (gc_settle); then each figure's ratio paused / Python's.
 
-    python3 scripts/bench_gc_start.py [--lives 6] [--narrow 10] [--worker-start exec] [--dir /tmp/bench-gc-start]
+    python3 scripts/bench_gc_start.py [--lives 6] [--narrow 10] [--gc-every 50] [--worker-start exec]
+                                      [--dir /tmp/bench-gc-start]
 (needs the runner and sdxl extras: torch, diffusers)
 """
 
@@ -54,9 +55,10 @@ def narrow_config(factor: int) -> dict:
     return config
 
 
-def make_plan(folder: Path) -> Path:
-    """The planner's tiny plan made the flagship's job: sdxl-unet, global batch 4, bf16, compile=blocks, no
-    periodic checkpoint (each life ends with its final save, which the next resumes from)."""
+def make_plan(folder: Path, gc_every: int) -> Path:
+    """The planner's tiny plan made the flagship's job: sdxl-unet, global batch 4, bf16, compile=blocks with
+    `gc_every` (the shipped H200 configuration's: 50), no periodic checkpoint (each life ends with its final save,
+    which the next resumes from)."""
     out = folder / "plan.json"
     subprocess.run([sys.executable, "-m", "costsim", "plan", "--workload", "tiny", "--trials", "10", "--out", str(out),
                     "--format", "json"], check=True, capture_output=True)
@@ -65,7 +67,7 @@ def make_plan(folder: Path) -> Path:
     plan.write(out)
     doc = json.loads(out.read_text())
     doc["workload"].update(model="sdxl-unet", global_batch=4, precision="bf16")
-    doc["runtime"] = {"compile": "blocks"}
+    doc["runtime"] = {"compile": "blocks", "gc_every": gc_every}
     doc["resources"]["gpus_per_node"] = 1   # one worker, as on one H200
     out.write_text(json.dumps(doc))
     return out
@@ -111,18 +113,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lives", type=int, default=6, help="resumes, half each way (after a first, compiling life)")
     parser.add_argument("--narrow", type=int, default=10, help="divide the UNet's widths by this")
+    parser.add_argument("--gc-every", type=int, default=50,
+                        help="the plan's gc_every: 50 as the shipped H200 configuration (automatic collection off "
+                             "from the trainer's start either way), 0 for Python's automatic collection after it")
     parser.add_argument("--dir", type=Path, default=Path("/tmp/bench-gc-start"))
     parser.add_argument("--worker-start", choices=("fork", "exec"),
                         help="COSTSIM_WORKER_START: exec starts the worker as a new interpreter, as GPU plans do "
                              "(default: the runner's choice for a CPU plan, forked from torchrun's agent)")
     args = parser.parse_args()
-    if args.lives < 2 or args.narrow < 1:
-        parser.error("--lives: a whole number >= 2; --narrow: >= 1")
+    if args.lives < 2 or args.narrow < 1 or args.gc_every < 0:
+        parser.error("--lives: a whole number >= 2; --narrow: >= 1; --gc-every: >= 0")
     shutil.rmtree(args.dir, ignore_errors=True)
     args.dir.mkdir(parents=True)
     config = args.dir / "unet_config.json"
     config.write_text(json.dumps(narrow_config(args.narrow)))
-    plan, run = make_plan(args.dir), args.dir / "run"
+    plan, run = make_plan(args.dir, args.gc_every), args.dir / "run"
     began = time.monotonic()
     life(plan, run, config, STEPS_A_LIFE, "1", args.worker_start)
     print(f"first life (compiles): {time.monotonic() - began:.0f} s", file=sys.stderr, flush=True)
@@ -138,8 +143,8 @@ def main() -> None:
         for name, value in figures(events).items():
             table.setdefault(name, {}).setdefault(way, []).append(value)
     paused, python = WAYS
-    print(f"{args.lives} same-node resumes alternating, narrow {args.narrow}, {os.cpu_count()} cores, workers "
-          f"{args.worker_start or 'forked (the default)'}; medians (range):")
+    print(f"{args.lives} same-node resumes alternating, narrow {args.narrow}, gc_every={args.gc_every}, "
+          f"{os.cpu_count()} cores, workers {args.worker_start or 'forked (the default)'}; medians (range):")
     print(f"{'':<32} {paused:>20} {python:>20} {'ratio':>7}")
     for name, ways in table.items():
         cells = []
