@@ -41,7 +41,8 @@ def catalog_option(command):
 def market_options(command):
     command = click.option("--market-trace", "market_traces", multiple=True, type=click.Path(),
                            help="your capacity traces (a file, a bundle FILE.json.gz, or a folder: one group each "
-                           "file) as more groups of the ensemble (or the only ones, with --market traces)")(command)
+                           "file; 1-node 0/1 traces or multi-node count traces) as more groups of the ensemble (or "
+                           "the only ones, with --market traces)")(command)
     return click.option("--market", type=click.Choice(MARKET_MODES),
                         help="where trials draw spot capacity from: ensemble (default: real windows of every "
                         "shipped capacity group and each group's fit, docs/model.md), traces (only --market-trace's), "
@@ -311,7 +312,8 @@ def _price_dates(result) -> str:
 @click.option("--weibull-shape", type=POSITIVE, default=1.0, show_default=True, help="1 = exponential")
 @click.option("--trace", "traces", multiple=True, type=click.Path(),
               help="capacity trace JSON (a folder of them, or a bundle FILE.json.gz of windows, FILE.json.gz#N for "
-              "one), one trial each; more files may follow it")
+              "one), one trial each; more files may follow it. A multi-node count trace is read as the gang meets it "
+              "(--nodes, or the plan's nodes)")
 @click.option("--policy", type=click.Choice(sorted(POLICIES)), default="spot-only", show_default=True)
 @click.option("--on-demand-price", type=click.FloatRange(min=0), help="per instance-hour")
 @click.option("--spot-price", type=click.FloatRange(min=0), help="per instance-hour")
@@ -372,7 +374,7 @@ def simulate_command(plan_file, workload, offering, nodes, variant, work_hours, 
         for note in notes:
             click.echo(f"note: {note}; replaying the plan's figure", err=True)
         if traces:
-            config = replace(config, traces=load_traces(list(traces)))
+            config = replace(config, traces=load_traces(list(traces), config.nodes))
         elif planned["trials"]:   # the plan's own draws: the same trials give the plan's figures
             if source("trials") == click.core.ParameterSource.DEFAULT:
                 trials = planned["trials"]
@@ -392,7 +394,7 @@ def simulate_command(plan_file, workload, offering, nodes, variant, work_hours, 
             chosen = with_spot_models([chosen], io.load_fitted_spot_models(spot_model))[0]
         config = workload_config(spec, chosen, nodes, policy, checkpoint_interval, deadline, variant)
         if traces:   # the traces' capacity in place of the offering's spot model (they were ignored)
-            config = replace(config, traces=load_traces(list(traces)))
+            config = replace(config, traces=load_traces(list(traces), nodes))
     else:
         if market or market_traces:
             raise click.UsageError("--market and --market-trace go with --workload/--offering (bare flags give "

@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from costsim.errors import InputError
-from costsim.io.specs import traces_in
+from costsim.io.specs import trace_capacity, traces_in
 from costsim.market_fit import Span, family_mean_s, fit_outage_families, fit_weibull
 from costsim.sim.market import ArrayTimeline, HazardModel, Timeline, drawn_stretches, intersect
 
@@ -178,6 +178,9 @@ class Group:
     period: str
     windows: tuple[Window, ...]
     fit: GroupFit
+    # its traces count instances (multi-node count traces, io.specs.load_trace): a gang of n meets one window
+    # of them read at n (`for_gang`), not n windows read as one node each
+    counts: bool = False
 
     def replay(self, rng: np.random.Generator, horizon_s: float) -> tuple[np.ndarray, np.ndarray]:
         """One node's stretches from a real window (continued by the fit past the window's end)."""
@@ -292,10 +295,13 @@ class MarketEnsemble:
         """Trial `trial`'s capacity for a gang of `nodes`, and the index of the group it came from."""
         index = self.group_of(trial)
         group = self.groups[index]
+        draws = nodes
+        if group.counts:
+            group, draws = for_gang(self.spec.groups[index], nodes)
         starts = self.starts[index] if self.starts else None
         replay = starts is not None or rng.random() < self.spec.replay_share
         stretches = None
-        for _ in range(nodes):
+        for _ in range(draws):
             if starts is not None:   # each node's window from the group's starts like the recent capacity
                 pick = int(rng.choice(len(starts.p), p=starts.p))
                 node = group.replay_at(rng, group.windows[int(starts.windows[pick])], float(starts.offsets[pick]),
@@ -307,14 +313,13 @@ class MarketEnsemble:
         return ArrayTimeline(*stretches), index
 
 
-def windows_of(path: str) -> tuple[tuple[Window, ...], list, list]:
-    """A trace file's (or bundle's) windows, and its lives and outages. A bundle whose windows were cut from one
+def windows_of(path: str, gang: int = 1) -> tuple[tuple[Window, ...], list, list]:
+    """A trace file's (or bundle's) windows, and its lives and outages; a multi-node count trace's as a gang of
+    `gang` nodes meets it (io.specs.load_trace). A bundle whose windows were cut from one
     trace (io.specs.bundle_timeline) is stitched back into it: its windows start where they did on it, with the
     past it had, and its lives and outages are counted once, not once for every window that overlaps them."""
-    from costsim.io.files import data_dir
     from costsim.io.specs import BUNDLE_SUFFIX, bundle_timeline, bundle_windows, load_trace
-    if not Path(path).is_absolute() and not Path(path).exists():
-        path = str(data_dir() / path)   # a shipped trace, named relative to the data folder
+    path = _shipped(path)
     lives: list[Span] = []
     outages: list[Span] = []
     if path.endswith(BUNDLE_SUFFIX):
@@ -323,10 +328,16 @@ def windows_of(path: str) -> tuple[tuple[Window, ...], list, list]:
             ticks, gap_s, origins = stitched
             trace = _window(ticks, gap_s, path, lives, outages, slide=False)
             return tuple(replace(trace, origin=origin * gap_s) for origin in origins), lives, outages
-    loaded = bundle_windows(path) if path.endswith(BUNDLE_SUFFIX) else [(path, *load_trace(path))]
+    loaded = bundle_windows(path) if path.endswith(BUNDLE_SUFFIX) else [(path, *load_trace(path, gang))]
     windows = [_window(ticks, gap_s, ref, lives, outages, slide=not path.endswith(BUNDLE_SUFFIX))
                for ref, ticks, gap_s in loaded]
     return tuple(windows), lives, outages
+
+
+def _shipped(path: str) -> str:
+    """A trace's path; a shipped trace may be named relative to the data folder."""
+    from costsim.io.files import data_dir
+    return str(data_dir() / path) if not Path(path).is_absolute() and not Path(path).exists() else path
 
 
 def _window(ticks, gap_s: float, ref: str, lives: list[Span], outages: list[Span], *, slide: bool) -> Window:
@@ -350,14 +361,29 @@ def _window(ticks, gap_s: float, ref: str, lives: list[Span], outages: list[Span
     return Window(starts=up_starts * float(gap_s), ends=up_ends * float(gap_s), length_s=n * gap_s, slide=slide)
 
 
+def for_gang(spec: GroupSpec, nodes: int) -> tuple[Group, int]:
+    """How a gang of `nodes` meets a group: the group, its count traces read at some size, and how many of its
+    windows (or draws) each trial takes, all of which must have capacity. Traces of one node's capacity: `nodes`
+    windows, as independent nodes. Multi-node count traces: one window, read as `nodes` instances (available where
+    that many could be had), with the group's fit made of those windows' lives and outages; a gang larger than
+    the traces count (they asked for fewer instances) as the fewest independent parts of at most that many."""
+    group = build_group(spec)
+    if not group.counts or nodes == 1:
+        return group, nodes
+    top = max(trace_capacity(_shipped(path)) or 1 for path in spec.paths)
+    parts = math.ceil(nodes / top)
+    return build_group(spec, math.ceil(nodes / parts)), parts
+
+
 @functools.lru_cache(maxsize=64)
-def build_group(spec: GroupSpec) -> Group:
-    """A group's windows and its fit (cached: validation builds every market from the same groups)."""
+def build_group(spec: GroupSpec, gang: int = 1) -> Group:
+    """A group's windows and its fit, its count traces read as a gang of `gang` nodes meets them (cached:
+    validation builds every market from the same groups)."""
     windows: list[Window] = []
     lives: list = []
     outages: list = []
     for path in spec.paths:
-        found, up, down = windows_of(path)
+        found, up, down = windows_of(path, gang)
         windows += found
         lives += up
         outages += down
@@ -370,7 +396,8 @@ def build_group(spec: GroupSpec) -> Group:
     fit = GroupFit(life_log=(math.log(life.shape), math.log(life.scale_s)), life_cov=life.cov,
                    wait_family=best.family, wait_params=best.params, wait_cov=best.cov,
                    lives=len(lives), outages=len(outages))
-    return Group(name=spec.name, period=spec.period, windows=tuple(windows), fit=fit)
+    counts = any(trace_capacity(_shipped(path)) is not None for path in spec.paths)
+    return Group(name=spec.name, period=spec.period, windows=tuple(windows), fit=fit, counts=counts)
 
 
 @functools.lru_cache(maxsize=32)

@@ -169,8 +169,9 @@ def window_starts(group: Group, horizon_s: float, stride_s: float) -> list[tuple
 
 def replay_timelines(group: Group, horizon_s: float, stride_s: float, nodes: int,
                      starts: list[tuple[int, float]] | None = None) -> list[ArrayTimeline]:
-    """Every real window of a group (or those from `starts`) as a gang of `nodes` would have met it, each
-    `horizon_s` long (see the module's note)."""
+    """Every real window of a group (or those from `starts`) as a gang of `nodes` independent nodes would have
+    met it, each `horizon_s` long (see the module's note); a gang on count traces: `ensemble.for_gang`'s group
+    and 1."""
     windows: list[tuple[np.ndarray, np.ndarray]] = []
     for index, offset in (starts if starts is not None else window_starts(group, horizon_s, stride_s)):
         window = group.windows[index]
@@ -289,7 +290,10 @@ def validate_group(workload: Workload, profile: Profile, offerings: list[Offerin
     config = chosen.configured.config
     c = chosen.configured.candidate
     stated = run_trials(config, options.trials, options.seed)   # the plan's own trials, drawn again
-    timelines = replay_timelines(held_out, config.params.horizon_s, stride_s, c.nodes) if SPOT in config.prices else []
+    timelines = []
+    if SPOT in config.prices:   # the group's windows as the chosen gang meets them
+        gang, draws = ensemble.for_gang(group_spec, c.nodes)
+        timelines = replay_timelines(gang, config.params.horizon_s, stride_s, draws)
     blocks = window_blocks(held_out, config.params.horizon_s, stride_s) if timelines else np.zeros(1, dtype=np.int64)
     if not timelines:   # no spot market: what the plan says is what happens, on any capacity
         timelines = [ArrayTimeline([], [])]
@@ -371,7 +375,8 @@ def validate_group_recent(workload: Workload, profile: Profile, offerings: list[
         chosen: Ranked = result.chosen or result.ranked[0]
         config, c = chosen.configured.config, chosen.configured.candidate
         stated = run_trials(config, options.trials, options.seed)
-        timelines = replay_timelines(held_out, config.params.horizon_s, stride_s, c.nodes, starts)
+        gang, draws = ensemble.for_gang(group_spec, c.nodes)
+        timelines = replay_timelines(gang, config.params.horizon_s, stride_s, draws, starts)
         f, k, m = realised(config, [timelines[i] for i in members.tolist()], options.seed, indexes=members.tolist())
         finish[members], cost[members], met[members] = f, k, m
         stated_p[members], stated_cost[members] = chosen.stats.p_deadline, chosen.stats.cost_mean

@@ -172,8 +172,9 @@ def test_trace_file_missing_or_malformed(run_cli, tmp_path):
     args = ["simulate", "--work-hours", "1", "--deadline", "2h", "--checkpoint-interval", "1h", "--spot-price", "1"]
     check(run_cli(*args, "--trace", str(tmp_path / "no.json")), "no.json", "not found")
     bad = tmp_path / "bad.json"
-    bad.write_text('{"metadata": {"gap_seconds": 60}, "data": [0, 2, 1]}')
-    check(run_cli(*args, "--trace", str(bad)), "bad.json", "data", "0 (spot available) or 1")
+    for data in ("[0, 0.5, 1]", "[0, -2, 1]", '[0, "1"]'):   # 2 and more: a multi-node count trace
+        bad.write_text(f'{{"metadata": {{"gap_seconds": 60}}, "data": {data}}}')
+        check(run_cli(*args, "--trace", str(bad)), "bad.json", "data", "0 (spot available) or 1", "count trace")
 
 
 def test_missing_flags_for_bare_simulate(run_cli):

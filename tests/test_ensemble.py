@@ -495,3 +495,76 @@ def test_simulate_a_workload_told_the_recent_capacity(run_cli):
                          "data/traces/aws-us-east-1a-v100-2023-02-15.json"), "--trace replays")):
         result = run_cli("simulate", *args, "--recent-share", "0.3")
         assert result.exit_code == 2 and says in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def _counts(length: int, seed: int, top: int = 4) -> list[int]:
+    """A multi-node count trace: how many of `top` instances could be had, tick by tick (a random walk that
+    dwells: stretches of each count), from 0 at the start."""
+    rng = np.random.default_rng(seed)
+    out, count = [], 0
+    while len(out) < length:
+        out += [count] * int(rng.geometric(1 / 20))
+        count = int(np.clip(count + rng.choice([-2, -1, 1, 2]), 0, top))
+    return out[:length]
+
+
+def test_a_count_trace_is_read_as_the_gang_meets_it(tmp_path):
+    """A multi-node count trace (instances that could be had, 0 to N): a gang of n has capacity where n could
+    be had; a 0/1 file stays a 1-node trace (0 = available); values that are not whole counts are refused."""
+    from costsim.errors import InputError
+    from costsim.io.specs import load_trace, trace_capacity
+    counts = _counts(3000, seed=3)
+    path = _trace(tmp_path / "z_v100_4.json", counts)
+    for gang in (1, 2, 3, 4):
+        ticks, gap = load_trace(path, gang)
+        assert gap == GAP and ticks == [0 if c >= gang else 1 for c in counts]
+    assert trace_capacity(path) == 4
+    one = _trace(tmp_path / "z_v100_1.json", [0, 1, 1, 0])
+    assert load_trace(one, 3) == ([0, 1, 1, 0], GAP) and trace_capacity(one) is None
+    with pytest.raises(InputError, match="count trace"):
+        load_trace(_trace(tmp_path / "bad.json", [0, 2.5, 1]))
+
+
+def test_a_gang_on_count_traces_meets_one_window_read_at_its_size(tmp_path):
+    """Per node, a 1-node trace's windows are independent nodes; a count trace already counts the gang: one
+    window, available where the gang's n could be had, with its own fit. A gang larger than the traces count is
+    met as the fewest parts of at most that many, each its own window."""
+    counts = _counts(6000, seed=5)
+    path = _trace(tmp_path / "z_v100_4.json", counts)
+    spec = GroupSpec(name="z", period="p", paths=(path,))
+    one, draws = ensemble.for_gang(spec, 1)
+    assert one.counts and draws == 1
+    for nodes, (size, parts) in {2: (2, 1), 4: (4, 1), 6: (3, 2), 8: (4, 2), 9: (3, 3)}.items():
+        group, draws = ensemble.for_gang(spec, nodes)
+        assert draws == parts and group is ensemble.build_group(spec, size), nodes
+    group, _ = ensemble.for_gang(spec, 3)
+    truth = TraceTimeline([0 if c >= 3 else 1 for c in counts], GAP)
+    (timeline,) = replay_timelines(group, 6000 * GAP, 6000 * GAP, 1)
+    for t in np.arange(0, 6000 * GAP, GAP / 2):
+        assert timeline.available(t) == truth.available(t), t
+    # the ensemble's trials: a gang of 3 meets one window read at 3; the same trace's gang of 3 as independent
+    # 1-node readings would have capacity where any 1 could be had, on each of three windows
+    market = ensemble.build(MarketSpec(name="t", groups=(spec,), replay_share=1.0))
+    share = np.mean([[tl.available(t) for t in np.arange(0, 200 * 3600, 1800)]
+                     for tl in (market.timeline(np.random.default_rng([0, i]), i, 3, 200 * 3600)[0]
+                                for i in range(40))])
+    assert abs(share - np.mean([c >= 3 for c in counts])) < 0.1, share
+    flat = GroupSpec(name="f", period="p", paths=(_trace(tmp_path / "f_v100_1.json", _pattern(20, 20, 3000)),))
+    assert ensemble.for_gang(flat, 3) == (ensemble.build_group(flat), 3)
+
+
+def test_simulate_replays_a_count_trace_as_the_plans_gang(run_cli, tmp_path):
+    """`costsim simulate --trace` with a count trace where two instances could be had from the start and four
+    only for one tick: a 2-node gang finishes, a 4-node one never gets far under spot-only; a gang larger than the
+    trace counts is one line, exit 2."""
+    path = _trace(tmp_path / "z_v100_4.json", [1] * 20 + [4] + [2] * 3000)
+    base = ["simulate", "--workload", "sdxl", "--offering", "aws/us-east-1/p5en.48xlarge", "--policy", "spot-only",
+            "--format", "json", "--trace", path]
+    two = run_cli(*base, "--nodes", "2")
+    assert two.exit_code == 0, two.stderr
+    assert two.json()["deadline_met"] == 1.0 and two.json()["unfinished"] == 0
+    four = run_cli(*base, "--nodes", "4")
+    assert four.exit_code == 0, four.stderr
+    assert four.json()["deadline_met"] == 0.0 and four.json()["unfinished"] == 1
+    refused = run_cli(*base, "--nodes", "8")
+    assert refused.exit_code == 2 and "at most 4 instances" in refused.stderr and "Traceback" not in refused.stderr

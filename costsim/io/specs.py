@@ -484,9 +484,35 @@ def _bundle(path: Path) -> dict:
     return doc
 
 
-def load_trace(path: str | Path) -> tuple[list[int], float]:
-    """A 1-node capacity trace: (ticks with 0 = available and 1 = not, seconds per tick), from a JSON
-    trace file, or window N of a bundle (`FILE.json.gz#N`)."""
+def load_trace(path: str | Path, gang: int = 1) -> tuple[list[int], float]:
+    """A capacity trace as a gang of `gang` nodes meets it: (ticks with 0 = available and 1 = not, seconds per
+    tick), from a JSON trace file, or window N of a bundle (`FILE.json.gz#N`).
+
+    Two kinds of file, told apart by their values. A 1-node trace holds 0 (a spot instance could be had) and 1 (it
+    could not), the reading of spot-traces' single-node files (data/traces/README.md); a gang meets it as its one
+    node would. A multi-node count trace holds, at each tick, how many of the instances asked for could be had
+    (0 to N, some value above 1): a gang of n nodes has capacity where n could be had, and is reclaimed when
+    fewer can (the reading of the Can't Be Late authors' later gang-scheduling simulator: count >= n
+    available). A count trace whose values never exceed 1 cannot be told from a 1-node trace, and is read as one."""
+    if gang < 1:
+        raise ValueError(f"gang {gang}: a whole number of nodes >= 1")
+    values, gap_s = _trace_values(path)
+    if max(values) <= 1:
+        return values, gap_s
+    return [0 if count >= gang else 1 for count in values], gap_s
+
+
+def trace_capacity(path: str | Path) -> int | None:
+    """How many instances a multi-node count trace counts up to (its largest value); None for a 1-node trace or
+    a bundle's window (their ticks are 0 or 1)."""
+    if str(path).endswith(BUNDLE_SUFFIX):
+        return None
+    top = max(_trace_values(path)[0])
+    return top if top > 1 else None
+
+
+def _trace_values(path: str | Path) -> tuple[list[int], float]:
+    """A trace file's values as written (checked whole numbers >= 0), or a bundle's window's 0/1 ticks."""
     text = str(path)
     if BUNDLE_SUFFIX + "#" in text:
         file, _, index = text.rpartition("#")
@@ -502,7 +528,8 @@ def load_trace(path: str | Path) -> tuple[list[int], float]:
     ticks = f.raw("data")
     if not isinstance(ticks, list) or not ticks:
         raise InputError(str(path), "data", "expected a non-empty list of ticks")
-    if any(t not in (0, 1) or isinstance(t, bool) for t in ticks):
-        raise InputError(str(path), "data", "ticks must be 0 (spot available) or 1 (not); multi-node "
-                         "count traces are not supported (their reading is unconfirmed)")
-    return ticks, gap_s
+    if any(isinstance(t, bool) or not isinstance(t, (int, float)) or not float(t).is_integer() or t < 0
+           for t in ticks):
+        raise InputError(str(path), "data", "ticks must be 0 (spot available) or 1 (not), or for a multi-node "
+                         "count trace the whole number of instances that could be had (0 to N)")
+    return [int(t) for t in ticks], gap_s
