@@ -390,8 +390,9 @@ def build_group(spec: GroupSpec, gang: int = 1) -> Group:
     life = fit_weibull(lives)
     families = fit_outage_families(outages)
     if life is None or not families:
-        raise InputError(spec.paths[0], "data", f"group {spec.name}: a capacity group needs at least one preemption "
-                         "and one outage that ended, to fit what happens past its windows")
+        read = f" read as a gang of {gang}" if gang > 1 else ""
+        raise InputError(spec.paths[0], "data", f"group {spec.name}{read}: a capacity group needs at least one "
+                         "preemption and one outage that ended, to fit what happens past its windows")
     best = families[0]
     fit = GroupFit(life_log=(math.log(life.shape), math.log(life.scale_s)), life_cov=life.cov,
                    wait_family=best.family, wait_params=best.params, wait_cov=best.cov,

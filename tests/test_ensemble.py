@@ -568,3 +568,24 @@ def test_simulate_replays_a_count_trace_as_the_plans_gang(run_cli, tmp_path):
     assert four.json()["deadline_met"] == 0.0 and four.json()["unfinished"] == 1
     refused = run_cli(*base, "--nodes", "8")
     assert refused.exit_code == 2 and "at most 4 instances" in refused.stderr and "Traceback" not in refused.stderr
+
+
+def test_validate_replays_held_out_count_traces_as_the_chosen_gang_meets_them(run_cli, tmp_path):
+    """A 2-node spot-only plan judged on count traces: where one instance could nearly always be had and two only
+    in short bursts, the held-out windows read at 2 rarely finish (read as independent nodes, each of which could
+    nearly always be had, they would all finish); where two or more could nearly always be had, they do."""
+    folder = tmp_path / "gangs"
+    folder.mkdir()
+    rng = np.random.default_rng(11)
+    for name, low, high in (("scarce", 1, 2), ("plenty", 2, 4), ("middling", 2, 3)):
+        ticks: list[int] = []
+        while len(ticks) < 20000:   # mostly `low`, bursts of `high` a few hours long
+            ticks += [low] * int(rng.geometric(1 / 60)) + [high] * int(rng.geometric(1 / 6))
+        # a few outages of every count: a group's fit needs some at every gang size it is read at
+        ticks = [0 if i % 700 < 3 else t for i, t in enumerate(ticks)]
+        _trace(folder / f"{name}_v100_4.json", ticks[:20000])
+    result = run_cli("validate", "--workload", "sdxl", "--gpu", "H200", "--policy", "spot-only", "--nodes", "2",
+                     "--trials", "40", "--market", "traces", "--market-trace", str(folder), "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    by = {g["group"]: g for g in result.json()["groups"]}
+    assert by["gangs/scarce"]["realised_p_deadline"] < 0.5 and by["gangs/plenty"]["realised_p_deadline"] == 1.0
