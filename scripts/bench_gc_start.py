@@ -15,6 +15,7 @@ step; the collection that ends the pause (gc_settle); then each figure's ratio p
 
     python3 scripts/bench_gc_start.py [--lives 6] [--narrow 10] [--gc-every 50] [--worker-start exec]
                                       [--dir /tmp/bench-gc-start]
+    python3 scripts/bench_gc_start.py --parts 3   (the imports, and the read's planning, alone: on against off)
 (needs the runner and sdxl extras: torch, diffusers)
 """
 
@@ -109,6 +110,73 @@ def figures(events: list[dict]) -> dict[str, float]:
     return out
 
 
+# --parts: two parts of a start alone, each in a fresh interpreter, with automatic collection and without
+IMPORTS = """
+import gc, sys, time
+if sys.argv[1] == "off":
+    gc.disable()
+began = time.perf_counter()
+import torch, diffusers
+from diffusers import UNet2DConditionModel
+import torch._dynamo, torch._inductor.compile_fx
+print(time.perf_counter() - began, sum(s["collections"] for s in gc.get_stats()))
+"""
+PLANNING = """
+import gc, json, sys, warnings
+warnings.filterwarnings("ignore")
+sys.path.insert(0, sys.argv[3])
+import torch, torch.distributed.checkpoint as dcp
+from diffusers import UNet2DConditionModel
+from runner import checkpoint_reader
+from runner.state import training_state
+model = UNet2DConditionModel.from_config(json.loads(open(sys.argv[2]).read()))
+state = training_state(model, torch.optim.AdamW(model.parameters(), lr=1e-4), None, 0, 0)
+if sys.argv[1] == "off":
+    gc.disable()
+before = sum(s["collections"] for s in gc.get_stats())
+reader = checkpoint_reader.SafeFileSystemReader(sys.argv[4])
+dcp.load(state, storage_reader=reader, planner=checkpoint_reader.SafeLoadPlanner(), no_dist=True)
+print(reader.timings["planned_s"], sum(s["collections"] for s in gc.get_stats()) - before)
+"""
+
+
+def parts(folder: Path, narrow: int, rounds: int) -> None:
+    """The imports of torch, diffusers and the compiler, and DCP's planning of the narrow UNet's checkpoint read,
+    each in a fresh interpreter, alternating with Python's automatic collection on and off."""
+    import torch
+    import torch.distributed.checkpoint as dcp
+    from diffusers import UNet2DConditionModel
+    from torch.distributed.checkpoint import FileSystemWriter
+
+    from runner.state import training_state
+    config = folder / "unet_config.json"
+    config.write_text(json.dumps(narrow_config(narrow)))
+    model = UNet2DConditionModel.from_config(json.loads(config.read_text()))
+    saved = folder / "checkpoint"
+    dcp.save(training_state(model, torch.optim.AdamW(model.parameters(), lr=1e-4), None, 0, 0),
+             storage_writer=FileSystemWriter(str(saved)), no_dist=True)
+    runs = {"imports": [IMPORTS], "the read's planning": [PLANNING, str(config), str(ROOT), str(saved)]}
+    table: dict[tuple[str, str], list[tuple[float, int]]] = {}
+    for _ in range(rounds):
+        for name, (code, *rest) in runs.items():
+            for way in ("on", "off"):
+                done = subprocess.run([sys.executable, "-c", code, way, *rest], capture_output=True, text=True,
+                                      check=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+                seconds, collections = done.stdout.split()[-2:]
+                table.setdefault((name, way), []).append((float(seconds), int(collections)))
+    print(f"{rounds} rounds alternating, {os.cpu_count()} cores; medians (range), then the collections in it "
+          "(with the collector off: none but before the imports' first)")
+    print(f"{'':<22} {'collector on':>24} {'off':>24} {'ratio':>7}")
+    for name in runs:
+        cells, medians = [], []
+        for way in ("on", "off"):
+            seconds = [x for x, _ in table[(name, way)]]
+            medians.append(statistics.median(seconds))
+            cells.append(f"{medians[-1]:.3f} ({min(seconds):.2f}-{max(seconds):.2f}) "
+                         f"{statistics.median(c for _, c in table[(name, way)]):.0f}")
+        print(f"{name:<22} {cells[0]:>24} {cells[1]:>24} {medians[1] / medians[0]:7.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lives", type=int, default=6, help="resumes, half each way (after a first, compiling life)")
@@ -120,11 +188,17 @@ def main() -> None:
     parser.add_argument("--worker-start", choices=("fork", "exec"),
                         help="COSTSIM_WORKER_START: exec starts the worker as a new interpreter, as GPU plans do "
                              "(default: the runner's choice for a CPU plan, forked from torchrun's agent)")
+    parser.add_argument("--parts", type=int, metavar="ROUNDS",
+                        help="instead: the imports and the read's planning alone, with the collector on and off, "
+                             "ROUNDS rounds")
     args = parser.parse_args()
-    if args.lives < 2 or args.narrow < 1 or args.gc_every < 0:
-        parser.error("--lives: a whole number >= 2; --narrow: >= 1; --gc-every: >= 0")
+    if args.lives < 2 or args.narrow < 1 or args.gc_every < 0 or (args.parts is not None and args.parts < 1):
+        parser.error("--lives: a whole number >= 2; --narrow, --parts: >= 1; --gc-every: >= 0")
     shutil.rmtree(args.dir, ignore_errors=True)
     args.dir.mkdir(parents=True)
+    if args.parts:
+        parts(args.dir, args.narrow, args.parts)
+        return
     config = args.dir / "unet_config.json"
     config.write_text(json.dumps(narrow_config(args.narrow)))
     plan, run = make_plan(args.dir, args.gc_every), args.dir / "run"
