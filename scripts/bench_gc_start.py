@@ -165,7 +165,7 @@ def parts(folder: Path, narrow: int, rounds: int) -> None:
                 seconds, collections = done.stdout.split()[-2:]
                 table.setdefault((name, way), []).append((float(seconds), int(collections)))
     print(f"{rounds} rounds alternating, {os.cpu_count()} cores; medians (range), then the collections in it "
-          "(with the collector off: none but before the imports' first)")
+          "(with automatic collection off, the libraries' own gc.collect() calls)")
     print(f"{'':<22} {'collector on':>24} {'off':>24} {'ratio':>7}")
     for name in runs:
         cells, medians = [], []
