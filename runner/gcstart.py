@@ -5,8 +5,9 @@ A start makes over a million objects that live as long as the process: the modul
 the compiler, the model's modules, Dynamo's guards and graphs, the checkpoint's plans. Python's automatic
 collection walks all of them again each time the objects made since the last one outnumber its thresholds,
 and a start makes objects fast: on the 2-core machine importing torch, diffusers and the compiler took
-4.0 s with it (1,355 collections) and 2.9 s without; DCP's planning of the SDXL UNet's 6,700 checkpoint
-records 0.40 s against 0.10 s (389 collections; `python3 scripts/bench_gc_start.py` measures whole starts).
+4.06 s with it (1,356 collections) and 2.90 s without; DCP's planning of the SDXL UNet's 6,700 checkpoint
+records 0.64 s against 0.11 s (345 collections; `python3 scripts/bench_gc_start.py --parts 3`, and without
+--parts whole starts).
 Nearly nothing such a collection finds is garbage: a full collection after those imports freed 15,206 of
 860,345 objects.
 
