@@ -178,9 +178,9 @@ class Group:
     period: str
     windows: tuple[Window, ...]
     fit: GroupFit
-    # its traces count instances (multi-node count traces, io.specs.load_trace): a gang of n meets one window
-    # of them read at n (`for_gang`), not n windows read as one node each
-    counts: bool = False
+    # where its traces count instances (multi-node count traces, io.specs.load_trace), the most they count: a
+    # gang of n meets one window of them read at n (`for_gang`), not n windows read as one node each
+    counts_up_to: int | None = None
 
     def replay(self, rng: np.random.Generator, horizon_s: float) -> tuple[np.ndarray, np.ndarray]:
         """One node's stretches from a real window (continued by the fit past the window's end)."""
@@ -296,7 +296,7 @@ class MarketEnsemble:
         index = self.group_of(trial)
         group = self.groups[index]
         draws = nodes
-        if group.counts:
+        if group.counts_up_to is not None:
             group, draws = for_gang(self.spec.groups[index], nodes)
         starts = self.starts[index] if self.starts else None
         replay = starts is not None or rng.random() < self.spec.replay_share
@@ -368,10 +368,9 @@ def for_gang(spec: GroupSpec, nodes: int) -> tuple[Group, int]:
     that many could be had), with the group's fit made of those windows' lives and outages; a gang larger than
     the traces count (they asked for fewer instances) as the fewest independent parts of at most that many."""
     group = build_group(spec)
-    if not group.counts or nodes == 1:
+    if group.counts_up_to is None or nodes == 1:
         return group, nodes
-    top = max(trace_capacity(_shipped(path)) or 1 for path in spec.paths)
-    parts = math.ceil(nodes / top)
+    parts = math.ceil(nodes / group.counts_up_to)
     return build_group(spec, math.ceil(nodes / parts)), parts
 
 
@@ -397,8 +396,9 @@ def build_group(spec: GroupSpec, gang: int = 1) -> Group:
     fit = GroupFit(life_log=(math.log(life.shape), math.log(life.scale_s)), life_cov=life.cov,
                    wait_family=best.family, wait_params=best.params, wait_cov=best.cov,
                    lives=len(lives), outages=len(outages))
-    counts = any(trace_capacity(_shipped(path)) is not None for path in spec.paths)
-    return Group(name=spec.name, period=spec.period, windows=tuple(windows), fit=fit, counts=counts)
+    counted = [top for top in (trace_capacity(_shipped(path)) for path in spec.paths) if top is not None]
+    return Group(name=spec.name, period=spec.period, windows=tuple(windows), fit=fit,
+                 counts_up_to=max(counted) if counted else None)
 
 
 @functools.lru_cache(maxsize=32)
