@@ -272,6 +272,12 @@ def conditioned_starts(group: Group, recent: Recent, stride_s: float = RECENT_ST
 
 
 GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0
+# A group whose windows hold no preemption (or no outage that ended) has no fit of its own for them: it gets
+# exponential ones of the mean under which none in that much time has even odds (its exposure / ln 2, the
+# zero-failure median estimate), without a parameter spread. A count trace read at one instance often has no
+# outage at all: at least one of the instances asked for could always be had.
+NO_EVENT_ODDS = math.log(2.0)
+UNSEEN_OUTAGE_S = 60.0
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -388,13 +394,18 @@ def build_group(spec: GroupSpec, gang: int = 1) -> Group:
         outages += down
     life = fit_weibull(lives)
     families = fit_outage_families(outages)
-    if life is None or not families:
-        read = f" read as a gang of {gang}" if gang > 1 else ""
-        raise InputError(spec.paths[0], "data", f"group {spec.name}{read}: a capacity group needs at least one "
-                         "preemption and one outage that ended, to fit what happens past its windows")
-    best = families[0]
-    fit = GroupFit(life_log=(math.log(life.shape), math.log(life.scale_s)), life_cov=life.cov,
-                   wait_family=best.family, wait_params=best.params, wait_cov=best.cov,
+    up_s = sum(float(np.sum(w.ends - w.starts)) for w in windows)
+    down_s = sum(w.length_s for w in windows) - up_s
+    if life is not None:
+        life_log, life_cov = (math.log(life.shape), math.log(life.scale_s)), life.cov
+    else:   # no preemption in its windows: exponential lives of the mean that gives even odds of none in them
+        life_log, life_cov = (0.0, math.log(max(up_s, 1.0) / NO_EVENT_ODDS)), ()
+    if families:
+        best = families[0]
+        wait = (best.family, best.params, best.cov)
+    else:   # no outage that ended: likewise (none at all: outages of a minute, never seen)
+        wait = ("exponential", (math.log(down_s / NO_EVENT_ODDS if down_s > 0 else UNSEEN_OUTAGE_S),), ())
+    fit = GroupFit(life_log=life_log, life_cov=life_cov, wait_family=wait[0], wait_params=wait[1], wait_cov=wait[2],
                    lives=len(lives), outages=len(outages))
     counted = [top for top in (trace_capacity(_shipped(path)) for path in spec.paths) if top is not None]
     return Group(name=spec.name, period=spec.period, windows=tuple(windows), fit=fit,

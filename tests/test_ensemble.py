@@ -581,7 +581,7 @@ def test_validate_replays_held_out_count_traces_as_the_chosen_gang_meets_them(ru
         ticks: list[int] = []
         while len(ticks) < 20000:   # mostly `low`, bursts of `high` a few hours long
             ticks += [low] * int(rng.geometric(1 / 60)) + [high] * int(rng.geometric(1 / 6))
-        # a few outages of every count: a group's fit needs some at every gang size it is read at
+        # a few outages of every count, so that each reading has some of its own to fit
         ticks = [0 if i % 700 < 3 else t for i, t in enumerate(ticks)]
         _trace(folder / f"{name}_v100_4.json", ticks[:20000])
     result = run_cli("validate", "--workload", "sdxl", "--gpu", "H200", "--policy", "spot-only", "--nodes", "2",
@@ -589,3 +589,24 @@ def test_validate_replays_held_out_count_traces_as_the_chosen_gang_meets_them(ru
     assert result.exit_code == 0, result.stderr
     by = {g["group"]: g for g in result.json()["groups"]}
     assert by["gangs/scarce"]["realised_p_deadline"] < 0.5 and by["gangs/plenty"]["realised_p_deadline"] == 1.0
+
+
+def test_a_group_without_preemptions_or_outages_gets_the_zero_event_fit(run_cli, tmp_path):
+    """A trace in which capacity never went (a count trace where at least one instance could always be had, read
+    at one) has no preemption or outage to fit: its group gets exponential lives of the mean under which none in
+    that exposure has even odds (exposure / ln 2) and minute-long outages, and plans run on it, where they stopped
+    with an error before."""
+    always = _trace(tmp_path / "always_v100_1.json", [0] * 3000)
+    group = ensemble.build_group(GroupSpec(name="always", period="p", paths=(always,)))
+    assert group.fit.lives == 0 and group.fit.outages == 0
+    drawn = group.fit.draw(np.random.default_rng(0))
+    assert drawn.shape == 1.0 and drawn.mtbf_s == pytest.approx(3000 * GAP / math.log(2.0))
+    assert drawn.wait_mean_s == pytest.approx(ensemble.UNSEEN_OUTAGE_S)
+    folder = tmp_path / "plenty"
+    folder.mkdir()
+    ticks = [1 + (i // 50) % 2 for i in range(20000)]   # one or two instances, never none
+    ticks = [4 if i % 300 == 0 else t for i, t in enumerate(ticks)]
+    _trace(folder / "z_v100_4.json", ticks)
+    result = run_cli("plan", "--workload", "sdxl", "--gpu", "H200", "--market", "traces", "--market-trace",
+                     str(folder), "--trials", "40", "--out", str(tmp_path / "plan.json"))
+    assert result.exit_code == 0, result.stderr
