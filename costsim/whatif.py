@@ -69,16 +69,8 @@ def bare_config(job: BareJob, policy: str, traces: list[str]) -> SimConfig:
 def load_traces(traces: list[str], nodes: int = 1) -> tuple:
     """Capacity traces as SimConfig carries them: (ticks, gap_s) each, one per trial, cycled: the gang's capacity,
     a multi-node count trace's read as `nodes` instances (io.specs.load_trace)."""
-    from costsim.io.specs import trace_capacity
-    out = []
-    for path in traces:
-        top = trace_capacity(path)
-        if top is not None and nodes > top:
-            raise InputError(path, "data", f"a count trace of at most {top} instances: it cannot say when a gang of "
-                             f"{nodes} nodes had capacity (give traces of that many, or plan fewer nodes)")
-        ticks, gap_s = io.load_trace(path, nodes)
-        out.append((tuple(ticks), gap_s))
-    return tuple(out)
+    from costsim.io.specs import load_gang_trace
+    return tuple((tuple(ticks), gap_s) for ticks, gap_s in (load_gang_trace(path, nodes) for path in traces))
 
 
 def workload_config(workload: Workload, offering: Offering, nodes: int, policy: str,

@@ -264,6 +264,17 @@ def test_bad_input_is_one_line_and_starts_nothing(run_cli, tmp_path):
         assert result.exit_code == 2, (args, result.stderr)
         assert names in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert not any((tmp_path / x / "telemetry.jsonl").exists() for x in "abcdf")
+    # a multi-node count trace that counts fewer instances than the plan's gang cannot say when it had capacity
+    four = tmp_path / "four-nodes.json"
+    doc = json.loads(plan.read_text())
+    doc["resources"]["nodes"] = 4
+    four.write_text(json.dumps(doc))
+    counts = tmp_path / "counts.json"
+    counts.write_text(json.dumps({"metadata": {"gap_seconds": 60}, "data": [2, 1, 0, 2] * 50}))
+    result = run_cli("control", str(four), "--trace", str(counts), "--run-dir", str(tmp_path / "g"))
+    assert result.exit_code == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "at most 2 instances" in result.stderr and "a gang of 4 nodes" in result.stderr
+    assert not (tmp_path / "g").exists()
     owned = _plan(run_cli, tmp_path, "tiny")
     result = run_cli("control", str(owned), "--policy", "greedy", "--trace", str(WINDOWS / "0.json"),
                      "--run-dir", str(tmp_path / "e"))

@@ -17,7 +17,7 @@ from costsim.control.local import LocalBackend, Processes, TraceCapacity
 from costsim.control.progress import RunFolder
 from costsim.control.report import ObservedTimeline, Prices, plan_band, predict, predict_as_known, summary
 from costsim.errors import InputError
-from costsim.io.specs import load_trace
+from costsim.io.specs import load_gang_trace
 from costsim.sim.market import TraceTimeline
 from costsim.spec import SPOT
 from costsim.units import format_duration
@@ -113,7 +113,7 @@ def open_session(req: Request, say) -> tuple[Controller, Journal, Lock, dict]:
         raise InputError("--backend", "backend", f"unknown {backend_name!r}; allowed: {', '.join(BACKENDS)}")
     policy = existing.policy if existing else (req.policy or plan.policy.name)
     trace_path = existing.trace if existing else (req.trace if backend_name == "local" else req.reclaim_trace)
-    capacity = TraceCapacity(*load_trace(trace_path, plan.resources.nodes)) if trace_path else None
+    capacity = TraceCapacity(*load_gang_trace(trace_path, plan.resources.nodes)) if trace_path else None
     grace_s = None
     partitions = (existing.partitions if existing and existing.partitions else req.partitions) or None
     if backend_name == "slurm":
@@ -207,7 +207,7 @@ def finish(controller: Controller, journal: Journal, context: dict) -> dict:
     m = controller.measured(progress)
     timeline: TraceTimeline | ObservedTimeline
     if journal.trace:
-        timeline = TraceTimeline(*load_trace(journal.trace, Plan.read(journal.plan_file).resources.nodes))
+        timeline = TraceTimeline(*load_gang_trace(journal.trace, Plan.read(journal.plan_file).resources.nodes))
     else:
         timeline = ObservedTimeline(journal.outages, journal.end_s or journal.updated_s)
     # On Slurm the notice (SIGTERM) comes when the outage begins, not GraceTime before it: the job

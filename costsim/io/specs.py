@@ -502,6 +502,16 @@ def load_trace(path: str | Path, gang: int = 1) -> tuple[list[int], float]:
     return [0 if count >= gang else 1 for count in values], gap_s
 
 
+def load_gang_trace(path: str | Path, gang: int) -> tuple[list[int], float]:
+    """`load_trace` for a replay of the trace as the gang's own capacity: a count trace that counts fewer
+    instances than the gang is refused (it cannot say when that many could be had)."""
+    top = trace_capacity(path)
+    if top is not None and gang > top:
+        raise InputError(str(path), "data", f"a count trace of at most {top} instances: it cannot say when a gang of "
+                         f"{gang} nodes had capacity (give traces of that many, or plan fewer nodes)")
+    return load_trace(path, gang)
+
+
 def trace_capacity(path: str | Path) -> int | None:
     """How many instances a multi-node count trace counts up to (its largest value); None for a 1-node trace or
     a bundle's window (their ticks are 0 or 1)."""
