@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from costsim.errors import InputError
-from costsim.io.specs import trace_capacity, traces_in
+from costsim.io.specs import traces_in
 from costsim.market_fit import Span, family_mean_s, fit_outage_families, fit_weibull
 from costsim.sim.market import ArrayTimeline, HazardModel, Timeline, drawn_stretches, intersect
 
@@ -124,6 +124,7 @@ class Window:
     # where a bundle's window starts when its windows were stitched into the trace they were cut from (its
     # stretches are then that whole trace's, shared by the bundle's windows): what came before is its past
     origin: float = 0.0
+    counts_up_to: int | None = None   # a multi-node count trace's: the most instances it counts
 
 
 @dataclass(frozen=True, slots=True)
@@ -324,7 +325,7 @@ def windows_of(path: str, gang: int = 1) -> tuple[tuple[Window, ...], list, list
     `gang` nodes meets it (io.specs.load_trace). A bundle whose windows were cut from one
     trace (io.specs.bundle_timeline) is stitched back into it: its windows start where they did on it, with the
     past it had, and its lives and outages are counted once, not once for every window that overlaps them."""
-    from costsim.io.specs import BUNDLE_SUFFIX, bundle_timeline, bundle_windows, load_trace
+    from costsim.io.specs import BUNDLE_SUFFIX, as_gang, bundle_timeline, bundle_windows, trace_values
     path = _shipped(path)
     lives: list[Span] = []
     outages: list[Span] = []
@@ -334,10 +335,12 @@ def windows_of(path: str, gang: int = 1) -> tuple[tuple[Window, ...], list, list
             ticks, gap_s, origins = stitched
             trace = _window(ticks, gap_s, path, lives, outages, slide=False)
             return tuple(replace(trace, origin=origin * gap_s) for origin in origins), lives, outages
-    loaded = bundle_windows(path) if path.endswith(BUNDLE_SUFFIX) else [(path, *load_trace(path, gang))]
-    windows = [_window(ticks, gap_s, ref, lives, outages, slide=not path.endswith(BUNDLE_SUFFIX))
-               for ref, ticks, gap_s in loaded]
-    return tuple(windows), lives, outages
+    if path.endswith(BUNDLE_SUFFIX):
+        return tuple(_window(ticks, gap_s, ref, lives, outages, slide=False)
+                     for ref, ticks, gap_s in bundle_windows(path)), lives, outages
+    values, gap_s = trace_values(path)
+    window = _window(as_gang(values, gang), gap_s, path, lives, outages, slide=True)
+    return (replace(window, counts_up_to=max(values)) if max(values) > 1 else window,), lives, outages
 
 
 def _shipped(path: str) -> str:
@@ -407,7 +410,7 @@ def build_group(spec: GroupSpec, gang: int = 1) -> Group:
         wait = ("exponential", (math.log(down_s / NO_EVENT_ODDS if down_s > 0 else UNSEEN_OUTAGE_S),), ())
     fit = GroupFit(life_log=life_log, life_cov=life_cov, wait_family=wait[0], wait_params=wait[1], wait_cov=wait[2],
                    lives=len(lives), outages=len(outages))
-    counted = [top for top in (trace_capacity(_shipped(path)) for path in spec.paths) if top is not None]
+    counted = [w.counts_up_to for w in windows if w.counts_up_to is not None]
     return Group(name=spec.name, period=spec.period, windows=tuple(windows), fit=fit,
                  counts_up_to=max(counted) if counted else None)
 

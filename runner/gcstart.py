@@ -5,11 +5,10 @@ A start makes over a million objects that live as long as the process: the modul
 the compiler, the model's modules, Dynamo's guards and graphs, the checkpoint's plans. Python's automatic
 collection walks all of them again each time the objects made since the last one outnumber its thresholds,
 and a start makes objects fast: on the 2-core machine importing torch, diffusers and the compiler took
-4.06 s with it (1,356 collections) and 2.90 s without; DCP's planning of the SDXL UNet's 6,700 checkpoint
-records 0.64 s against 0.11 s (345 collections; `python3 scripts/bench_gc_start.py --parts 3`, and without
---parts whole starts).
-Nearly nothing such a collection finds is garbage: a full collection after those imports freed 15,206 of
-860,345 objects.
+3.98 s with it (1,356 collections) and 2.96 s without; DCP's planning of the SDXL UNet's 6,700 checkpoint
+records 0.65 s against 0.11 s (345 collections). Nearly nothing such a collection finds is garbage: a full
+collection after those imports finds 15,227 of 860,503 objects unreachable (`python3 scripts/bench_gc_start.py
+--parts 3`; without --parts, whole starts).
 
 So a worker pauses automatic collection at its first line (`pause`, before its imports: runner.worker),
 freezes what its imports made once they are done (`freeze`: gc.freeze moves every object alive to a permanent

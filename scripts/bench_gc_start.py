@@ -45,15 +45,9 @@ SAMPLE_SIZE = 32   # latents 32 x 32 (SDXL's 128): a CPU step in seconds, the sa
 
 
 def narrow_config(factor: int) -> dict:
-    """data/models/sdxl_unet_config.json with every width divided by `factor` (as bench_restore_parts's)."""
-    config = json.loads((ROOT / "data" / "models" / "sdxl_unet_config.json").read_text())
-    widths = [max(32, w // factor // 32 * 32) for w in config["block_out_channels"]]
-    time_dim = max(8, config["addition_time_embed_dim"] // factor)
-    text = max(32, config["cross_attention_dim"] // factor)
-    config.update(block_out_channels=widths, attention_head_dim=[w // 32 for w in widths], cross_attention_dim=text,
-                  addition_time_embed_dim=time_dim, projection_class_embeddings_input_dim=text + 6 * time_dim,
-                  sample_size=SAMPLE_SIZE)
-    return config
+    """bench_restore_parts's narrow UNet config, latents SAMPLE_SIZE square."""
+    from bench_restore_parts import narrow_config as narrow
+    return {**narrow(factor), "sample_size": SAMPLE_SIZE}
 
 
 def make_plan(folder: Path, gc_every: int) -> Path:
@@ -119,7 +113,36 @@ began = time.perf_counter()
 import torch, diffusers
 from diffusers import UNet2DConditionModel
 import torch._dynamo, torch._inductor.compile_fx
-print(time.perf_counter() - began, sum(s["collections"] for s in gc.get_stats()))
+seconds, collections = time.perf_counter() - began, sum(s["collections"] for s in gc.get_stats())
+tracked = len(gc.get_objects())
+print(seconds, collections, gc.collect(), tracked)   # then: what a full collection finds unreachable, of how many
+"""
+# what a compiled forward leaves unreachable, the collector paused as a worker's start has it: how many objects,
+# and whether any is a tensor (the pause's one collection must free those before the freeze)
+LEFTOVERS = """
+import gc, json, sys, warnings, weakref
+warnings.filterwarnings("ignore")
+gc.disable()
+import torch
+from diffusers import UNet2DConditionModel
+config = json.loads(open(sys.argv[1]).read())
+model = UNet2DConditionModel.from_config(config)
+model.compile_repeated_blocks()
+text = config["projection_class_embeddings_input_dim"] - 6 * config["addition_time_embed_dim"]
+size = config["sample_size"]
+gc.freeze()
+with torch.autocast("cpu", dtype=torch.bfloat16):
+    out = model(torch.randn(4, 4, size, size), torch.randint(0, 1000, (4,)),
+                torch.randn(4, 77, config["cross_attention_dim"]),
+                added_cond_kwargs={"text_embeds": torch.randn(4, text), "time_ids": torch.randn(4, 6)}).sample
+del out
+gc.set_debug(gc.DEBUG_SAVEALL)
+freed = gc.collect()
+tensors = 0
+for o in gc.garbage:
+    if type(o) not in (weakref.ProxyType, weakref.CallableProxyType) and isinstance(o, torch.Tensor):
+        tensors += 1
+print(freed, tensors)
 """
 PLANNING = """
 import gc, json, sys, warnings
@@ -157,13 +180,16 @@ def parts(folder: Path, narrow: int, rounds: int) -> None:
              storage_writer=FileSystemWriter(str(saved)), no_dist=True)
     runs = {"imports": [IMPORTS], "the read's planning": [PLANNING, str(config), str(ROOT), str(saved)]}
     table: dict[tuple[str, str], list[tuple[float, int]]] = {}
+    unreachable: list[tuple[int, int]] = []   # after the imports without collection: (unreachable, tracked)
     for _ in range(rounds):
         for name, (code, *rest) in runs.items():
             for way in ("on", "off"):
                 done = subprocess.run([sys.executable, "-c", code, way, *rest], capture_output=True, text=True,
                                       check=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})
-                seconds, collections = done.stdout.split()[-2:]
+                seconds, collections, *after = done.stdout.split()
                 table.setdefault((name, way), []).append((float(seconds), int(collections)))
+                if after and way == "off":
+                    unreachable.append((int(after[0]), int(after[1])))
     print(f"{rounds} rounds alternating, {os.cpu_count()} cores; medians (range), then the collections in it "
           "(with automatic collection off, the libraries' own gc.collect() calls)")
     print(f"{'':<22} {'collector on':>24} {'off':>24} {'ratio':>7}")
@@ -175,6 +201,13 @@ def parts(folder: Path, narrow: int, rounds: int) -> None:
             cells.append(f"{medians[-1]:.3f} ({min(seconds):.2f}-{max(seconds):.2f}) "
                          f"{statistics.median(c for _, c in table[(name, way)]):.0f}")
         print(f"{name:<22} {cells[0]:>24} {cells[1]:>24} {medians[1] / medians[0]:7.2f}")
+    freed, tracked = sorted(unreachable)[len(unreachable) // 2]
+    print(f"after the imports without collection, a full collection finds {freed:,} of {tracked:,} objects unreachable")
+    done = subprocess.run([sys.executable, "-c", LEFTOVERS, str(config)], capture_output=True, text=True, check=True,
+                          env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    freed, tensors = done.stdout.split()[-2:]
+    print(f"the narrow UNet's compiled forward, paused, leaves {int(freed):,} objects unreachable, {tensors} of them "
+          "tensors")
 
 
 def main() -> None:
@@ -209,7 +242,11 @@ def main() -> None:
     for index, way in enumerate(order, start=2):
         life(plan, run, config, STEPS_A_LIFE * index, WAYS[way], args.worker_start)
         print(f"life {index} ({way}) done", file=sys.stderr, flush=True)
-    lives = split_lives(list(read_job_events(run)))[1:]
+    first, *lives = split_lives(list(read_job_events(run)))
+    settled = next((e for e in first if e["event"] == "gc_settle"), None)
+    if settled is not None:   # a cold compile's garbage waited for the pause's end too
+        print(f"the compiling life's one collection after its first step freed {settled['freed']:,} objects in "
+              f"{settled['collected_s']:.2f} s")
     if len(lives) != len(order):
         sys.exit(f"expected {len(order)} resumed lives in {run}, found {len(lives)}")
     table: dict[str, dict[str, list[float]]] = {}

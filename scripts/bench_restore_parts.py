@@ -16,6 +16,7 @@ Usage: python3 scripts/bench_restore_parts.py [--narrow 10] [--rounds 3] [--dir 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import statistics
@@ -34,17 +35,22 @@ from runner import checkpoint_reader  # noqa: E402
 from runner.state import training_state  # noqa: E402
 
 
-def narrow_unet(factor: int):
-    """The SDXL UNet from data/models/sdxl_unet_config.json with every width divided by `factor` (heads kept at
-    32 channels each, the norms' 32 groups dividing every width): the same modules and parameters, fewer bytes."""
-    from diffusers import UNet2DConditionModel
-    config = UNet2DConditionModel.load_config(str(ROOT / "data" / "models" / "sdxl_unet_config.json"))
+def narrow_config(factor: int) -> dict:
+    """data/models/sdxl_unet_config.json with every width divided by `factor` (heads kept at 32 channels each, the
+    norms' 32 groups dividing every width): the same modules and parameters, fewer bytes."""
+    config = json.loads((ROOT / "data" / "models" / "sdxl_unet_config.json").read_text())
     widths = [max(32, w // factor // 32 * 32) for w in config["block_out_channels"]]
     time_dim = max(8, config["addition_time_embed_dim"] // factor)
     text = max(32, config["cross_attention_dim"] // factor)
     config.update(block_out_channels=widths, attention_head_dim=[w // 32 for w in widths], cross_attention_dim=text,
                   addition_time_embed_dim=time_dim, projection_class_embeddings_input_dim=text + 6 * time_dim)
-    return UNet2DConditionModel.from_config(config)
+    return config
+
+
+def narrow_unet(factor: int):
+    """The SDXL UNet of `narrow_config(factor)`, random weights."""
+    from diffusers import UNet2DConditionModel
+    return UNet2DConditionModel.from_config(narrow_config(factor))
 
 
 def main() -> None:

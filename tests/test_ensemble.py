@@ -512,15 +512,16 @@ def test_a_count_trace_is_read_as_the_gang_meets_it(tmp_path):
     """A multi-node count trace (instances that could be had, 0 to N): a gang of n has capacity where n could
     be had; a 0/1 file stays a 1-node trace (0 = available); values that are not whole counts are refused."""
     from costsim.errors import InputError
-    from costsim.io.specs import load_trace, trace_capacity
+    from costsim.io.specs import load_trace
     counts = _counts(3000, seed=3)
     path = _trace(tmp_path / "z_v100_4.json", counts)
     for gang in (1, 2, 3, 4):
         ticks, gap = load_trace(path, gang)
         assert gap == GAP and ticks == [0 if c >= gang else 1 for c in counts]
-    assert trace_capacity(path) == 4
+    assert ensemble.build_group(GroupSpec(name="z", period="p", paths=(path,))).counts_up_to == 4
     one = _trace(tmp_path / "z_v100_1.json", [0, 1, 1, 0])
-    assert load_trace(one, 3) == ([0, 1, 1, 0], GAP) and trace_capacity(one) is None
+    assert load_trace(one, 3) == ([0, 1, 1, 0], GAP)
+    assert ensemble.build_group(GroupSpec(name="one", period="p", paths=(one,))).counts_up_to is None
     with pytest.raises(InputError, match="count trace"):
         load_trace(_trace(tmp_path / "bad.json", [0, 2.5, 1]))
 

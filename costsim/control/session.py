@@ -173,7 +173,7 @@ def open_session(req: Request, say) -> tuple[Controller, Journal, Lock, dict]:
                                                 * journal.time_scale), say=say)
     if existing is not None:
         adopt(controller, clock.now(), say)
-    return controller, journal, lock, {"prices": prices, "run_dir": run_dir}
+    return controller, journal, lock, {"prices": prices, "run_dir": run_dir, "nodes": plan.resources.nodes}
 
 
 def adopt(controller: Controller, t: float, say) -> None:
@@ -207,7 +207,7 @@ def finish(controller: Controller, journal: Journal, context: dict) -> dict:
     m = controller.measured(progress)
     timeline: TraceTimeline | ObservedTimeline
     if journal.trace:
-        timeline = TraceTimeline(*load_gang_trace(journal.trace, Plan.read(journal.plan_file).resources.nodes))
+        timeline = TraceTimeline(*load_gang_trace(journal.trace, context["nodes"]))
     else:
         timeline = ObservedTimeline(journal.outages, journal.end_s or journal.updated_s)
     # On Slurm the notice (SIGTERM) comes when the outage begins, not GraceTime before it: the job

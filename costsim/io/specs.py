@@ -494,34 +494,30 @@ def load_trace(path: str | Path, gang: int = 1) -> tuple[list[int], float]:
     (0 to N, some value above 1): a gang of n nodes has capacity where n could be had, and is reclaimed when
     fewer can (the reading of the Can't Be Late authors' later gang-scheduling simulator: count >= n
     available). A count trace whose values never exceed 1 cannot be told from a 1-node trace, and is read as one."""
-    if gang < 1:
-        raise ValueError(f"gang {gang}: a whole number of nodes >= 1")
-    values, gap_s = _trace_values(path)
-    if max(values) <= 1:
-        return values, gap_s
-    return [0 if count >= gang else 1 for count in values], gap_s
+    values, gap_s = trace_values(path)
+    return as_gang(values, gang), gap_s
 
 
 def load_gang_trace(path: str | Path, gang: int) -> tuple[list[int], float]:
     """`load_trace` for a replay of the trace as the gang's own capacity: a count trace that counts fewer
     instances than the gang is refused (it cannot say when that many could be had)."""
-    top = trace_capacity(path)
-    if top is not None and gang > top:
+    values, gap_s = trace_values(path)
+    top = max(values)
+    if top > 1 and gang > top:
         raise InputError(str(path), "data", f"a count trace of at most {top} instances: it cannot say when a gang of "
                          f"{gang} nodes had capacity (give traces of that many, or plan fewer nodes)")
-    return load_trace(path, gang)
+    return as_gang(values, gang), gap_s
 
 
-def trace_capacity(path: str | Path) -> int | None:
-    """How many instances a multi-node count trace counts up to (its largest value); None for a 1-node trace or
-    a bundle's window (their ticks are 0 or 1)."""
-    if str(path).endswith(BUNDLE_SUFFIX):
-        return None
-    top = max(_trace_values(path)[0])
-    return top if top > 1 else None
+def as_gang(values: list[int], gang: int) -> list[int]:
+    """A trace's values as ticks for a gang of `gang`: a 1-node trace's as they are, a count trace's 0 where
+    `gang` instances could be had, 1 where fewer could."""
+    if gang < 1:
+        raise ValueError(f"gang {gang}: a whole number of nodes >= 1")
+    return values if max(values) <= 1 else [0 if count >= gang else 1 for count in values]
 
 
-def _trace_values(path: str | Path) -> tuple[list[int], float]:
+def trace_values(path: str | Path) -> tuple[list[int], float]:
     """A trace file's values as written (checked whole numbers >= 0), or a bundle's window's 0/1 ticks."""
     text = str(path)
     if BUNDLE_SUFFIX + "#" in text:
