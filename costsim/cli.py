@@ -635,7 +635,10 @@ def _calibrate_market(refs, offering, out, fmt):
     # stitched into the trace they were cut from, where they were: io.market.read_market) for themselves
     sources = [s for ref in refs for s in ([ref] if (Path(ref) / TELEMETRY).exists() or ref.endswith(BUNDLE_SUFFIX)
                                             else _trace_files([ref]))]
-    observed = read_market(sources, offering)
+    notes: list[str] = []
+    observed = read_market(sources, offering, notes)
+    for note in notes:
+        click.echo(f"note: {note}", err=True)
     if not observed:
         raise InputError(", ".join(refs), "offering", f"no spot lives of {offering!r} in these sources" if offering
                          else "no spot lives in these sources")

@@ -68,9 +68,22 @@ class Recent:
     past_s: float = DEFAULT_RECENT_PAST_S
     bandwidth: float = DEFAULT_RECENT_BANDWIDTH
     source: str = ""   # where the share came from: a trace file, or --recent-share
+    # from a multi-node count trace: the share of the past in which at least k of its instances could be had,
+    # k = 1, 2, ... (`share` is k = 1's)
+    gang_shares: tuple[float, ...] = ()
 
     def as_dict(self) -> dict:
-        return {"share": self.share, "past_s": self.past_s, "bandwidth": self.bandwidth, "source": self.source}
+        out = {"share": self.share, "past_s": self.past_s, "bandwidth": self.bandwidth, "source": self.source}
+        return {**out, "gang_shares": list(self.gang_shares)} if self.gang_shares else out
+
+    def at(self, gang: int) -> Recent:
+        """The recent capacity of a gang of `gang` nodes where a count trace reads it (the share of the past in
+        which that many could be had): from a count trace, its share at `gang` (a gang larger than it counts: its
+        share at the most it counts, an upper bound); a share given by number or read from a 1-node trace is
+        taken as the gang's own."""
+        if not self.gang_shares:
+            return self
+        return replace(self, share=self.gang_shares[min(gang, len(self.gang_shares)) - 1])
 
     def kernel(self, shares: np.ndarray) -> np.ndarray:
         return np.exp(-0.5 * ((np.asarray(shares, dtype=float) - self.share) / self.bandwidth) ** 2)
@@ -109,7 +122,8 @@ class MarketSpec:
                    groups=tuple(GroupSpec(name=g["name"], period=g["period"], paths=tuple(g["traces"]))
                                 for g in doc["groups"]),
                    recent=Recent(share=float(recent["share"]), past_s=float(recent["past_s"]),
-                                 bandwidth=float(recent["bandwidth"]), source=str(recent.get("source", "")))
+                                 bandwidth=float(recent["bandwidth"]), source=str(recent.get("source", "")),
+                                 gang_shares=tuple(float(v) for v in recent.get("gang_shares", ())))
                    if recent else None)
 
 
@@ -209,16 +223,19 @@ class Group:
 def recent_from_trace(path: str, past_s: float = DEFAULT_RECENT_PAST_S,
                       bandwidth: float = DEFAULT_RECENT_BANDWIDTH) -> Recent:
     """The recent capacity from a trace of the job's own market up to now (spot-traces' format, as
-    --market-trace takes): the share of its last `past_s` with capacity."""
-    from costsim.io.specs import load_trace
-    ticks, gap_s = load_trace(path)
-    needed = math.ceil(past_s / gap_s - 1e-9)
-    if len(ticks) < needed:
-        raise InputError(path, "data", f"{len(ticks)} ticks of {gap_s:g} s ({len(ticks) * gap_s / 3600:.1f} h): "
-                         f"the recent capacity looks back {past_s / 3600:g} h; give a longer trace or a shorter "
-                         "--recent-past")
-    last = ticks[-needed:]
-    return Recent(share=sum(1 for t in last if t == 0) / len(last), past_s=past_s, bandwidth=bandwidth, source=path)
+    --market-trace takes): the share of its last `past_s` with capacity; from a multi-node count trace, that share
+    for every gang up to the most it counts (io.specs.load_trace: a gang of n has capacity where n could be had)."""
+    from costsim.io.specs import trace_values
+    trace = trace_values(path)
+    needed = math.ceil(past_s / trace.gap_s - 1e-9)
+    if len(trace.values) < needed:
+        raise InputError(path, "data", f"{len(trace.values)} ticks of {trace.gap_s:g} s "
+                         f"({len(trace.values) * trace.gap_s / 3600:.1f} h): the recent capacity looks back "
+                         f"{past_s / 3600:g} h; give a longer trace or a shorter --recent-past")
+    shares = [float(np.mean(np.asarray(trace.as_gang(gang)[0][-needed:]) == 0))
+              for gang in range(1, (trace.counts or 1) + 1)]
+    return Recent(share=shares[0], past_s=past_s, bandwidth=bandwidth, source=path,
+                  gang_shares=tuple(shares) if trace.counts is not None else ())
 
 
 def with_recent(spec: MarketSpec, recent: Recent) -> MarketSpec:
@@ -282,30 +299,53 @@ UNSEEN_OUTAGE_S = 60.0
 
 
 @dataclass(frozen=True, slots=True, eq=False)
+class Conditioning:
+    """A market told a recent capacity, for one gang size: each group's weighed replay starts and the groups'
+    cumulative weights."""
+
+    starts: tuple[Starts | None, ...]
+    cumulative: np.ndarray
+
+
+@dataclass(frozen=True, slots=True, eq=False)
 class MarketEnsemble:
     """The built market: its groups with their windows and fits (crosses processes by pickling)."""
 
     spec: MarketSpec
     groups: tuple[Group, ...]
     names: tuple[str, ...] = field(default=())
-    starts: tuple[Starts | None, ...] = ()   # with a recent capacity: each group's weighed replay starts
-    cumulative: np.ndarray | None = None      # and the groups' cumulative weights
+    # with a recent capacity: its conditioning per gang size (one for every gang where no group counts instances:
+    # each node of a 1-node trace's gang is weighed by one node's past)
+    conditioned: dict[int, Conditioning] = field(default_factory=dict)
 
-    def group_of(self, trial: int) -> int:
+    def conditioning(self, nodes: int) -> Conditioning | None:
+        """The recent capacity's weights for a gang of `nodes` (None without one): a count group's windows
+        are weighed by the past of that gang read at its size (`for_gang`), the others by one node's."""
+        if self.spec.recent is None:
+            return None
+        key = nodes if any(g.counts_up_to is not None for g in self.groups) else 1
+        if key not in self.conditioned:
+            self.conditioned[key] = _conditioning(self.spec, self.groups, key)
+        return self.conditioned[key]
+
+    def group_of(self, trial: int, nodes: int = 1) -> int:
         """The group trial `trial` faces: i mod G, or with a recent capacity in proportion to the groups'
-        weights by a low-discrepancy sequence (the same for every configuration: common capacity)."""
-        if self.cumulative is None:
+        weights (for a gang of `nodes`) by a low-discrepancy sequence (the same for every configuration:
+        common capacity)."""
+        told = self.conditioning(nodes)
+        if told is None:
             return trial % len(self.groups)
-        return int(np.searchsorted(self.cumulative, (trial * GOLDEN) % 1.0, side="right"))
+        return int(np.searchsorted(told.cumulative, (trial * GOLDEN) % 1.0, side="right"))
 
     def timeline(self, rng: np.random.Generator, trial: int, nodes: int, horizon_s: float) -> tuple[Timeline, int]:
         """Trial `trial`'s capacity for a gang of `nodes`, and the index of the group it came from."""
-        index = self.group_of(trial)
+        index = self.group_of(trial, nodes)
         group = self.groups[index]
         draws = nodes
         if group.counts_up_to is not None:
             group, draws = for_gang(self.spec.groups[index], nodes)
-        starts = self.starts[index] if self.starts else None
+        told = self.conditioning(nodes)
+        starts = told.starts[index] if told is not None else None
         replay = starts is not None or rng.random() < self.spec.replay_share
         stretches = None
         for _ in range(draws):
@@ -325,7 +365,7 @@ def windows_of(path: str, gang: int = 1) -> tuple[tuple[Window, ...], list, list
     `gang` nodes meets it (io.specs.load_trace). A bundle whose windows were cut from one
     trace (io.specs.bundle_timeline) is stitched back into it: its windows start where they did on it, with the
     past it had, and its lives and outages are counted once, not once for every window that overlaps them."""
-    from costsim.io.specs import BUNDLE_SUFFIX, as_gang, bundle_timeline, bundle_windows, trace_values
+    from costsim.io.specs import BUNDLE_SUFFIX, bundle_timeline, bundle_windows, trace_values
     path = _shipped(path)
     lives: list[Span] = []
     outages: list[Span] = []
@@ -333,14 +373,14 @@ def windows_of(path: str, gang: int = 1) -> tuple[tuple[Window, ...], list, list
         stitched = bundle_timeline(path)
         if stitched is not None:
             ticks, gap_s, origins = stitched
-            trace = _window(ticks, gap_s, path, lives, outages, slide=False)
-            return tuple(replace(trace, origin=origin * gap_s) for origin in origins), lives, outages
+            whole = _window(ticks, gap_s, path, lives, outages, slide=False)
+            return tuple(replace(whole, origin=origin * gap_s) for origin in origins), lives, outages
     if path.endswith(BUNDLE_SUFFIX):
         return tuple(_window(ticks, gap_s, ref, lives, outages, slide=False)
                      for ref, ticks, gap_s in bundle_windows(path)), lives, outages
-    values, gap_s = trace_values(path)
-    window = _window(as_gang(values, gang), gap_s, path, lives, outages, slide=True)
-    return (replace(window, counts_up_to=max(values)) if max(values) > 1 else window,), lives, outages
+    trace = trace_values(path)
+    window = _window(*trace.as_gang(gang), path, lives, outages, slide=True)
+    return (replace(window, counts_up_to=trace.counts),), lives, outages
 
 
 def _shipped(path: str) -> str:
@@ -420,10 +460,20 @@ def build(spec: MarketSpec) -> MarketEnsemble:
     if not spec.groups:
         raise InputError("--market-trace", "market", f"{spec.name}: the market has no capacity groups")
     groups = tuple(build_group(g) for g in spec.groups)
-    names = tuple(g.name for g in groups)
-    if spec.recent is None:
-        return MarketEnsemble(spec=spec, groups=groups, names=names)
-    starts = tuple(conditioned_starts(g, spec.recent) for g in groups)
+    market = MarketEnsemble(spec=spec, groups=groups, names=tuple(g.name for g in groups))
+    market.conditioning(1)   # a recent capacity no window's past can be compared with stops the plan here
+    return market
+
+
+def _conditioning(spec: MarketSpec, groups: tuple[Group, ...], nodes: int) -> Conditioning:
+    assert spec.recent is not None
+    starts = []
+    for group_spec, group in zip(spec.groups, groups):
+        gang = 1
+        if group.counts_up_to is not None and nodes > 1:
+            group, parts = for_gang(group_spec, nodes)
+            gang = math.ceil(nodes / parts)
+        starts.append(conditioned_starts(group, spec.recent.at(gang)))
     weights = np.array([s.weight if s is not None else 0.0 for s in starts])
     if not weights.sum() > 0:
         hours = spec.recent.past_s / 3600
@@ -432,7 +482,7 @@ def build(spec: MarketSpec) -> MarketEnsemble:
                          f"with (share {spec.recent.share:.2f}): give a shorter --recent-past, or traces longer than it")
     cumulative = np.cumsum(weights / weights.sum())
     cumulative[-1] = 1.0
-    return MarketEnsemble(spec=spec, groups=groups, names=names, starts=starts, cumulative=cumulative)
+    return Conditioning(starts=tuple(starts), cumulative=cumulative)
 
 
 def groups_from_paths(paths: list[str], period: str = "yours") -> tuple[GroupSpec, ...]:

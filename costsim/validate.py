@@ -354,7 +354,10 @@ def validate_group_recent(workload: Workload, profile: Profile, offerings: list[
     chosen_blind: Ranked = blind.chosen or blind.ranked[0]
     horizon_s = chosen_blind.configured.config.params.horizon_s   # the windows' starts; each plan its own length
     starts = window_starts(held_out, horizon_s, stride_s)
-    shares = window_past_shares(held_out, horizon_s, stride_s, past_s, starts)
+    # a count group's pasts as the blind plan's gang met them (the shares the plans told them are taken as that
+    # gang's, ensemble.Recent.at); a 1-node group's as one node met them
+    reading, _ = ensemble.for_gang(group_spec, chosen_blind.configured.candidate.nodes)
+    shares = window_past_shares(reading, horizon_s, stride_s, past_s, starts)
     bins = np.where(np.isnan(shares), -1, np.clip(np.digitize(shares, RECENT_BINS[1:-1]), 0, len(RECENT_BINS) - 2))
     stated_p, stated_cost = np.zeros(len(shares)), np.zeros(len(shares))
     finish, cost, met = np.zeros(len(shares)), np.zeros(len(shares)), np.zeros(len(shares), dtype=bool)

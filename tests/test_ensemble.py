@@ -317,7 +317,7 @@ def test_a_recent_capacity_weighs_each_groups_windows_by_how_like_their_past_was
         picked = [market.names[market.group_of(trial)] for trial in range(400)]
         assert picked.count(likely) > 0.9 * len(picked), (share, picked.count(likely))
         group = market.groups[market.names.index(likely)]
-        starts = market.starts[market.names.index(likely)]
+        starts = market.conditioning(1).starts[market.names.index(likely)]
         assert starts is not None and starts.p.sum() == pytest.approx(1.0)
         pasts = np.array([ensemble.past_share(group.windows[w], o, past) for w, o in zip(starts.windows, starts.offsets)])
         assert abs(float(np.sum(starts.p * pasts)) - share) < abs(float(np.mean(pasts)) - share) + 1e-9
@@ -524,6 +524,15 @@ def test_a_count_trace_is_read_as_the_gang_meets_it(tmp_path):
     assert ensemble.build_group(GroupSpec(name="one", period="p", paths=(one,))).counts_up_to is None
     with pytest.raises(InputError, match="count trace"):
         load_trace(_trace(tmp_path / "bad.json", [0, 2.5, 1]))
+    # a count trace that says how many instances were asked for is one whatever its values: a pool of 4 of which
+    # never more than one could be had (its 1 is an instance, not an outage)
+    declared = tmp_path / "pool_v100_4.json"
+    declared.write_text(json.dumps({"metadata": {"gap_seconds": GAP, "instances": 4}, "data": [0, 1, 1, 0]}))
+    assert load_trace(declared, 1) == ([1, 0, 0, 1], GAP) and load_trace(declared, 2) == ([1, 1, 1, 1], GAP)
+    assert ensemble.build_group(GroupSpec(name="pool", period="p", paths=(str(declared),))).counts_up_to == 4
+    declared.write_text(json.dumps({"metadata": {"gap_seconds": GAP, "instances": 2}, "data": [0, 3, 1]}))
+    with pytest.raises(InputError, match="metadata.instances says 2"):
+        load_trace(declared)
 
 
 def test_a_gang_on_count_traces_meets_one_window_read_at_its_size(tmp_path):
@@ -590,6 +599,61 @@ def test_validate_replays_held_out_count_traces_as_the_chosen_gang_meets_them(ru
     assert result.exit_code == 0, result.stderr
     by = {g["group"]: g for g in result.json()["groups"]}
     assert by["gangs/scarce"]["realised_p_deadline"] < 0.5 and by["gangs/plenty"]["realised_p_deadline"] == 1.0
+    # told each held-out window's recent past, read at the gang's size: the same windows, the same realised figures
+    told = run_cli("validate", "--workload", "sdxl", "--gpu", "H200", "--policy", "spot-only", "--nodes", "2",
+                   "--trials", "40", "--market", "traces", "--market-trace", str(folder), "--format", "json",
+                   "--group", "gangs/scarce", "--recent-past", "24h")
+    assert told.exit_code == 0, told.stderr
+    (scarce,) = told.json()["groups"]
+    assert scarce["windows"] == by["gangs/scarce"]["windows"]
+    assert scarce["realised_p_deadline"] == pytest.approx(by["gangs/scarce"]["realised_p_deadline"], abs=0.02)
+
+
+def test_a_recent_count_trace_weighs_a_count_groups_windows_by_the_gangs_own_past(run_cli, tmp_path):
+    """A recent capacity read from a count trace holds the share of the past for every gang size; a count
+    group's windows are weighed, for a gang of n, by the share of their past in which n could be had. Here one
+    instance could always be had and two only in day-long stretches, so one node's past says nothing: told a
+    recent past in which two could be had, a 2-node gang's trials start after such pasts, and one in which they
+    could not, after the others."""
+    rng = np.random.default_rng(4)
+    ticks: list[int] = []
+    while len(ticks) < 8000:   # one instance always, two in stretches of about a day, none for a tick now and then
+        ticks += [1] * int(rng.geometric(1 / 150)) + [2] * int(rng.geometric(1 / 150))
+    ticks = [0 if i % 500 == 0 else t for i, t in enumerate(ticks[:8000])]
+    folder = tmp_path / "gangs"
+    folder.mkdir()
+    _trace(folder / "z_v100_4.json", ticks)
+    past = 24 * 3600.0
+    needed = int(past / GAP)
+    recent_path = _trace(tmp_path / "recent.json", [1] * 200 + [2] * needed)
+    recent = ensemble.recent_from_trace(recent_path, past)
+    assert recent.share == 1.0 and recent.gang_shares == (1.0, 1.0)
+    assert recent.at(2).share == 1.0 and recent.at(5).share == 1.0
+    poor = ensemble.recent_from_trace(_trace(tmp_path / "poor.json", [2] * 200 + [1] * needed), past)
+    assert poor.gang_shares == (1.0, 0.0) and poor.at(2).share == 0.0
+    one = ensemble.recent_from_trace(_trace(tmp_path / "one.json", [1] * 200 + [0] * needed), past)
+    assert one.share == 1.0 and one.gang_shares == () and one.at(3) is one   # a 1-node trace: one share
+
+    spec = GroupSpec(name="z", period="p", paths=(str(folder / "z_v100_4.json"),))
+    gang2, _ = ensemble.for_gang(spec, 2)
+    for told, want in ((recent, 1.0), (poor, 0.0)):
+        market = ensemble.build(MarketSpec(name="t", groups=(spec,), recent=told))
+        starts = market.conditioning(2).starts[0]
+        pasts = np.array([ensemble.past_share(gang2.windows[w], o, past) for w, o in zip(starts.windows, starts.offsets)])
+        weighed = float(np.sum(starts.p * pasts))
+        assert abs(weighed - want) < 0.25 and abs(float(np.mean(pasts)) - want) > 0.35, (want, weighed)
+        # one node's past is the same everywhere (one instance could always be had but for single ticks)
+        ones = market.conditioning(1).starts[0]
+        assert np.ptp(ones.p) < 0.2 * float(np.max(ones.p))
+
+    out = tmp_path / "plan.json"
+    told = run_cli("plan", "--workload", "sdxl", "--gpu", "H200", "--market", "traces", "--market-trace", str(folder),
+                   "--trials", "20", "--recent-trace", recent_path, "--recent-past", "24h", "--out", str(out))
+    assert told.exit_code == 0, told.stderr
+    assert "2 could be had 100%" in " ".join(told.stdout.split())
+    assert json.loads(out.read_text())["prediction"]["market"]["recent"]["gang_shares"] == [1.0, 1.0]
+    again = run_cli("simulate", "--plan", str(out), "--trials", "20", "--format", "json")
+    assert again.exit_code == 0, again.stderr
 
 
 def test_a_group_without_preemptions_or_outages_gets_the_zero_event_fit(run_cli, tmp_path):

@@ -126,6 +126,24 @@ def test_calibrate_market_reports_each_figure_with_its_interval_and_counts(tmp_p
     assert " !" in table and "fewer than 10 events" in table
 
 
+def test_calibrate_market_fits_a_count_trace_as_one_node_and_says_so(tmp_path):
+    """A multi-node count trace (instances that could be had): one node's lives are where at least one could be
+    had, the fit the planner's fitted model draws per node; a line on stderr says how it was read."""
+    counts = [3, 3, 1, 0, 0, 2, 4, 4, 1, 0, 1, 1]
+    path = tmp_path / "z_v100_4.json"
+    path.write_text(json.dumps({"metadata": {"gap_seconds": 600}, "data": counts}))
+    as_one = tmp_path / "one.json"
+    as_one.write_text(json.dumps({"metadata": {"gap_seconds": 600}, "data": [0 if c else 1 for c in counts]}))
+    result = costsim("calibrate", "--market", str(path), "--format", "json")
+    assert result.returncode == 0, result.stderr
+    assert "a count trace of up to 4 instances, fitted as one node's capacity" in result.stderr
+    same = costsim("calibrate", "--market", str(as_one), "--format", "json")
+    assert "count trace" not in same.stderr
+    record, twin = (json.loads(r.stdout)["offerings"][0] for r in (result, same))
+    assert (record["preemptions"], record["censored"], record["mean_outage_s"]) == (
+        twin["preemptions"], twin["censored"], twin["mean_outage_s"]) == (1, 1, 900.0)
+
+
 def test_a_fitted_model_file_plans_and_the_plan_says_which_model_and_whether_its_interval_changes_the_choice(tmp_path):
     fitted = tmp_path / "fitted.yaml"
     made = costsim("calibrate", "--market", str(TRACES), "--offering", "aws-gpu", "--out", str(fitted))

@@ -119,8 +119,9 @@ class Prediction:
     trials: int | None = None
     seed: int | None = None
     # the spot market the trials drew from: an ensemble's {name, replay_share, groups: [{name, period,
-    # traces}], recent: {share, past_s, bandwidth, source} when the plan was given the job's recent capacity}
-    # (costsim.ensemble.MarketSpec); null for one fitted model or no spot market
+    # traces}], recent: {share, past_s, bandwidth, source, gang_shares?} when the plan was given the job's recent
+    # capacity} (costsim.ensemble.MarketSpec); null for one fitted model or no spot market. gang_shares: from a
+    # count trace, the share of the past in which 1, 2, ... instances could be had
     market: dict | None = None
     step_time_spread: float | None = None         # run-to-run relative sd of the step time the trials drew
     worst_group: dict | None = None               # {name, p_deadline}: the capacity group that does worst
@@ -349,9 +350,16 @@ def _market(f: Fields) -> dict:
     recent = None
     if f.has("recent"):
         r = f.mapping_of("recent")
-        r.reject_unknown({"share", "past_s", "bandwidth", "source"})
+        r.reject_unknown({"share", "past_s", "bandwidth", "source", "gang_shares"})
         recent = {"share": r.probability("share"), "past_s": r.number("past_s"), "bandwidth": r.number("bandwidth"),
                   "source": r.text("source", "")}
+        if r.has("gang_shares"):
+            shares = r.raw("gang_shares")
+            if not isinstance(shares, list) or not shares or not all(
+                    isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= 1 for v in shares):
+                raise InputError(f.source, r.name("gang_shares"), "expected a list of shares from 0 to 1, one a gang "
+                                 "size from 1 node")
+            recent["gang_shares"] = [float(v) for v in shares]
     groups = f.raw("groups")
     if not isinstance(groups, list) or not groups:
         raise InputError(f.source, f.name("groups"), "expected a list of {name, period, traces}")

@@ -25,7 +25,7 @@ from pathlib import Path
 from costsim.contract.telemetry import JOURNAL, read_events, run_folder
 from costsim.errors import InputError
 from costsim.io.files import read_json
-from costsim.io.specs import BUNDLE_SUFFIX, bundle_timeline, bundle_windows, load_trace
+from costsim.io.specs import BUNDLE_SUFFIX, bundle_timeline, bundle_windows, load_trace, trace_values
 from costsim.market_fit import Span, trace_spans
 
 PREEMPTED = ("preempted", "preempted-notice")
@@ -37,9 +37,10 @@ TRACE_LABEL = "traces"
 Observations = dict[str, tuple[list[Span], list[Span]]]   # offering -> (lives, outages)
 
 
-def read_market(refs: list[str], offering: str | None = None) -> Observations:
+def read_market(refs: list[str], offering: str | None = None, notes: list[str] | None = None) -> Observations:
     """Lives and outages per offering from every source; `offering` keeps only that one (and labels
-    traces)."""
+    traces). A multi-node count trace is read as one node meets it (available where one instance could be had):
+    the fit is one node's, as the planner's fitted model draws each node of a gang; a line in `notes` says so."""
     found: Observations = {}
 
     def add(label: str, lives: list[Span], outages: list[Span]) -> None:
@@ -77,8 +78,12 @@ def read_market(refs: list[str], offering: str | None = None) -> Observations:
             for label, (lives, outages) in _journal(path, doc).items():
                 add(label, lives, outages)
         elif isinstance(doc, dict) and "data" in doc:
-            ticks, gap_s = load_trace(path)
-            add(offering or TRACE_LABEL, *trace_spans(ticks, gap_s, source=str(path)))
+            trace = trace_values(path)
+            if trace.counts is not None and notes is not None:
+                notes.append(f"{path}: a count trace of up to {trace.counts} instances, fitted as one node's capacity "
+                             "(where at least one could be had); plans read it at their gang's size with "
+                             "--market-trace")
+            add(offering or TRACE_LABEL, *trace_spans(*trace.as_gang(1), source=str(path)))
         else:
             raise InputError(str(path), "file", "not a capacity trace (metadata.gap_seconds, data), a journal "
                              "with `instances`, nor a run folder")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import csv
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -488,37 +488,48 @@ def load_trace(path: str | Path, gang: int = 1) -> tuple[list[int], float]:
     """A capacity trace as a gang of `gang` nodes meets it: (ticks with 0 = available and 1 = not, seconds per
     tick), from a JSON trace file, or window N of a bundle (`FILE.json.gz#N`).
 
-    Two kinds of file, told apart by their values. A 1-node trace holds 0 (a spot instance could be had) and 1 (it
-    could not), the reading of spot-traces' single-node files (data/traces/README.md); a gang meets it as its one
-    node would. A multi-node count trace holds, at each tick, how many of the instances asked for could be had
-    (0 to N, some value above 1): a gang of n nodes has capacity where n could be had, and is reclaimed when
-    fewer can (the reading of the Can't Be Late authors' later gang-scheduling simulator: count >= n
-    available). A count trace whose values never exceed 1 cannot be told from a 1-node trace, and is read as one."""
-    values, gap_s = trace_values(path)
-    return as_gang(values, gang), gap_s
+    Two kinds of file (`trace_values` tells them apart). A 1-node trace holds 0 (a spot instance could be had)
+    and 1 (it could not), the reading of spot-traces' single-node files (data/traces/README.md); a gang meets it
+    as its one node would. A multi-node count trace holds, at each tick, how many of the instances asked for could
+    be had (0 to N): a gang of n nodes has capacity where n could be had, and is reclaimed when fewer can (the
+    reading of the Can't Be Late authors' later gang-scheduling simulator: count >= n available)."""
+    return trace_values(path).as_gang(gang)
 
 
 def load_gang_trace(path: str | Path, gang: int) -> tuple[list[int], float]:
     """`load_trace` for a replay of the trace as the gang's own capacity: a count trace that counts fewer
     instances than the gang is refused (it cannot say when that many could be had)."""
-    values, gap_s = trace_values(path)
-    top = max(values)
-    if top > 1 and gang > top:
-        raise InputError(str(path), "data", f"a count trace of at most {top} instances: it cannot say when a gang of "
-                         f"{gang} nodes had capacity (give traces of that many, or plan fewer nodes)")
-    return as_gang(values, gang), gap_s
+    trace = trace_values(path)
+    if trace.counts is not None and gang > trace.counts:
+        raise InputError(str(path), "data", f"a count trace of at most {trace.counts} instances: it cannot say when "
+                         f"a gang of {gang} nodes had capacity (give traces of that many, or plan fewer nodes)")
+    return trace.as_gang(gang)
 
 
-def as_gang(values: list[int], gang: int) -> list[int]:
-    """A trace's values as ticks for a gang of `gang`: a 1-node trace's as they are, a count trace's 0 where
-    `gang` instances could be had, 1 where fewer could."""
-    if gang < 1:
-        raise ValueError(f"gang {gang}: a whole number of nodes >= 1")
-    return values if max(values) <= 1 else [0 if count >= gang else 1 for count in values]
+@dataclass(frozen=True, slots=True)
+class TraceValues:
+    """A trace file's values as written: a 1-node trace's 0/1 ticks (`counts` None), or a count trace's
+    instances that could be had, of at most `counts`."""
+
+    values: list[int]
+    gap_s: float
+    counts: int | None = None
+
+    def as_gang(self, gang: int) -> tuple[list[int], float]:
+        """The ticks a gang of `gang` meets (0 = available, 1 = not) and the seconds a tick: a 1-node trace's as
+        they are, a count trace's 0 where `gang` instances could be had, 1 where fewer could."""
+        if gang < 1:
+            raise ValueError(f"gang {gang}: a whole number of nodes >= 1")
+        if self.counts is None:
+            return self.values, self.gap_s
+        return [0 if count >= gang else 1 for count in self.values], self.gap_s
 
 
-def trace_values(path: str | Path) -> tuple[list[int], float]:
-    """A trace file's values as written (checked whole numbers >= 0), or a bundle's window's 0/1 ticks."""
+def trace_values(path: str | Path) -> TraceValues:
+    """A trace file's values as written (checked whole numbers >= 0), or a bundle's window's 0/1 ticks. A file
+    is a count trace where its `metadata.instances` says how many instances were asked for (values 0 to that),
+    or, said nowhere, where some value is above 1 (the most it counts is then its largest value); a file of 0 and
+    1 that says nothing is a 1-node trace."""
     text = str(path)
     if BUNDLE_SUFFIX + "#" in text:
         file, _, index = text.rpartition("#")
@@ -528,9 +539,11 @@ def trace_values(path: str | Path) -> tuple[list[int], float]:
         window = doc["windows"][int(index)]
         if not window or set(window) - {"0", "1"}:
             raise InputError(file, f"windows[{index}]", "ticks must be '0' (spot available) or '1' (not)")
-        return [int(c) for c in window], float(doc["gap_seconds"])
+        return TraceValues([int(c) for c in window], float(doc["gap_seconds"]))
     f = Fields(path, read_json(Path(path)))
-    gap_s = f.mapping_of("metadata").number("gap_seconds")
+    meta = f.mapping_of("metadata")
+    gap_s = meta.number("gap_seconds")
+    declared = meta.number("instances", None, integer=True)
     ticks = f.raw("data")
     if not isinstance(ticks, list) or not ticks:
         raise InputError(str(path), "data", "expected a non-empty list of ticks")
@@ -538,4 +551,9 @@ def trace_values(path: str | Path) -> tuple[list[int], float]:
            for t in ticks):
         raise InputError(str(path), "data", "ticks must be 0 (spot available) or 1 (not), or for a multi-node "
                          "count trace the whole number of instances that could be had (0 to N)")
-    return [int(t) for t in ticks], gap_s
+    values = [int(t) for t in ticks]
+    top = max(values)
+    if declared is not None and top > declared:
+        raise InputError(str(path), "data", f"a count of {top} instances where metadata.instances says {declared} "
+                         "were asked for: counts from 0 to metadata.instances")
+    return TraceValues(values, gap_s, declared if declared is not None else (top if top > 1 else None))
