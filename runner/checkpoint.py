@@ -393,10 +393,12 @@ class Checkpointer:
             dist.broadcast(choice, src=0, group=self._group)
         return int(choice.item())
 
-    def load(self, step: int, state: dict, prepared: Callable[[], object] | None = None) -> None:
+    def load(self, step: int, state: dict, prepared: Callable[[], object] | None = None,
+             sized_s: float | None = None) -> None:
         """Load `step` into `state` in place: each rank reads its share, then receives the others'.
         `prepared`: called once the read's remaining work holds the interpreter lock little
-        (runner.checkpoint_reader), for work to run beside it."""
+        (runner.checkpoint_reader), for work to run beside it; `sized_s`: the caller's making of `state`, for
+        the record."""
         started = time.perf_counter()
         folder = self.folder(step)
         owned, mine = self._share(state)
@@ -409,8 +411,9 @@ class Checkpointer:
             ownership.broadcast(state, owned)
             if torch.cuda.is_available():
                 torch.cuda.synchronize()
+        sized = {} if sized_s is None else {"sized_s": round(sized_s, 3)}
         self.on_event("checkpoint_load", step=step, duration_s=time.perf_counter() - started, read_s=read_s,
-                      **{k: round(v, 3) for k, v in reader.timings.items()},
+                      **sized, **{k: round(v, 3) for k, v in reader.timings.items()},
                       bytes=layout.folder_bytes(folder), owned_bytes=ownership.owned_bytes(state, owned, self.rank))
         if self._memory is not None and folder.parent == self._memory:   # every rank has read it: memory back
             if self._group is not None and self.world_size > 1:

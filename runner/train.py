@@ -146,7 +146,9 @@ class Trainer:
             try:
                 if warming is not None and warm_step.mode() == "restore":
                     warming.start(at="restore")
-                state = self.state()
+                sizing = time.monotonic()
+                state = self.state()   # an optimizer's state is made by one step on zero gradients
+                sized_s = time.monotonic() - sizing
                 own_rng = f"{PRIVATE_PREFIX}{self.rank}"
                 if not self.checkpointer.has_entry(step, own_rng):
                     # Saved by fewer processes than now: this rank had no random state then. The data
@@ -158,7 +160,8 @@ class Trainer:
                                                   f"run without it): resume with the options it ran with, or start a "
                                                   "new run folder")
                 # the warm step starts once what is left of the read holds the interpreter lock little
-                self.checkpointer.load(step, state, prepared=warming.start if warming is not None else None)
+                self.checkpointer.load(step, state, prepared=warming.start if warming is not None else None,
+                                       sized_s=sized_s)
             finally:
                 if warming is not None:
                     self.finish_warm_step(warming.join(), step)

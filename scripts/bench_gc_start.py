@@ -10,11 +10,12 @@ two cores) and is not counted; every later life starts from the run folder's com
 restart does.
 
 Prints, per way, the median over its lives of: `runner execute`'s start to the first step's end; the worker's
-start (process start, imports, build ...); the checkpoint's load and its planning; the warm step; the first
-step; the collection that ends the pause (gc_settle); then each figure's ratio paused / Python's.
+start (process start, imports, build ...); the making of the state the checkpoint loads into, the load and
+its planning; the warm step; the first step; the collection that ends the pause (gc_settle); then each figure's
+ratio paused / Python's.
 
     python3 scripts/bench_gc_start.py [--lives 6] [--narrow 10] [--gc-every 50] [--worker-start exec]
-                                      [--dir /tmp/bench-gc-start]
+                                      [--threads N] [--dir /tmp/bench-gc-start]
     python3 scripts/bench_gc_start.py --parts 3   (the imports, and the read's planning, alone: on against off)
 (needs the runner and sdxl extras: torch, diffusers)
 """
@@ -68,8 +69,9 @@ def make_plan(folder: Path, gc_every: int) -> Path:
     return out
 
 
-def life(plan: Path, run: Path, config: Path, steps: int, gc_start: str, worker_start: str | None) -> None:
-    env = {**os.environ, "COSTSIM_GC_START": gc_start, "OMP_NUM_THREADS": str(os.cpu_count() or 1)}
+def life(plan: Path, run: Path, config: Path, steps: int, gc_start: str, worker_start: str | None,
+         threads: int) -> None:
+    env = {**os.environ, "COSTSIM_GC_START": gc_start, "OMP_NUM_THREADS": str(threads)}
     if worker_start:
         env["COSTSIM_WORKER_START"] = worker_start
     done = subprocess.run([sys.executable, "-m", "runner", "execute", str(plan), "--run-dir", str(run), "--steps",
@@ -90,6 +92,8 @@ def figures(events: list[dict]) -> dict[str, float]:
         out["  to the worker's process"] = runtime["process_start_t"] - start
     for name, seconds in ((runtime or {}).get("start_phases_s") or {}).items():
         out[f"  worker: {name}"] = seconds
+    if load and "sized_s" in load:
+        out["  sizing the state to load into"] = load["sized_s"]
     if load:
         out["  load"] = load["duration_s"]
         if "planned_s" in load:
@@ -221,12 +225,15 @@ def main() -> None:
     parser.add_argument("--worker-start", choices=("fork", "exec"),
                         help="COSTSIM_WORKER_START: exec starts the worker as a new interpreter, as GPU plans do "
                              "(default: the runner's choice for a CPU plan, forked from torchrun's agent)")
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1,
+                        help="the worker's OMP_NUM_THREADS (default: every core; the runner's own default is 1)")
     parser.add_argument("--parts", type=int, metavar="ROUNDS",
                         help="instead: the imports and the read's planning alone, with the collector on and off, "
                              "ROUNDS rounds")
     args = parser.parse_args()
-    if args.lives < 2 or args.narrow < 1 or args.gc_every < 0 or (args.parts is not None and args.parts < 1):
-        parser.error("--lives: a whole number >= 2; --narrow, --parts: >= 1; --gc-every: >= 0")
+    if (args.lives < 2 or args.narrow < 1 or args.gc_every < 0 or args.threads < 1
+            or (args.parts is not None and args.parts < 1)):
+        parser.error("--lives: a whole number >= 2; --narrow, --threads, --parts: >= 1; --gc-every: >= 0")
     shutil.rmtree(args.dir, ignore_errors=True)
     args.dir.mkdir(parents=True)
     if args.parts:
@@ -236,11 +243,11 @@ def main() -> None:
     config.write_text(json.dumps(narrow_config(args.narrow)))
     plan, run = make_plan(args.dir, args.gc_every), args.dir / "run"
     began = time.monotonic()
-    life(plan, run, config, STEPS_A_LIFE, "1", args.worker_start)
+    life(plan, run, config, STEPS_A_LIFE, "1", args.worker_start, args.threads)
     print(f"first life (compiles): {time.monotonic() - began:.0f} s", file=sys.stderr, flush=True)
     order = [list(WAYS)[i % 2] for i in range(args.lives)]
     for index, way in enumerate(order, start=2):
-        life(plan, run, config, STEPS_A_LIFE * index, WAYS[way], args.worker_start)
+        life(plan, run, config, STEPS_A_LIFE * index, WAYS[way], args.worker_start, args.threads)
         print(f"life {index} ({way}) done", file=sys.stderr, flush=True)
     first, *lives = split_lives(list(read_job_events(run)))
     settled = next((e for e in first if e["event"] == "gc_settle"), None)
@@ -255,7 +262,8 @@ def main() -> None:
             table.setdefault(name, {}).setdefault(way, []).append(value)
     paused, python = WAYS
     print(f"{args.lives} same-node resumes alternating, narrow {args.narrow}, gc_every={args.gc_every}, "
-          f"{os.cpu_count()} cores, workers {args.worker_start or 'forked (the default)'}; medians (range):")
+          f"{os.cpu_count()} cores, {args.threads} OpenMP threads, "
+          f"workers {args.worker_start or 'forked (the default)'}; medians (range):")
     print(f"{'':<32} {paused:>20} {python:>20} {'ratio':>7}")
     for name, ways in table.items():
         cells = []

@@ -44,6 +44,9 @@ def test_three_sigkills_resume_to_the_same_final_state(plan, clean, tmp_path):
     assert s["lost_steps"] == sum(k - r for k, r in zip(kills, resumed))
     # Each resume built the model without initial values (the load fills it) and still ends bit-exact.
     assert [e["build"] for e in events(tmp_path, "runtime")] == ["initialised"] + ["empty"] * 3
+    loads = events(tmp_path, "checkpoint_load")   # each with the making of the state it loaded into, timed
+    assert len(loads) == 3 and all(0 < e["sized_s"] < e["t"] - worker_start for e, worker_start in
+                                   zip(loads, [w["process_start_t"] for w in events(tmp_path, "runtime")][1:]))
     assert "runner: restart 3: preempted" in result.stderr
     # A drill as intended reads as one line per fault, not the peers' tracebacks.
     assert [line.split(" (")[0] for line in result.stderr.splitlines() if "drill: injected" in line] == \
