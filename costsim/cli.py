@@ -660,6 +660,17 @@ def _calibrate_market(refs, offering, out, fmt):
             click.echo(f"wrote {out}")
 
 
+def _cut_short_note(results) -> str:
+    """What validate's windows that ended before their job could not say (validate.judged)."""
+    short = [r for r in results if r.cut_short or r.not_judged]
+    if not short:
+        return ""
+    return (f" Traces that ended before the job ({', '.join(r.group for r in short)}): "
+            f"{sum(r.cut_short for r in short)} windows judged on P(deadline) alone (the job's end unseen), "
+            f"{sum(r.not_judged for r in short)} not judged (they ended before the deadline too); windows counts "
+            "the judged.")
+
+
 def _market_row(r: dict) -> list:
     def figure(value, name, unit_s=True):
         if value is None:
@@ -800,7 +811,8 @@ def validate_command(workload, gpus, policies_, nodes, deadline, risk, trials, s
                 + (f" Told the recent capacity: each window's share of the {format_duration(recent_past)} before it "
                    "with capacity, binned by fifths, one plan a bin told the bin's mean; stated is the mean of the "
                    "windows' statements, chosen the plan for most windows (+N: others chose differently); if right "
-                   "is not judged." if recent_past else "")))
+                   "is not judged." if recent_past else "")
+                + _cut_short_note(results)))
             click.echo()
             click.echo(report.table(["stated P(finish by t)", "pairs", "mean stated", "realised"],
                                     [[f"{row['bin'][0]:.1f}-{row['bin'][1]:.1f}", row["count"], _share(row["stated"]),

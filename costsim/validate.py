@@ -19,7 +19,8 @@ ensemble misdescribes the group.
 
 A window of a long trace starts every `stride` and runs as long as the job's horizon; a bundle's
 windows are replayed as they are. A gang of n nodes runs while each of n windows of the group, spread
-evenly over them, has capacity.
+evenly over them, has capacity. A window is judged on what its trace saw (`judged`): one whose trace ended
+before its job says whether the deadline was met only if it saw the deadline, and nothing of cost or finish.
 """
 
 from __future__ import annotations
@@ -53,7 +54,9 @@ class GroupResult:
     chosen: str | None                 # the configuration the plan without this group chose
     policy: str | None
     meets_target: bool
-    windows: int
+    windows: int                       # the windows judged (those that saw the deadline or the job's end)
+    cut_short: int = 0                 # of them, those whose trace ended before the job: P(deadline) only
+    not_judged: int = 0                # windows whose trace ended before the deadline and the job's end
     stated_p: float | None = None
     realised_p: float | None = None
     realised_se: float | None = None   # standard errors over blocks of overlapping windows (window_blocks)
@@ -108,7 +111,8 @@ class GroupResult:
     def as_dict(self) -> dict:
         return {"group": self.group, "period": self.period, "chosen": self.chosen, "policy": self.policy,
                 "meets_target": self.meets_target,
-                "windows": self.windows, "stated_p_deadline": self.stated_p, "realised_p_deadline": self.realised_p,
+                "windows": self.windows, "cut_short": self.cut_short, "not_judged": self.not_judged,
+                "stated_p_deadline": self.stated_p, "realised_p_deadline": self.realised_p,
                 "realised_se": self.realised_se, "blocks": self.blocks, "p_error": self.p_error,
                 "cost_p10_p90": list(self.cost_band) if self.cost_band else None,
                 "finish_p10_p90_s": [_finite(v) for v in self.finish_band] if self.finish_band else None,
@@ -172,20 +176,42 @@ def replay_timelines(group: Group, horizon_s: float, stride_s: float, nodes: int
     """Every real window of a group (or those from `starts`) as a gang of `nodes` independent nodes would have
     met it, each `horizon_s` long (see the module's note); a gang on count traces: `ensemble.for_gang`'s group
     and 1."""
+    return replay_windows(group, horizon_s, stride_s, nodes, starts)[0]
+
+
+def replay_windows(group: Group, horizon_s: float, stride_s: float, nodes: int,
+                   starts: list[tuple[int, float]] | None = None) -> tuple[list[ArrayTimeline], np.ndarray]:
+    """`replay_timelines`, and how much of each window its trace saw: `horizon_s`, or less where the trace
+    ends first (a trace shorter than the horizon, a bundle's window near its trace's end). Past that the replay
+    has no capacity, which nobody saw: see `judged`."""
     windows: list[tuple[np.ndarray, np.ndarray]] = []
+    seen: list[float] = []
     for index, offset in (starts if starts is not None else window_starts(group, horizon_s, stride_s)):
         window = group.windows[index]
         first = int(np.searchsorted(window.ends, offset, side="right"))
         last_i = int(np.searchsorted(window.starts, offset + horizon_s, side="left"))
         windows.append((np.maximum(window.starts[first:last_i] - offset, 0.0),
                         np.minimum(window.ends[first:last_i] - offset, horizon_s)))
-    out = []
+        seen.append(min(horizon_s, window.length_s - offset))
+    out, saw = [], []
     for index in range(len(windows)):
-        stretches = windows[index]
+        stretches, seen_s = windows[index], seen[index]
         for node in range(1, nodes):   # the other nodes: windows spread evenly over the group
-            stretches = intersect(stretches, windows[(index + node * len(windows) // nodes) % len(windows)])
+            other = (index + node * len(windows) // nodes) % len(windows)
+            stretches, seen_s = intersect(stretches, windows[other]), min(seen_s, seen[other])
         out.append(ArrayTimeline(*stretches))
-    return out
+        saw.append(seen_s)
+    return out, np.array(saw, dtype=float)
+
+
+def judged(finish: np.ndarray, seen: np.ndarray, deadline_s: float, horizon_s: float) -> tuple[np.ndarray, np.ndarray]:
+    """Which replayed windows say what happened, as (their finish and cost known, whether the deadline was met
+    known). A window whose trace ended before its job finished and before the horizon (past its end the replay has
+    no capacity, which nobody saw) says nothing of the finish or the cost; it still says whether the deadline was
+    met if it saw the whole deadline (every decision up to then was made on real capacity)."""
+    whole = seen >= horizon_s * (1.0 - 1e-9)
+    known = (finish <= seen) | whole
+    return known, known | (seen >= deadline_s)
 
 
 def window_blocks(group: Group, horizon_s: float, stride_s: float) -> np.ndarray:
@@ -250,11 +276,16 @@ def realised(config: SimConfig, timelines: list[ArrayTimeline], seed: int = 0,
 
 def crps(samples: np.ndarray, observed: np.ndarray) -> float:
     """Mean CRPS of an ensemble forecast (its samples) over the observations: E|X - y| - E|X - X'| / 2."""
+    return float(np.mean(crps_each(samples, observed)))
+
+
+def crps_each(samples: np.ndarray, observed: np.ndarray) -> np.ndarray:
+    """The CRPS of an ensemble forecast (its samples) at each observation."""
     x = np.sort(samples)
     n = len(x)
     # E|X - X'| from the sorted samples in O(n): sum over i of (2i - n + 1) x_i, over n^2
     spread = float(np.sum((2 * np.arange(n) - n + 1) * x)) * 2.0 / (n * n)
-    return float(np.mean([np.mean(np.abs(x - y)) for y in observed])) - 0.5 * spread
+    return np.array([np.mean(np.abs(x - y)) for y in np.asarray(observed).tolist()]) - 0.5 * spread
 
 
 def coverage(samples: np.ndarray, observed: np.ndarray, low: float = 0.1, high: float = 0.9) -> float:
@@ -290,24 +321,26 @@ def validate_group(workload: Workload, profile: Profile, offerings: list[Offerin
     config = chosen.configured.config
     c = chosen.configured.candidate
     stated = run_trials(config, options.trials, options.seed)   # the plan's own trials, drawn again
-    timelines = []
+    timelines: list[ArrayTimeline] = []
+    horizon_s = config.params.horizon_s
     if SPOT in config.prices:   # the group's windows as the chosen gang meets them
         gang, draws = ensemble.for_gang(group_spec, c.nodes)
-        timelines = replay_timelines(gang, config.params.horizon_s, stride_s, draws)
-    blocks = window_blocks(held_out, config.params.horizon_s, stride_s) if timelines else np.zeros(1, dtype=np.int64)
+        timelines, seen = replay_windows(gang, horizon_s, stride_s, draws)
+    blocks = window_blocks(held_out, horizon_s, stride_s) if timelines else np.zeros(1, dtype=np.int64)
     if not timelines:   # no spot market: what the plan says is what happens, on any capacity
-        timelines = [ArrayTimeline([], [])]
+        timelines, seen = [ArrayTimeline([], [])], np.array([horizon_s])
     finish, cost, met = realised(config, timelines, options.seed)
     assert len(blocks) == len(finish), (len(blocks), len(finish))
-    cost_in, finish_in = coverage_each(stated.cost, cost), coverage_each(stated.makespan_s, finish)
+    deadline = result.deadline_s
+    known, met_known = judged(finish, seen, deadline, horizon_s)
     stats = chosen.stats
     cost_band = (quantile(stated.cost, 0.1), quantile(stated.cost, 0.9))
     finish_band = (quantile(stated.makespan_s, 0.1), quantile(stated.makespan_s, 0.9))
-    deadline = result.deadline_s
     pairs = [(float(np.mean(stated.makespan_s <= k * deadline)), bool(f <= k * deadline))
-             for k in DEADLINE_MULTIPLES for f in finish.tolist()]
-    n = len(met)
-    p = float(met.mean())
+             for k in DEADLINE_MULTIPLES for f, saw in zip(finish.tolist(), seen.tolist())
+             if f <= saw or k * deadline <= saw]
+    figures = _judged_figures(met, cost, coverage_each(stated.cost, cost), coverage_each(stated.makespan_s, finish),
+                              crps_each(stated.cost, cost), blocks, known, met_known)
     ideal: dict = {}
     if config.market is not None and SPOT in config.prices:   # the group's own part of the ensemble
         alone = ensemble.build(replace(spec, groups=(group_spec,), name=f"{name} alone"))
@@ -317,13 +350,26 @@ def validate_group(workload: Workload, profile: Profile, offerings: list[Offerin
                      ideal_finish_coverage=coverage(stated.makespan_s, own.makespan_s), ideal_trials=trials)
     return GroupResult(
         group=name, period=held_out.period, chosen=c.label, policy=c.policy, meets_target=chosen.meets_target,
-        windows=n, stated_p=stats.p_deadline,
-        realised_p=p, realised_se=_se(met, blocks), blocks=int(np.unique(blocks).size),
-        cost_band=cost_band, finish_band=finish_band,
-        cost_coverage=float(cost_in.mean()), finish_coverage=float(finish_in.mean()),
-        cost_coverage_se=_se(cost_in, blocks), finish_coverage_se=_se(finish_in, blocks),
-        crps=crps(stated.cost, cost), stated_cost_mean=stats.cost_mean, realised_cost_mean=float(cost.mean()),
-        pairs=pairs, **ideal)
+        stated_p=stats.p_deadline, cost_band=cost_band, finish_band=finish_band, stated_cost_mean=stats.cost_mean,
+        pairs=pairs, **figures, **ideal)
+
+
+def _judged_figures(met: np.ndarray, cost: np.ndarray, cost_in: np.ndarray, finish_in: np.ndarray,
+                    crps_each: np.ndarray, blocks: np.ndarray, known: np.ndarray, met_known: np.ndarray) -> dict:
+    """A group's realised figures from the windows that say them (`judged`), each window's given: P(deadline)
+    from those that saw the deadline, the bands' coverage, the CRPS and the mean cost from those that saw the
+    job's end."""
+    out: dict = {"windows": int(met_known.sum()), "cut_short": int(np.sum(met_known & ~known)),
+                 "not_judged": int(np.sum(~met_known))}
+    if met_known.any():
+        out.update(realised_p=float(met[met_known].mean()), realised_se=_se(met[met_known], blocks[met_known]),
+                   blocks=int(np.unique(blocks[met_known]).size))
+    if known.any():
+        out.update(cost_coverage=float(cost_in[known].mean()), finish_coverage=float(finish_in[known].mean()),
+                   cost_coverage_se=_se(cost_in[known], blocks[known]),
+                   finish_coverage_se=_se(finish_in[known], blocks[known]), crps=float(crps_each[known].mean()),
+                   realised_cost_mean=float(cost[known].mean()))
+    return out
 
 
 RECENT_BINS = np.linspace(0.0, 1.0, 6)   # held-out windows' past shares, binned: one plan per bin
@@ -361,8 +407,8 @@ def validate_group_recent(workload: Workload, profile: Profile, offerings: list[
     bins = np.where(np.isnan(shares), -1, np.clip(np.digitize(shares, RECENT_BINS[1:-1]), 0, len(RECENT_BINS) - 2))
     stated_p, stated_cost = np.zeros(len(shares)), np.zeros(len(shares))
     finish, cost, met = np.zeros(len(shares)), np.zeros(len(shares)), np.zeros(len(shares), dtype=bool)
-    cost_in, finish_in = np.zeros(len(shares)), np.zeros(len(shares))
-    crps_sum = 0.0
+    cost_in, finish_in, scores = np.zeros(len(shares)), np.zeros(len(shares)), np.zeros(len(shares))
+    known, met_known = np.zeros(len(shares), dtype=bool), np.zeros(len(shares), dtype=bool)
     pairs: list[tuple[float, bool]] = []
     labels: dict[str, int] = {}
     for b in np.unique(bins).tolist():
@@ -379,26 +425,27 @@ def validate_group_recent(workload: Workload, profile: Profile, offerings: list[
         config, c = chosen.configured.config, chosen.configured.candidate
         stated = run_trials(config, options.trials, options.seed)
         gang, draws = ensemble.for_gang(group_spec, c.nodes)
-        timelines = replay_timelines(gang, config.params.horizon_s, stride_s, draws, starts)
+        timelines, seen = replay_windows(gang, config.params.horizon_s, stride_s, draws, starts)
         f, k, m = realised(config, [timelines[i] for i in members.tolist()], options.seed, indexes=members.tolist())
         finish[members], cost[members], met[members] = f, k, m
+        known[members], met_known[members] = judged(f, seen[members], result.deadline_s, config.params.horizon_s)
         stated_p[members], stated_cost[members] = chosen.stats.p_deadline, chosen.stats.cost_mean
         cost_in[members], finish_in[members] = coverage_each(stated.cost, k), coverage_each(stated.makespan_s, f)
-        crps_sum += crps(stated.cost, k) * len(members)
-        pairs += [(float(np.mean(stated.makespan_s <= x * result.deadline_s)), bool(y <= x * result.deadline_s))
-                  for x in DEADLINE_MULTIPLES for y in f.tolist()]
+        scores[members] = crps_each(stated.cost, k)
+        deadline = result.deadline_s
+        pairs += [(float(np.mean(stated.makespan_s <= x * deadline)), bool(y <= x * deadline))
+                  for x in DEADLINE_MULTIPLES for y, saw in zip(f.tolist(), seen[members].tolist())
+                  if y <= saw or x * deadline <= saw]
         labels[c.label] = labels.get(c.label, 0) + len(members)
     blocks = window_blocks(held_out, horizon_s, stride_s)
     most = max(labels, key=lambda label: labels[label])
     c = chosen_blind.configured.candidate
     return GroupResult(
         group=name, period=held_out.period, chosen=most if len(labels) == 1 else f"{most} (+{len(labels) - 1} more)",
-        policy=c.policy if len(labels) == 1 else None, meets_target=chosen_blind.meets_target, windows=len(shares),
-        stated_p=float(stated_p.mean()), realised_p=float(met.mean()), realised_se=_se(met, blocks),
-        blocks=int(np.unique(blocks).size), cost_coverage=float(cost_in.mean()),
-        finish_coverage=float(finish_in.mean()), cost_coverage_se=_se(cost_in, blocks),
-        finish_coverage_se=_se(finish_in, blocks), crps=crps_sum / len(shares),
-        stated_cost_mean=float(stated_cost.mean()), realised_cost_mean=float(cost.mean()), pairs=pairs)
+        policy=c.policy if len(labels) == 1 else None, meets_target=chosen_blind.meets_target,
+        stated_p=float(stated_p[met_known].mean()) if met_known.any() else None,
+        stated_cost_mean=float(stated_cost[known].mean()) if known.any() else None, pairs=pairs,
+        **_judged_figures(met, cost, cost_in, finish_in, scores, blocks, known, met_known))
 
 
 def _se(values: np.ndarray, blocks: np.ndarray) -> float | None:

@@ -656,6 +656,32 @@ def test_a_recent_count_trace_weighs_a_count_groups_windows_by_the_gangs_own_pas
     assert again.exit_code == 0, again.stderr
 
 
+def test_validate_judges_a_window_only_on_what_its_trace_saw(run_cli, tmp_path):
+    """A held-out trace shorter than the plan's horizon: past its end the replay has no capacity, which nobody saw.
+    One 48 h long with spot for its first two hours only says the 36 h deadline was missed, not what the job would
+    have cost or when it would have finished; one 3 h long says nothing. Before, both counted as jobs that never
+    finished, at the cost of waiting out the horizon."""
+    folder = tmp_path / "zones"
+    folder.mkdir()
+    for name, seed in (("a", 1), ("b", 2)):
+        _trace(folder / f"{name}_v100_1.json", _pattern(up=60, down=4, length=6000, seed=seed))
+    _trace(folder / "gone_v100_1.json", [0] * 12 + [1] * 276)   # 48 h of 600 s ticks: spot for the first 2 h
+    _trace(folder / "brief_v100_1.json", [0] * 18)              # 3 h
+    result = run_cli("validate", "--workload", "sdxl", "--gpu", "H200", "--policy", "spot-only", "--trials", "40",
+                     "--market", "traces", "--market-trace", str(folder), "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    by = {g["group"]: g for g in result.json()["groups"]}
+    gone, brief = by["zones/gone"], by["zones/brief"]
+    assert (gone["windows"], gone["cut_short"], gone["not_judged"]) == (1, 1, 0)
+    assert gone["realised_p_deadline"] == 0.0 and gone["cost_coverage"] is None and gone["cost_crps"] is None
+    assert (brief["windows"], brief["not_judged"]) == (0, 1) and brief["realised_p_deadline"] is None
+    assert by["zones/a"]["cut_short"] == 0 and by["zones/a"]["cost_coverage"] is not None
+    assert result.json()["pooled"]["groups"] == 3
+    table = run_cli("validate", "--workload", "sdxl", "--gpu", "H200", "--policy", "spot-only", "--trials", "40",
+                    "--market", "traces", "--market-trace", str(folder), "--group", "zones/brief")
+    assert table.exit_code == 0 and "1 not judged" in " ".join(table.stdout.split())
+
+
 def test_a_group_without_preemptions_or_outages_gets_the_zero_event_fit(run_cli, tmp_path):
     """A trace in which capacity never went (a count trace where at least one instance could always be had, read
     at one) has no preemption or outage to fit: its group gets exponential lives of the mean under which none in
