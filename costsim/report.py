@@ -83,8 +83,9 @@ def recent_note(result) -> str | None:
         market = r.configured.config.market
         recent = market.spec.recent if market is not None else None
         if recent is not None:
-            gangs = "".join(f", {n} could be had {_percent(share, 0)}" for n, share in
-                            enumerate(recent.gang_shares, 1) if n > 1)
+            top = len(recent.gang_shares)   # a count trace's: 2, 4, 8 ... and the most it counts
+            gangs = "".join(f", {n} could be had {_percent(recent.gang_shares[n - 1], 0)}" for n in range(2, top + 1)
+                            if n == top or n & (n - 1) == 0)
             return (f"recent capacity: {_percent(recent.share, 0)} of the last {recent.past_s / 3600:g} h had spot "
                     f"({recent.source}{gangs}); the trials replay real windows only, each weighed by how like that its own "
                     f"past was (kernel width {recent.bandwidth:g}; docs/model.md).")
