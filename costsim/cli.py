@@ -442,7 +442,9 @@ def simulate_command(plan_file, workload, offering, nodes, variant, work_hours, 
         met = round(doc["deadline_met"] * doc["trials"])
         click.echo(f"deadline met in {met} of {doc['trials']} trials ({100 * doc['deadline_met']:.1f}%)"
                    + (", one per trace file" if traces else "") + "; "
-                   f"{doc['preemptions']:.2f} preemptions per trial; {doc['unfinished']} unfinished")
+                   f"{doc['preemptions']:.2f} preemptions per trial; {doc['unfinished']} unfinished"
+                   + (f"; {doc['past_trace_end']} ran past their trace's end, where the replay assumes no spot"
+                      if doc.get("past_trace_end") else ""))
 
 
 def _print_trials(trials: list[dict], traces: list[str], fmt: str) -> None:

@@ -120,6 +120,9 @@ def summary(config: SimConfig, trials: int, seed: int, per_trial: bool) -> dict:
     doc = {"makespan_h": stat(hours), "cost": stat(samples.cost), "deadline_met": float(samples.met.mean()),
            "trials": trials, "preemptions": float(samples.preemptions.mean()),
            "unfinished": int((~np.isfinite(hours)).sum()), "events": samples.events}
+    if config.traces:   # trial i replays trace i mod n; past a trace's end it assumes no spot, which nobody saw
+        ends = np.array([len(ticks) * gap_s for ticks, gap_s in config.traces])
+        doc["past_trace_end"] = int(np.sum(samples.makespan_s > ends[np.arange(trials) % len(ends)]))
     if per_trial:
         assert samples.on_demand_from_s is not None
         doc["per_trial"] = [{"cost": float(c), "makespan_h": _none_if_inf(float(h)), "met_deadline": bool(m),

@@ -199,8 +199,11 @@ def test_simulate_of_a_workload_replays_the_traces_it_is_given(run_cli, tmp_path
             "--format", "json", "--trace")
     stranded = run_cli(*args, str(never)).json()
     assert stranded["trials"] == 1 and stranded["deadline_met"] == 0 and stranded["unfinished"] == 1
+    assert stranded["past_trace_end"] == 1   # the 8 h trace ended long before the job: said, not hidden
     steady = run_cli(*args, str(always)).json()
-    assert steady["deadline_met"] == 1 and steady["preemptions"] == 0
+    assert steady["deadline_met"] == 1 and steady["preemptions"] == 0 and steady["past_trace_end"] == 0
+    said = run_cli(*args[:-3], "--trace", str(never))
+    assert "1 ran past their trace's end" in said.stdout
 
 
 def test_simulate_replays_a_plan_as_chosen(run_cli, tmp_path):
