@@ -355,10 +355,10 @@ def validate_group(workload: Workload, profile: Profile, offerings: list[Offerin
 
 
 def _judged_figures(met: np.ndarray, cost: np.ndarray, cost_in: np.ndarray, finish_in: np.ndarray,
-                    crps_each: np.ndarray, blocks: np.ndarray, known: np.ndarray, met_known: np.ndarray) -> dict:
+                    scores: np.ndarray, blocks: np.ndarray, known: np.ndarray, met_known: np.ndarray) -> dict:
     """A group's realised figures from the windows that say them (`judged`), each window's given: P(deadline)
     from those that saw the deadline, the bands' coverage, the CRPS and the mean cost from those that saw the
-    job's end."""
+    job's end (`scores`: each window's CRPS)."""
     out: dict = {"windows": int(met_known.sum()), "cut_short": int(np.sum(met_known & ~known)),
                  "not_judged": int(np.sum(~met_known))}
     if met_known.any():
@@ -367,7 +367,7 @@ def _judged_figures(met: np.ndarray, cost: np.ndarray, cost_in: np.ndarray, fini
     if known.any():
         out.update(cost_coverage=float(cost_in[known].mean()), finish_coverage=float(finish_in[known].mean()),
                    cost_coverage_se=_se(cost_in[known], blocks[known]),
-                   finish_coverage_se=_se(finish_in[known], blocks[known]), crps=float(crps_each[known].mean()),
+                   finish_coverage_se=_se(finish_in[known], blocks[known]), crps=float(scores[known].mean()),
                    realised_cost_mean=float(cost[known].mean()))
     return out
 
