@@ -196,6 +196,7 @@ class Group:
     # where its traces count instances (multi-node count traces, io.specs.load_trace), the most they count: a
     # gang of n meets one window of them read at n (`for_gang`), not n windows read as one node each
     counts_up_to: int | None = None
+    gang: int = 1   # the gang its count traces were read as (build_group)
 
     def replay(self, rng: np.random.Generator, horizon_s: float) -> tuple[np.ndarray, np.ndarray]:
         """One node's stretches from a real window (continued by the fit past the window's end)."""
@@ -332,19 +333,21 @@ class MarketEnsemble:
         """The group trial `trial` faces: i mod G, or with a recent capacity in proportion to the groups'
         weights (for a gang of `nodes`) by a low-discrepancy sequence (the same for every configuration:
         common capacity)."""
-        told = self.conditioning(nodes)
+        return self._group_of(trial, self.conditioning(nodes))
+
+    def _group_of(self, trial: int, told: Conditioning | None) -> int:
         if told is None:
             return trial % len(self.groups)
         return int(np.searchsorted(told.cumulative, (trial * GOLDEN) % 1.0, side="right"))
 
     def timeline(self, rng: np.random.Generator, trial: int, nodes: int, horizon_s: float) -> tuple[Timeline, int]:
         """Trial `trial`'s capacity for a gang of `nodes`, and the index of the group it came from."""
-        index = self.group_of(trial, nodes)
+        told = self.conditioning(nodes)
+        index = self._group_of(trial, told)
         group = self.groups[index]
         draws = nodes
         if group.counts_up_to is not None:
             group, draws = for_gang(self.spec.groups[index], nodes)
-        told = self.conditioning(nodes)
         starts = told.starts[index] if told is not None else None
         replay = starts is not None or rng.random() < self.spec.replay_share
         stretches = None
@@ -452,7 +455,7 @@ def build_group(spec: GroupSpec, gang: int = 1) -> Group:
                    lives=len(lives), outages=len(outages))
     counted = [w.counts_up_to for w in windows if w.counts_up_to is not None]
     return Group(name=spec.name, period=spec.period, windows=tuple(windows), fit=fit,
-                 counts_up_to=max(counted) if counted else None)
+                 counts_up_to=max(counted) if counted else None, gang=gang)
 
 
 @functools.lru_cache(maxsize=32)
@@ -469,11 +472,9 @@ def _conditioning(spec: MarketSpec, groups: tuple[Group, ...], nodes: int) -> Co
     assert spec.recent is not None
     starts = []
     for group_spec, group in zip(spec.groups, groups):
-        gang = 1
-        if group.counts_up_to is not None and nodes > 1:
-            group, parts = for_gang(group_spec, nodes)
-            gang = math.ceil(nodes / parts)
-        starts.append(conditioned_starts(group, spec.recent.at(gang)))
+        if group.counts_up_to is not None:   # weighed by the past of the gang its windows are read as
+            group, _ = for_gang(group_spec, nodes)
+        starts.append(conditioned_starts(group, spec.recent.at(group.gang)))
     weights = np.array([s.weight if s is not None else 0.0 for s in starts])
     if not weights.sum() > 0:
         hours = spec.recent.past_s / 3600
