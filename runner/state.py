@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import random
 from typing import Any
@@ -36,10 +37,75 @@ def set_rng_state(state: dict) -> None:
 def training_state(model, optimizer, scheduler, step: int, rank: int, extra: dict | None = None) -> dict:
     """The state dict that a checkpoint saves and a resume loads in place; `extra` is a workload's
     own state ({name: {key: tensor}}, e.g. an EMA of the weights), loaded in place too."""
+    make_optimizer_state(optimizer)
     model_state, optim_state = get_state_dict(model, optimizer)
     return {"model": model_state, "optim": optim_state,
             "scheduler": scheduler.state_dict() if scheduler is not None else {},
             "progress": {"step": step}, f"{PRIVATE_PREFIX}{rank}": rng_state(), **(extra or {})}
+
+
+def make_optimizer_state(optimizer: torch.optim.Optimizer) -> str:
+    """Give an optimizer without state (a resumed process's) the state its first step would make, for a
+    checkpoint to load into, without that step; returns how: "kept" (it had state, or gradients: torch's
+    get_state_dict leaves those as they are), "probed" or "torch" (left to get_state_dict).
+
+    torch's get_state_dict makes it with one step at learning rate 0 on zero gradients over every
+    parameter: a gradient the size of each, the optimizer's own arithmetic over all of them, then the
+    gradients freed. Here one step of the same optimizer, with each parameter group's options, on a 2 x 3
+    probe of each (group, dtype, device) shows what the state holds. Each parameter then gets that state made
+    directly: zeros for each entry shaped like the probe (in the entry's dtype and device), a copy of each
+    scalar (Adam's step count). Every key, dtype and device is the optimizer's own in this torch version, and
+    the values are the ones torch's way leaves (the load writes over them anyway). Where the probe's state
+    holds anything else (another shape, an object), or its step fails, torch's way is left to run.
+    """
+    if optimizer.state or any(p.grad is not None for g in optimizer.param_groups for p in g["params"]):
+        return "kept"
+    layouts: dict[tuple, dict | None] = {}
+    made: dict[torch.Tensor, dict] = {}
+    for index, group in enumerate(optimizer.param_groups):
+        for param in group["params"]:
+            if not param.requires_grad:
+                continue
+            key = (index, param.dtype, param.device)
+            if key not in layouts:
+                layouts[key] = _probe_state(optimizer, group, param)
+            layout = layouts[key]
+            if layout is None:
+                return "torch"
+            made[param] = {name: (torch.zeros_like(param, dtype=value.dtype, device=value.device,
+                                                   memory_format=torch.preserve_format)
+                                  if isinstance(value, torch.Tensor) and value.dim() else
+                                  value.clone() if isinstance(value, torch.Tensor) else value)
+                           for name, value in layout.items()}
+    for param, entries in made.items():
+        if entries:
+            optimizer.state[param] = entries
+    return "probed" if optimizer.state else "torch"
+
+
+_PROBE_SHAPE = (2, 3)
+
+
+def _probe_state(optimizer: torch.optim.Optimizer, group: dict, like: torch.Tensor) -> dict | None:
+    """The state one step of `optimizer`'s kind with `group`'s options makes for a 2 x 3 parameter of
+    `like`'s dtype and device with a zero gradient; None when the step fails or the state holds anything
+    but tensors of that shape, scalar tensors and numbers."""
+    probe = torch.zeros(_PROBE_SHAPE, dtype=like.dtype, device=like.device, requires_grad=True)
+    probe.grad = torch.zeros_like(probe)
+    twin = type(optimizer).__new__(type(optimizer))
+    try:
+        twin.__setstate__({"defaults": dict(optimizer.defaults), "state": collections.defaultdict(dict),
+                           "param_groups": [{**group, "params": [probe]}]})
+        twin.step()
+    except Exception:   # an optimizer that needs a closure, or more than its state dict to step: torch's way
+        return None
+    layout = dict(twin.state.get(probe, {}))
+    for value in layout.values():
+        shaped = isinstance(value, torch.Tensor) and value.dim() and tuple(value.shape) == _PROBE_SHAPE
+        scalar = isinstance(value, torch.Tensor) and not value.dim() or isinstance(value, (int, float, bool))
+        if not (shaped or scalar):
+            return None
+    return layout
 
 
 def apply_state(state: dict, model, optimizer, scheduler, rank: int) -> int:

@@ -946,3 +946,61 @@ def test_prewarm_records_a_steps_imports_and_imports_them_later(tmp_path):
     assert prewarm.read_names(tmp_path / "missing.txt") == []
     assert prewarm.imports_file({"TORCHINDUCTOR_CACHE_DIR": "/x"}) == Path("/x") / prewarm.IMPORTS_FILE
     assert prewarm.imports_file({}) is None and not prewarm.enabled({"COSTSIM_PREWARM": "0"})
+
+
+def _state_model():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 5), torch.nn.LayerNorm(5), torch.nn.Linear(5, 3).to(torch.bfloat16))
+    model[1].weight.requires_grad_(False)   # no gradient, no state: torch's way makes none either
+    return model
+
+
+OPTIMIZERS = {
+    "adamw foreach": lambda ps: torch.optim.AdamW(ps, lr=1e-3, foreach=True),
+    "adamw fused": lambda ps: torch.optim.AdamW(ps, lr=1e-3, fused=True),
+    "adam amsgrad": lambda ps: torch.optim.Adam(ps, lr=1e-3, amsgrad=True),
+    "two groups": lambda ps: torch.optim.AdamW([{"params": ps[:2], "weight_decay": 0.0},
+                                                {"params": ps[2:], "amsgrad": True}], lr=1e-3),
+    "sgd momentum": lambda ps: torch.optim.SGD(ps, lr=1e-3, momentum=0.9),
+    "rmsprop centered": lambda ps: torch.optim.RMSprop(ps, lr=1e-3, momentum=0.5, centered=True),
+    "adafactor (factored)": lambda ps: torch.optim.Adafactor(ps, lr=1e-3),
+    "lbfgs (needs a closure)": lambda ps: torch.optim.LBFGS(ps),
+    "sgd (no state)": lambda ps: torch.optim.SGD(ps, lr=1e-3),
+}
+
+
+@pytest.mark.parametrize("name", OPTIMIZERS)
+def test_a_resumes_optimizer_state_is_torchs_own_without_its_step(name):
+    """runner.state.make_optimizer_state gives an optimizer without state what torch's get_state_dict's
+    zero-gradient step would (every key, dtype, device, shape and value; the parameters untouched), or leaves
+    it to that step where a probe cannot show it (a factored state, an optimizer that needs a closure)."""
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    from runner.state import make_optimizer_state
+    stepped, probed = _state_model(), _state_model()
+    stepped_optim, probed_optim = OPTIMIZERS[name](list(stepped.parameters())), OPTIMIZERS[name](list(probed.parameters()))
+    before = [p.detach().clone() for p in probed.parameters()]
+    how = make_optimizer_state(probed_optim)
+    expected = {"adafactor (factored)": "torch", "lbfgs (needs a closure)": "torch", "sgd (no state)": "torch"}
+    assert how == expected.get(name, "probed")
+    assert all(p.grad is None for p in probed.parameters())
+    assert all(torch.equal(a, b) for a, b in zip(before, probed.parameters()))
+    if name.startswith("lbfgs"):   # torch's own way fails the same, unchanged
+        with pytest.raises(TypeError):
+            get_state_dict(stepped, stepped_optim)
+        with pytest.raises(TypeError):
+            get_state_dict(probed, probed_optim)
+        return
+    _, want = get_state_dict(stepped, stepped_optim)
+    _, got = get_state_dict(probed, probed_optim)
+    assert want["param_groups"] == got["param_groups"]
+    assert want["state"].keys() == got["state"].keys()
+    assert bool(want["state"]) == (name != "sgd (no state)")
+    for fqn, entries in want["state"].items():
+        assert entries.keys() == got["state"][fqn].keys(), fqn
+        for key, value in entries.items():
+            mine = got["state"][fqn][key]
+            assert (value.dtype, value.device, value.shape) == (mine.dtype, mine.device, mine.shape), (fqn, key)
+            assert torch.equal(value, mine), (fqn, key)
+    if want["state"]:
+        assert make_optimizer_state(probed_optim) == "kept"   # a state is never made twice
