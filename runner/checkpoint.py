@@ -394,11 +394,11 @@ class Checkpointer:
         return int(choice.item())
 
     def load(self, step: int, state: dict, prepared: Callable[[], object] | None = None,
-             sized_s: float | None = None) -> None:
+             sized_s: float | None = None, sized_optimizer_s: float | None = None) -> None:
         """Load `step` into `state` in place: each rank reads its share, then receives the others'.
         `prepared`: called once the read's remaining work holds the interpreter lock little
-        (runner.checkpoint_reader), for work to run beside it; `sized_s`: the caller's making of `state`, for
-        the record."""
+        (runner.checkpoint_reader), for work to run beside it; `sized_s`: the caller's making of `state`, and
+        `sized_optimizer_s` its optimizer's part, for the record."""
         started = time.perf_counter()
         folder = self.folder(step)
         owned, mine = self._share(state)
@@ -411,7 +411,8 @@ class Checkpointer:
             ownership.broadcast(state, owned)
             if torch.cuda.is_available():
                 torch.cuda.synchronize()
-        sized = {} if sized_s is None else {"sized_s": round(sized_s, 3)}
+        sized = {name: round(value, 3) for name, value in (("sized_s", sized_s), ("sized_optimizer_s", sized_optimizer_s))
+                 if value is not None}
         self.on_event("checkpoint_load", step=step, duration_s=time.perf_counter() - started, read_s=read_s,
                       **sized, **{k: round(v, 3) for k, v in reader.timings.items()},
                       bytes=layout.folder_bytes(folder), owned_bytes=ownership.owned_bytes(state, owned, self.rank))

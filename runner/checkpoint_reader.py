@@ -54,6 +54,12 @@ RECORD_BLOCK_BYTES = 4096
 # COSTSIM_READ_BATCHED sets another (batched_mode()).
 BATCHED = "cuda"
 BATCHED_MODES = ("cuda", "always", "never")
+# When a resume page-locks the batched read's buffers (reserve_buffers): "ahead" (the default: from the restore's
+# start, beside sizing the state and planning the read) or "sized" (once the state is made). On the H200 the
+# state's making took 1.2-1.7 s inside resumes against 0.25 s alone (scripts/bench_state_sizing.py;
+# data/measurements/2026-12-05-h200-state-sizing): the driver may serialise the state's device allocations behind
+# the page-locking. COSTSIM_READ_BUFFERS sets the other, to measure the two side by side (buffers_when()).
+BUFFERS_WHEN = ("ahead", "sized")
 
 
 class _MetadataUnpickler(pickle.Unpickler):
@@ -153,9 +159,11 @@ class SafeFileSystemReader(FileSystemReader):
                 results = [pool.submit(self._read_batch, path, items, planner) for path, items in batches]
             else:
                 began = time.perf_counter()
-                buffers = _reserved_buffers(threads, mode)
+                buffers, reserved_s = _reserved_buffers(threads, mode)
                 buffers += pool.map(lambda _: _batch_buffer(mode), range(threads - len(buffers)))
                 self.timings["buffers_s"] = time.perf_counter() - began
+                if reserved_s is not None:
+                    self.timings["reserved_s"] = reserved_s   # their page-locking, on its thread (reserve_buffers)
 
                 def prepare(index: int) -> _Batch:   # batch i goes through lane i % threads's buffer
                     relative_path, items = batches[index]
@@ -209,7 +217,7 @@ class SafeFileSystemReader(FileSystemReader):
 
 
 _reserve_lock = threading.Lock()
-_reserved: list = []   # [a thread allocating lanes' buffers, its list]: reserve_buffers()
+_reserved: list = []   # [a thread allocating lanes' buffers, its list, [its start, its end]]: reserve_buffers()
 
 
 def reserve_buffers() -> None:
@@ -218,27 +226,42 @@ def reserve_buffers() -> None:
     for the allocation (page-locking is a driver call per buffer). Nothing without a GPU or the batched path."""
     if batched_mode() != "cuda" or not torch.cuda.is_available():
         return
-    count, buffers = read_threads(), []
+    count, buffers, times = read_threads(), [], [time.perf_counter()]
 
     def allocate() -> None:
-        for _ in range(count):
-            buffer = _batch_buffer("cuda")
-            if buffer is None:
-                return
-            buffers.append(buffer)
+        try:
+            for _ in range(count):
+                buffer = _batch_buffer("cuda")
+                if buffer is None:
+                    return
+                buffers.append(buffer)
+        finally:
+            times.append(time.perf_counter())
     with _reserve_lock:
-        _reserved[:] = [threading.Thread(target=allocate, name="read-buffers", daemon=True), buffers]
+        _reserved[:] = [threading.Thread(target=allocate, name="read-buffers", daemon=True), buffers, times]
         _reserved[0].start()
 
 
-def _reserved_buffers(count: int, mode: str) -> list:
-    """Up to `count` of the buffers reserve_buffers() allocated (after it is done), each taken once."""
+def _reserved_buffers(count: int, mode: str) -> tuple[list, float | None]:
+    """Up to `count` of the buffers reserve_buffers() allocated (after it is done), each taken once, and how
+    long their allocation took (None: none was reserved)."""
     with _reserve_lock:
         reserved, _reserved[:] = list(_reserved), []
     if not reserved or mode != "cuda":
-        return []
-    reserved[0].join()
-    return reserved[1][:count]
+        return [], None
+    thread, buffers, times = reserved
+    thread.join()
+    return buffers[:count], times[-1] - times[0]
+
+
+def buffers_when() -> str:
+    """When a resume reserves the read's buffers: "ahead" (BUFFERS_WHEN's first, the default) or
+    COSTSIM_READ_BUFFERS's value."""
+    text = os.environ.get("COSTSIM_READ_BUFFERS", BUFFERS_WHEN[0])
+    if text not in BUFFERS_WHEN:
+        from runner.speed import RuntimeConfigError
+        raise RuntimeConfigError(f"COSTSIM_READ_BUFFERS={text!r}: expected one of {', '.join(BUFFERS_WHEN)}")
+    return text
 
 
 def _pinned(nbytes: int) -> torch.Tensor | None:

@@ -31,7 +31,16 @@ from runner.checkpoint import Checkpointer, SharedStorageError
 from runner.compile_share import CompileCacheShare
 from runner.diskspace import DiskFullError, free_bytes, is_disk_full, quiet_disk_full_in_threads, refuse
 from runner.plan import load_run_spec
-from runner.state import PRIVATE_PREFIX, apply_state, rng_state, seed_rng, set_rng_state, state_sha256, training_state
+from runner.state import (
+    PRIVATE_PREFIX,
+    apply_state,
+    make_optimizer_state,
+    rng_state,
+    seed_rng,
+    set_rng_state,
+    state_sha256,
+    training_state,
+)
 from runner.store import StoreError, checkpoint_place
 from runner.telemetry import Telemetry, process_start_t
 from runner.workloads import BuildContext, WorkloadOptionError, build_workload, check_options, lean_imports, resolve
@@ -147,8 +156,12 @@ class Trainer:
                 if warming is not None and warm_step.mode() == "restore":
                     warming.start(at="restore")
                 sizing = time.monotonic()
-                state = self.state()   # an optimizer's state is made by one step on zero gradients
+                make_optimizer_state(self.built.optimizer)   # the optimizer's entries, made directly
+                optimizer_s = time.monotonic() - sizing
+                state = self.state()
                 sized_s = time.monotonic() - sizing
+                if checkpoint_reader.buffers_when() == "sized":
+                    checkpoint_reader.reserve_buffers()
                 own_rng = f"{PRIVATE_PREFIX}{self.rank}"
                 if not self.checkpointer.has_entry(step, own_rng):
                     # Saved by fewer processes than now: this rank had no random state then. The data
@@ -161,7 +174,7 @@ class Trainer:
                                                   "new run folder")
                 # the warm step starts once what is left of the read holds the interpreter lock little
                 self.checkpointer.load(step, state, prepared=warming.start if warming is not None else None,
-                                       sized_s=sized_s)
+                                       sized_s=sized_s, sized_optimizer_s=optimizer_s)
             finally:
                 if warming is not None:
                     self.finish_warm_step(warming.join(), step)
@@ -282,7 +295,8 @@ class Trainer:
         # A resume of a compiled model runs its first micro-batch's forward beside the checkpoint's read
         # (runner.warm_step), from the node's compile cache; otherwise the recorded imports are imported there
         # (runner.prewarm).
-        if self.resume_step:
+        buffers_when = checkpoint_reader.buffers_when()   # a bad value stops any start
+        if self.resume_step and buffers_when == "ahead":
             checkpoint_reader.reserve_buffers()   # page-locked while the state is sized and the read planned
         want_warm = warm_step.enabled() and bool(self.resume_step) and self.compiled   # a bad value stops any start
         if want_warm:

@@ -47,6 +47,7 @@ def test_three_sigkills_resume_to_the_same_final_state(plan, clean, tmp_path):
     loads = events(tmp_path, "checkpoint_load")   # each with the making of the state it loaded into, timed
     assert len(loads) == 3 and all(0 < e["sized_s"] < e["t"] - worker_start for e, worker_start in
                                    zip(loads, [w["process_start_t"] for w in events(tmp_path, "runtime")][1:]))
+    assert all(0 < e["sized_optimizer_s"] <= e["sized_s"] for e in loads)   # the optimizer's part, made directly
     assert "runner: restart 3: preempted" in result.stderr
     # A drill as intended reads as one line per fault, not the peers' tracebacks.
     assert [line.split(" (")[0] for line in result.stderr.splitlines() if "drill: injected" in line] == \

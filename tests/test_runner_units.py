@@ -306,6 +306,10 @@ def test_a_bad_batched_read_setting_is_refused(monkeypatch):
     monkeypatch.setenv("COSTSIM_READ_BATCHED", "sometimes")
     with pytest.raises(RuntimeConfigError, match="COSTSIM_READ_BATCHED='sometimes': expected one of cuda, always"):
         checkpoint_reader.batched_mode()
+    assert checkpoint_reader.buffers_when() == "ahead"
+    monkeypatch.setenv("COSTSIM_READ_BUFFERS", "later")
+    with pytest.raises(RuntimeConfigError, match="COSTSIM_READ_BUFFERS='later': expected one of ahead, sized"):
+        checkpoint_reader.buffers_when()
 
 
 def _saved_at(path, prefix: bytes, obj) -> tuple[int, int]:
