@@ -9,7 +9,8 @@ process). Prints each way's median and the ratio.
 
 Usage: python3 scripts/bench_state_sizing.py [--device cpu|cuda] [--narrow N] [--rounds 5]
   --narrow: divide the UNet's widths by N (default 10 on a CPU, 1 on a GPU: the real 2.57B parameters)
-(needs the sdxl extra: diffusers)
+(needs the sdxl extra: diffusers; on the device machine, after the carried wheels, `tar xzf .whl/botocore-s3.tgz -C
+/tmp/site` too: diffusers' imports there reach botocore)
 """
 
 from __future__ import annotations
