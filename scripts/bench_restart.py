@@ -45,6 +45,8 @@ def figures(life: list[dict]) -> dict[str, float]:
         out["new node: fetch"] = fetch["duration_s"]
     if load:
         out[f"{kind}: load"] = load["duration_s"]
+        if load.get("sized_s") is not None:   # the state it loads into, made before it (runner.train's restore)
+            out[f"{kind}: the state to load into, made"] = load["sized_s"]
     steady = [e["samples"] / e["step_time_s"] for e in steps[2:] if e.get("step_time_s") and e.get("samples")]
     if len(steady) >= 3:
         out["steady samples/s"] = statistics.median(steady)
