@@ -51,12 +51,13 @@ def make_optimizer_state(optimizer: torch.optim.Optimizer) -> str:
 
     torch's get_state_dict makes it with one step at learning rate 0 on zero gradients over every
     parameter: a gradient the size of each, the optimizer's own arithmetic over all of them, then the
-    gradients freed. Here one step of the same optimizer, with each parameter group's options, on a 2 x 3
-    probe of each (group, dtype, device) shows what the state holds. Each parameter then gets that state made
-    directly: zeros for each entry shaped like the probe (in the entry's dtype and device), a copy of each
-    scalar (Adam's step count). Every key, dtype and device is the optimizer's own in this torch version, and
-    the values are the ones torch's way leaves (the load writes over them anyway). Where the probe's state
-    holds anything else (another shape, an object), or its step fails, torch's way is left to run.
+    gradients freed. Here one step of the same optimizer, with each parameter group's options, on a small
+    probe of each (group, dtype, device, number of dimensions: an optimizer may treat a matrix and a vector
+    differently) shows what the state holds. Each parameter then gets that state made directly: zeros for
+    each entry shaped like the probe (in the entry's dtype and device), a copy of each scalar (Adam's step
+    count). Every key, dtype and device is the optimizer's own in this torch version, and the values are the
+    ones torch's way leaves (the load writes over them anyway). Where the probe's state holds anything else
+    (another shape, an object), or its step fails, torch's way is left to run.
     """
     if optimizer.state or any(p.grad is not None for g in optimizer.param_groups for p in g["params"]):
         return "kept"
@@ -66,7 +67,7 @@ def make_optimizer_state(optimizer: torch.optim.Optimizer) -> str:
         for param in group["params"]:
             if not param.requires_grad:
                 continue
-            key = (index, param.dtype, param.device)
+            key = (index, param.dtype, param.device, param.dim())
             if key not in layouts:
                 layouts[key] = _probe_state(optimizer, group, param)
             layout = layouts[key]
@@ -83,14 +84,13 @@ def make_optimizer_state(optimizer: torch.optim.Optimizer) -> str:
     return "probed" if optimizer.state else "torch"
 
 
-_PROBE_SHAPE = (2, 3)
-
-
 def _probe_state(optimizer: torch.optim.Optimizer, group: dict, like: torch.Tensor) -> dict | None:
-    """The state one step of `optimizer`'s kind with `group`'s options makes for a 2 x 3 parameter of
-    `like`'s dtype and device with a zero gradient; None when the step fails or the state holds anything
-    but tensors of that shape, scalar tensors and numbers."""
-    probe = torch.zeros(_PROBE_SHAPE, dtype=like.dtype, device=like.device, requires_grad=True)
+    """The state one step of `optimizer`'s kind with `group`'s options makes for a parameter of `like`'s
+    dtype, device and number of dimensions (2 x 3 x 4 ... : no two sizes alike) with a zero gradient; None
+    when the step fails or the state holds anything but tensors of that shape, scalar tensors and numbers
+    (for a scalar parameter every entry is one: each is copied, which is its layout too)."""
+    shape = tuple(range(2, 2 + like.dim()))
+    probe = torch.zeros(shape, dtype=like.dtype, device=like.device, requires_grad=True)
     probe.grad = torch.zeros_like(probe)
     twin = type(optimizer).__new__(type(optimizer))
     try:
@@ -101,7 +101,7 @@ def _probe_state(optimizer: torch.optim.Optimizer, group: dict, like: torch.Tens
         return None
     layout = dict(twin.state.get(probe, {}))
     for value in layout.values():
-        shaped = isinstance(value, torch.Tensor) and value.dim() and tuple(value.shape) == _PROBE_SHAPE
+        shaped = isinstance(value, torch.Tensor) and value.dim() and tuple(value.shape) == shape
         scalar = isinstance(value, torch.Tensor) and not value.dim() or isinstance(value, (int, float, bool))
         if not (shaped or scalar):
             return None

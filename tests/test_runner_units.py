@@ -952,10 +952,22 @@ def test_prewarm_records_a_steps_imports_and_imports_them_later(tmp_path):
     assert prewarm.imports_file({}) is None and not prewarm.enabled({"COSTSIM_PREWARM": "0"})
 
 
+class _Scaled(torch.nn.Module):
+    """A scalar parameter: a state entry shaped like it is a scalar too."""
+    def __init__(self):
+        super().__init__()
+        self.scale = torch.nn.Parameter(torch.tensor(0.5))
+
+    def forward(self, x):
+        return x * self.scale
+
+
 def _state_model():
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(4, 5), torch.nn.LayerNorm(5), torch.nn.Linear(5, 3).to(torch.bfloat16))
-    model[1].weight.requires_grad_(False)   # no gradient, no state: torch's way makes none either
+    model = torch.nn.Sequential(torch.nn.Conv2d(2, 4, 3).to(memory_format=torch.channels_last), torch.nn.Flatten(),
+                                torch.nn.Linear(4, 5), torch.nn.LayerNorm(5), torch.nn.Linear(5, 3).to(torch.bfloat16),
+                                _Scaled())
+    model[3].weight.requires_grad_(False)   # no gradient, no state: torch's way makes none either
     return model
 
 
@@ -1004,7 +1016,8 @@ def test_a_resumes_optimizer_state_is_torchs_own_without_its_step(name):
         assert entries.keys() == got["state"][fqn].keys(), fqn
         for key, value in entries.items():
             mine = got["state"][fqn][key]
-            assert (value.dtype, value.device, value.shape) == (mine.dtype, mine.device, mine.shape), (fqn, key)
+            assert (value.dtype, value.device, value.shape, value.stride()) == \
+                (mine.dtype, mine.device, mine.shape, mine.stride()), (fqn, key)
             assert torch.equal(value, mine), (fqn, key)
     if want["state"]:
         assert make_optimizer_state(probed_optim) == "kept"   # a state is never made twice
