@@ -98,13 +98,14 @@ EVENT_FIELDS: dict[str, tuple[str, tuple[str, ...]]] = {
                       "op fetch (local rank 0 of a node whose cache is empty; reason when none came) or upload "
                       "(rank 0, after a life's first step compiled something new)",
                       ("op", "key", "bytes", "files", "duration_s", "reason")),
-    "checkpoint_load": ("worker; sized_s (before the load, a resume's making of the state to load into: the "
-                        "optimizer's made by one step on zero gradients), planned_s (the reader's making to its read: "
-                        "the metadata and DCP's plans), the "
-                        "batched read's buffers_s (its page-locked buffers: the wait for them) and prepare_s (from "
+    "checkpoint_load": ("worker; sized_s (before the load, a resume's making of the state to load into) and "
+                        "sized_optimizer_s (its optimizer's part: runner.state.make_optimizer_state), planned_s (the "
+                        "reader's making to its read: the metadata and DCP's plans), the "
+                        "batched read's buffers_s (its page-locked buffers: the wait for them), reserved_s (their "
+                        "page-locking on a thread, when the resume reserved them) and prepare_s (from "
                         "that wait's start to every record's place set, when work beside the read may start)",
-                        ("step", "duration_s", "read_s", "bytes", "owned_bytes", "sized_s", "planned_s", "buffers_s",
-                         "prepare_s")),
+                        ("step", "duration_s", "read_s", "bytes", "owned_bytes", "sized_s", "sized_optimizer_s",
+                         "planned_s", "buffers_s", "reserved_s", "prepare_s")),
     "checkpoint_skipped": ("worker; reason: partial, or what failed its check", ("step", "reason")),
     "checkpoint_removed": ("worker, rank 0: an older checkpoint removed to make room for a save or the export (at "
                            "the save, or ahead of it on a thread once a save landed or a start's first step was "
