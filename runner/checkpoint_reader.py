@@ -223,7 +223,8 @@ _reserved: list = []   # [a thread allocating lanes' buffers, its list, [its sta
 def reserve_buffers() -> None:
     """Allocate the batched read's page-locked buffers, one per reading thread, on a thread from now, for the
     next read to take: a resume calls it before it sizes its state and plans the read, which then need not wait
-    for the allocation (page-locking is a driver call per buffer). Nothing without a GPU or the batched path."""
+    for the allocation (page-locking is a driver call per buffer), or once the state is made
+    (COSTSIM_READ_BUFFERS=sized, buffers_when). Nothing without a GPU or the batched path."""
     if batched_mode() != "cuda" or not torch.cuda.is_available():
         return
     count, buffers, times = read_threads(), [], [time.perf_counter()]
