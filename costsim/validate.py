@@ -214,6 +214,15 @@ def judged(finish: np.ndarray, seen: np.ndarray, deadline_s: float, horizon_s: f
     return known, known | (seen >= deadline_s)
 
 
+def reliability_pairs(stated_makespan_s: np.ndarray, finish: np.ndarray, seen: np.ndarray,
+                      deadline_s: float) -> list[tuple[float, bool]]:
+    """(the stated probability of finishing by t, whether the window finished by t) for t at each of
+    DEADLINE_MULTIPLES of the deadline and each window whose trace saw either its finish or t (`judged`)."""
+    return [(float(np.mean(stated_makespan_s <= k * deadline_s)), bool(f <= k * deadline_s))
+            for k in DEADLINE_MULTIPLES for f, saw in zip(finish.tolist(), seen.tolist())
+            if f <= saw or k * deadline_s <= saw]
+
+
 def window_blocks(group: Group, horizon_s: float, stride_s: float) -> np.ndarray:
     """For each window of `replay_timelines` (same order), the block of overlapping windows it belongs to.
     Windows that start `stride` apart on one trace share most of their span (the SDXL plan's 144 h horizon,
@@ -336,9 +345,7 @@ def validate_group(workload: Workload, profile: Profile, offerings: list[Offerin
     stats = chosen.stats
     cost_band = (quantile(stated.cost, 0.1), quantile(stated.cost, 0.9))
     finish_band = (quantile(stated.makespan_s, 0.1), quantile(stated.makespan_s, 0.9))
-    pairs = [(float(np.mean(stated.makespan_s <= k * deadline)), bool(f <= k * deadline))
-             for k in DEADLINE_MULTIPLES for f, saw in zip(finish.tolist(), seen.tolist())
-             if f <= saw or k * deadline <= saw]
+    pairs = reliability_pairs(stated.makespan_s, finish, seen, deadline)
     figures = _judged_figures(met, cost, coverage_each(stated.cost, cost), coverage_each(stated.makespan_s, finish),
                               crps_each(stated.cost, cost), blocks, known, met_known)
     ideal: dict = {}
@@ -437,9 +444,7 @@ def validate_group_recent(workload: Workload, profile: Profile, offerings: list[
         stated_p[members], stated_cost[members] = chosen.stats.p_deadline, chosen.stats.cost_mean
         cost_in[members], finish_in[members] = coverage_each(stated.cost, k), coverage_each(stated.makespan_s, f)
         scores[members] = crps_each(stated.cost, k)
-        pairs += [(float(np.mean(stated.makespan_s <= x * deadline)), bool(y <= x * deadline))
-                  for x in DEADLINE_MULTIPLES for y, saw in zip(f.tolist(), seen[members].tolist())
-                  if y <= saw or x * deadline <= saw]
+        pairs += reliability_pairs(stated.makespan_s, f, seen[members], deadline)
         labels[c.label] = labels.get(c.label, 0) + len(members)
     blocks = window_blocks(held_out, horizon_s, stride_s)
     most = max(labels, key=lambda label: labels[label])

@@ -48,13 +48,12 @@ def describe(life: list[dict]) -> str:
                          f"{e['duration_s']:.1f} s ({e['bytes'] / e['duration_s'] / 1e9:.2f} GB/s) at {at(e)}")
         elif kind == "checkpoint_load" and e.get("rank") == 0:
             planned = f"planned in {e['planned_s']:.1f} s; " if "planned_s" in e else ""
+            locked = f"; their page-locking took {e['reserved_s']:.1f} s on its thread" if "reserved_s" in e else ""
             batched = (f" ({planned}batched: its buffers waited for {e['buffers_s']:.1f} s, every record placed "
-                       f"{e['prepare_s']:.1f} s from that wait's start)" if "prepare_s" in e else "")
+                       f"{e['prepare_s']:.1f} s from that wait's start{locked})" if "prepare_s" in e else "")
             optimizer = (f", its optimizer's part {e['sized_optimizer_s']:.2f} s" if "sized_optimizer_s" in e else "")
             sized = (f" (the state to load into made in {e['sized_s']:.1f} s before it{optimizer})" if "sized_s" in e
                      else "")
-            if "reserved_s" in e and batched:
-                batched = batched[:-1] + f"; their page-locking took {e['reserved_s']:.1f} s on its thread)"
             parts.append(f"load {e['duration_s']:.1f} s, ended at {at(e)}{sized}{batched}")
         elif kind == "prewarm" and e.get("recorded") is not None:
             parts.append(f"prewarm: recorded the {e['recorded']} modules this first step imported")
