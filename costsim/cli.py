@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import time
-from dataclasses import replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 import click
@@ -49,40 +50,81 @@ def market_options(command):
                         "fit (one fitted renewal model; the default with --spot-model)")(command)
 
 
+@dataclass(frozen=True)
+class RecentFlags:
+    """The --recent-* flags as given (None: not given)."""
+
+    trace: str | None = None
+    share: float | None = None
+    past: float | None = None
+    bandwidth: float | None = None
+    state: str | None = None
+    state_age: float | None = None
+
+    def given(self) -> list[str]:
+        return [f"--recent-{f.name.replace('_', '-')}" for f in fields(self) if getattr(self, f.name) is not None]
+
+
 def recent_options(command):
-    """The job's recent capacity (costsim.ensemble.Recent): the ensemble's replays weighed by their past."""
+    """The job's recent capacity (costsim.ensemble.Recent): the ensemble's replays weighed by their past. The
+    command gets them as one `recent` argument (RecentFlags)."""
+    names = [f.name for f in fields(RecentFlags)]
+
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        return command(*args, recent=RecentFlags(**{n: kwargs.pop(f"recent_{n}") for n in names}), **kwargs)
+
     options = [
         click.option("--recent-trace", type=click.Path(dir_okay=False), help="a capacity trace of the job's own "
                      "market up to now (spot-traces' format, as --market-trace): the share of its last --recent-past "
-                     "with capacity weighs each replayed window by how like it its own past was (docs/model.md)"),
+                     "with capacity, and whether it has capacity now and since when, weigh each replayed window by "
+                     "how like it its own past was (docs/model.md)"),
         click.option("--recent-share", type=click.FloatRange(0, 1), help="the same as a number: the share of the "
                      "last --recent-past in which the job's market had capacity, e.g. 0.4"),
+        click.option("--recent-state", type=click.Choice(["up", "down"]), help="with --recent-share: whether the "
+                     "job's market has capacity now (a trace says so itself)"),
+        click.option("--recent-state-age", type=DURATION, help="with --recent-state: for how long it has been so, "
+                     "e.g. 5h (longer than --recent-past counts as that long)"),
         click.option("--recent-past", type=DURATION, help="how far back the recent capacity looks (default 72h)"),
         click.option("--recent-bandwidth", type=click.FloatRange(0, 1, min_open=True),
                      help="how alike two pasts' shares count (the kernel's width; default 0.1)"),
     ]
     for option in reversed(options):
-        command = option(command)
-    return command
+        wrapper = option(wrapper)
+    return wrapper
 
 
-def _with_recent(offerings, recent_trace, recent_share, recent_past, recent_bandwidth):
+def _with_recent(offerings, flags: RecentFlags):
     """The offerings' ensembles told the job's recent capacity (--recent-trace or --recent-share)."""
-    from costsim.ensemble import DEFAULT_RECENT_BANDWIDTH, DEFAULT_RECENT_PAST_S, Recent, recent_from_trace, with_recent
-    if recent_trace and recent_share is not None:
+    from costsim import ensemble
+    if flags.trace and flags.share is not None:
         raise click.UsageError("--recent-trace and --recent-share say the same thing: give one")
-    if not recent_trace and recent_share is None:
-        if recent_past is not None or recent_bandwidth is not None:
+    if flags.state_age is not None and flags.state is None:
+        raise click.UsageError("--recent-state-age says how long --recent-state has held: give --recent-state too")
+    if flags.state is not None and flags.share is None:
+        raise click.UsageError("--recent-state goes with --recent-share" + (
+            " (a --recent-trace says its state itself)" if flags.trace else ""))
+    if not flags.trace and flags.share is None:
+        if flags.past is not None or flags.bandwidth is not None:
             raise click.UsageError("--recent-past and --recent-bandwidth go with --recent-trace or --recent-share")
         return offerings
-    recent_past = DEFAULT_RECENT_PAST_S if recent_past is None else recent_past
-    recent_bandwidth = DEFAULT_RECENT_BANDWIDTH if recent_bandwidth is None else recent_bandwidth
-    recent = (recent_from_trace(recent_trace, recent_past, recent_bandwidth) if recent_trace else
-              Recent(share=recent_share, past_s=recent_past, bandwidth=recent_bandwidth, source="--recent-share"))
+    past = ensemble.DEFAULT_RECENT_PAST_S if flags.past is None else flags.past
+    bandwidth = ensemble.DEFAULT_RECENT_BANDWIDTH if flags.bandwidth is None else flags.bandwidth
+    if flags.trace:
+        recent = ensemble.recent_from_trace(flags.trace, past, bandwidth)
+    else:
+        assert flags.share is not None
+        if (flags.state, flags.share) in (("down", 1.0), ("up", 0.0)):
+            raise click.UsageError(f"--recent-state {flags.state} with --recent-share {flags.share:g}: a market "
+                                   f"with capacity {'all' if flags.share else 'none'} of the past is "
+                                   f"{'up' if flags.share else 'down'} now")
+        state = None if flags.state is None else ensemble.State(
+            up=flags.state == "up", age_s=past if flags.state_age is None else min(flags.state_age, past))
+        recent = ensemble.Recent(share=flags.share, past_s=past, bandwidth=bandwidth, source="--recent-share", state=state)
     if not any(o.spot_model is not None and o.spot_model.market is not None for o in offerings):
         raise click.UsageError("--recent-trace/--recent-share weigh the ensemble's replays: no spot offering here "
                                "draws from an ensemble (--market fit, --spot-model, or no spot market)")
-    return [replace(o, spot_model=replace(o.spot_model, market=with_recent(o.spot_model.market, recent)))
+    return [replace(o, spot_model=replace(o.spot_model, market=ensemble.with_recent(o.spot_model.market, recent)))
             if o.spot_model is not None and o.spot_model.market is not None else o for o in offerings]
 
 
@@ -168,8 +210,8 @@ def planning_options(command):
 @output_options
 @wide_option
 def plan_command(workload, deadline, budget, risk, trials, seed, profile_ref, gpus, policies_, nodes, shortlist,
-                 no_screen, jobs, out, plot, spot_model, market, market_traces, recent_trace, recent_share, recent_past,
-                 recent_bandwidth, catalog_ref, fmt, wide):
+                 no_screen, jobs, out, plot, spot_model, market, market_traces, recent,
+                 catalog_ref, fmt, wide):
     """Rank ways to run a training job by cost and deadline risk; write the best as plan.json.
 
     Example: costsim plan --workload data/workloads/sdxl.yaml --trials 400 --plot plan.png
@@ -182,7 +224,7 @@ def plan_command(workload, deadline, budget, risk, trials, seed, profile_ref, gp
     market = _market_mode(market, market_traces, spot_model)
     catalog = with_market(offerings_for(spec, tuple(gpus) or None, load_catalog(catalog_ref)), market,
                           tuple(market_traces))
-    catalog = _with_recent(catalog, recent_trace, recent_share, recent_past, recent_bandwidth)
+    catalog = _with_recent(catalog, recent)
     fitted = io.load_fitted_spot_models(spot_model) if spot_model else None
     offerings = with_spot_models(catalog, fitted) if fitted else catalog
     result = plan(spec, profile, offerings, options, progress=progress_line("plan"))
@@ -336,8 +378,7 @@ def simulate_command(plan_file, workload, offering, nodes, variant, work_hours, 
                      checkpoint_stall, restart_cost, changeover, notice, preemption_mtbf, capacity_wait,
                      weibull_shape, traces, policy, on_demand_price, spot_price, owned_price, trials, seed, per_trial,
                      spot_model,
-                     more_traces, market, market_traces, recent_trace, recent_share, recent_past, recent_bandwidth,
-                     catalog_ref, fmt):
+                     more_traces, market, market_traces, recent, catalog_ref, fmt):
     """Simulate one configuration many times: what-if questions and checks of the model.
 
     Example: costsim simulate --work-hours 48 --deadline 52h --checkpoint-interval 1h --changeover 6m
@@ -347,9 +388,7 @@ def simulate_command(plan_file, workload, offering, nodes, variant, work_hours, 
         raise click.UsageError(f"unexpected argument {more_traces[0]!r}; trace files follow --trace")
     traces = _trace_files(list(traces) + list(more_traces))
     source = click.get_current_context().get_parameter_source
-    told = [f"--{name.replace('_', '-')}" for name, value in (
-        ("recent_trace", recent_trace), ("recent_share", recent_share), ("recent_past", recent_past),
-        ("recent_bandwidth", recent_bandwidth)) if value is not None]
+    told = recent.given()
     if told and (plan_file or not workload):
         raise click.UsageError(f"{told[0]} tells --workload/--offering's ensemble the recent capacity; "
                                + ("a plan replays the recent capacity it was made with" if plan_file else
@@ -389,7 +428,7 @@ def simulate_command(plan_file, workload, offering, nodes, variant, work_hours, 
             raise click.UsageError("--trace replays those traces one per trial; --market/--market-trace choose what "
                                    "the trials draw from otherwise: give one or the other")
         chosen = with_market([chosen], _market_mode(market, market_traces, spot_model), tuple(market_traces))[0]
-        chosen = _with_recent([chosen], recent_trace, recent_share, recent_past, recent_bandwidth)[0]
+        chosen = _with_recent([chosen], recent)[0]
         if spot_model:
             chosen = with_spot_models([chosen], io.load_fitted_spot_models(spot_model))[0]
         config = workload_config(spec, chosen, nodes, policy, checkpoint_interval, deadline, variant)
@@ -742,16 +781,21 @@ def _share(value) -> str:
               "72h (windows without that much past get the plan told nothing)")
 @click.option("--recent-bandwidth", type=click.FloatRange(0, 1, min_open=True),
               help="with --recent-past: how alike two pasts' shares count (costsim plan's; default 0.1)")
+@click.option("--recent-state/--no-recent-state", default=None,
+              help="with --recent-past: each bin's plan is also told whether the market had capacity at the window's "
+                   "start and since when, binned by state and age, as a --recent-trace tells a plan (default); "
+                   "--no-recent-state: the share only, as --recent-share alone")
 @market_options
 @catalog_option
 @output_options
 def validate_command(workload, gpus, policies_, nodes, deadline, risk, trials, seed, stride, groups, replay_share,
-                     jobs, plot, recent_past, recent_bandwidth, market, market_traces, catalog_ref, fmt):
+                     jobs, plot, recent_past, recent_bandwidth, recent_state, market, market_traces, catalog_ref, fmt):
     """Leave each capacity group out, plan without it, replay the choice on its real windows: is the
     plan's P(deadline) and P10-P90 band true of capacity its market never saw?
 
     Example: costsim validate --workload sdxl --gpu H200 --policy spot-only --plot validate.png
     """
+    from costsim import validate as validation
     from costsim.validate import COVERAGE_BAND, P_TOLERANCE, market_for_validation, pooled, reliability, validate
     from costsim.validate import plot as plot_validation
     if market == "fit":
@@ -764,11 +808,14 @@ def validate_command(workload, gpus, policies_, nodes, deadline, risk, trials, s
                           policies=tuple(policies_) or None, nodes=tuple(nodes) or None)
     report_progress = progress_line("validate", what="groups left out")
     from costsim.ensemble import DEFAULT_RECENT_BANDWIDTH
-    if recent_bandwidth is not None and not recent_past:
-        raise click.UsageError("--recent-bandwidth goes with --recent-past")
+    for flag, value in (("--recent-bandwidth", recent_bandwidth),
+                        ("--recent-state" if recent_state else "--no-recent-state", recent_state)):
+        if value is not None and not recent_past:
+            raise click.UsageError(f"{flag} goes with --recent-past")
     results = validate(spec, profile, offerings, options, stride_s=stride, groups=tuple(groups) or None,
                        progress=lambda done, total, name: report_progress(done, total), recent_past_s=recent_past,
-                       recent_bandwidth=recent_bandwidth or DEFAULT_RECENT_BANDWIDTH)
+                       recent_bandwidth=recent_bandwidth or DEFAULT_RECENT_BANDWIDTH,
+                       recent_state=recent_state is not False)
     table = reliability(results)
     overall = pooled(results)
     honest = [r for r in results if r.honest]
@@ -811,7 +858,11 @@ def validate_command(workload, gpus, policies_, nodes, deadline, risk, trials, s
                 f"met on {len(ideal)} of {len(judged)}: where it misses too, the groups differ by more than one band "
                 "can cover."
                 + (f" Told the recent capacity: each window's share of the {format_duration(recent_past)} before it "
-                   "with capacity, binned by fifths, one plan a bin told the bin's mean; stated is the mean of the "
+                   "with capacity, binned by fifths"
+                   + (", and its state then (up or down) and that state's age, binned at "
+                      + ", ".join(f"{h:g}" for h in validation.RECENT_AGE_BINS_H) + " h"
+                      if recent_state is not False else "")
+                   + ", one plan a bin told the bin's mean; stated is the mean of the "
                    "windows' statements, chosen the plan for most windows (+N: others chose differently); if right "
                    "is not judged." if recent_past else "")
                 + _cut_short_note(results)))

@@ -18,9 +18,10 @@ A gang of n nodes draws n independent windows (or draws) from its group and runs
 Trial i of every configuration faces group i mod G with the same stream, so candidates are compared
 on common capacity. `costsim validate` measures how honest the result is, group by group.
 
-Told the job's recent capacity (`Recent`: the share of the last 72 h with capacity where it will run,
-`costsim plan --recent-trace/--recent-share`), every trial replays: each group gets trials in proportion
-to how like that share its windows' own pasts were (a Gaussian kernel of the shares' distance, averaged
+Told the job's recent capacity (`Recent`: the share of the last 72 h with capacity where it will run, and
+whether it has capacity now and since when, `costsim plan --recent-trace/--recent-share`), every trial replays:
+each group gets trials in proportion to how like that its windows' own pasts were (a Gaussian kernel of the
+shares' distance, times, where the state is known, a match of the state and a kernel of its age; averaged
 over the group's starts; trial i's group by a low-discrepancy sequence, the same for every
 configuration), and within the group each start, hourly where the trace holds its whole past, by its
 own kernel weight. A bundle's windows cut from one trace are stitched back into it (io.specs.bundle_timeline) and
@@ -56,37 +57,92 @@ class GroupSpec:
 
 DEFAULT_RECENT_PAST_S = 72 * 3600.0   # how far back the recent capacity looks (docs/model.md: why 72 h)
 DEFAULT_RECENT_BANDWIDTH = 0.1        # the kernel's width, in past share
+AGE_BANDWIDTH = 0.5                   # the state's age kernel's width, in log(1 + hours) (docs/model.md: not tuned)
 RECENT_STRIDE_S = 3600.0              # a conditioned replay starts on this grid of its trace
+
+
+@dataclass(frozen=True, slots=True)
+class State:
+    """Where the job's market stands now: whether it had capacity at the last look, and how long it had been
+    so (at most the recent past: no further back is compared, so a whole past in one state reads as that past)."""
+
+    up: bool
+    age_s: float
+
+    def as_dict(self) -> dict:
+        return {"up": self.up, "age_s": self.age_s}
+
+    def describe(self, past_s: float) -> str:
+        """'down for 5 h'; an age of the whole past: '72 h or more'."""
+        age = f"{past_s / 3600:g} h or more" if self.age_s >= past_s else f"{self.age_s / 3600:.3g} h"
+        return f"{'up' if self.up else 'down'} for {age}"
 
 
 @dataclass(frozen=True, slots=True)
 class Recent:
     """The capacity the job's own market had just before it starts: the share of the last `past_s` with
-    capacity. A market given it weighs each replayed window by how like this its own past was."""
+    capacity, and where it stands now (`state`, when known). A market given it weighs each replayed window by
+    how like this its own past was: its share, and its state at the start and that state's age (a renewal
+    process's future hangs on exactly those two)."""
 
     share: float
     past_s: float = DEFAULT_RECENT_PAST_S
     bandwidth: float = DEFAULT_RECENT_BANDWIDTH
     source: str = ""   # where the share came from: a trace file, or --recent-share
     # from a multi-node count trace: the share of the past in which at least k of its instances could be had,
-    # k = 1, 2, ... (`share` is k = 1's)
+    # k = 1, 2, ... (`share` is k = 1's), and the state of each such gang
     gang_shares: tuple[float, ...] = ()
+    state: State | None = None
+    gang_states: tuple[State, ...] = ()
 
     def as_dict(self) -> dict:
         out = {"share": self.share, "past_s": self.past_s, "bandwidth": self.bandwidth, "source": self.source}
-        return {**out, "gang_shares": list(self.gang_shares)} if self.gang_shares else out
+        if self.state is not None:
+            out["state"] = self.state.as_dict()
+        if self.gang_shares:
+            out["gang_shares"] = list(self.gang_shares)
+        if self.gang_states:
+            out["gang_states"] = [s.as_dict() for s in self.gang_states]
+        return out
+
+    @classmethod
+    def from_dict(cls, doc: dict) -> Recent:
+        """From plan.json's prediction.market.recent (checked by costsim.contract.plan)."""
+        def state(d: dict) -> State:
+            return State(up=bool(d["up"]), age_s=float(d["age_s"]))
+        return cls(share=float(doc["share"]), past_s=float(doc["past_s"]), bandwidth=float(doc["bandwidth"]),
+                   source=str(doc.get("source", "")), gang_shares=tuple(float(v) for v in doc.get("gang_shares", ())),
+                   state=state(doc["state"]) if doc.get("state") else None,
+                   gang_states=tuple(state(d) for d in doc.get("gang_states", ())))
 
     def at(self, gang: int) -> Recent:
         """The recent capacity of a gang of `gang` nodes where a count trace reads it (the share of the past in
-        which that many could be had): from a count trace, its share at `gang` (a gang larger than it counts: its
-        share at the most it counts, an upper bound); a share given by number or read from a 1-node trace is
-        taken as the gang's own."""
+        which that many could be had, and their state now): from a count trace, its figures at `gang` (a gang
+        larger than it counts: at the most it counts, an upper bound); a share given by number or read from a
+        1-node trace is taken as the gang's own."""
         if not self.gang_shares:
             return self
-        return replace(self, share=self.gang_shares[min(gang, len(self.gang_shares)) - 1])
+        k = min(gang, len(self.gang_shares)) - 1
+        return replace(self, share=self.gang_shares[k],
+                       state=self.gang_states[k] if self.gang_states else self.state)
 
-    def kernel(self, shares: np.ndarray) -> np.ndarray:
-        return np.exp(-0.5 * ((np.asarray(shares, dtype=float) - self.share) / self.bandwidth) ** 2)
+    def kernel(self, shares: np.ndarray, ups: np.ndarray | None = None,
+               ages_s: np.ndarray | None = None) -> np.ndarray:
+        """How like this past each of these was: a Gaussian kernel of the shares' distance; where the state is
+        known, times 0 for pasts that ended in the other state and a Gaussian kernel (width AGE_BANDWIDTH) of the
+        distance of the states' ages in log(1 + hours)."""
+        weight = np.exp(-0.5 * ((np.asarray(shares, dtype=float) - self.share) / self.bandwidth) ** 2)
+        if self.state is None or ups is None or ages_s is None:
+            return weight
+        age = math.log1p(min(self.state.age_s, self.past_s) / 3600.0)
+        ages = np.log1p(np.minimum(np.asarray(ages_s, dtype=float), self.past_s) / 3600.0)
+        return weight * (np.asarray(ups, dtype=bool) == self.state.up) * np.exp(
+            -0.5 * ((ages - age) / AGE_BANDWIDTH) ** 2)
+
+    def describe(self) -> str:
+        """'0.40 over 72 h, down for 5 h'"""
+        out = f"{self.share:.2f} over {self.past_s / 3600:g} h"
+        return out + (f", {self.state.describe(self.past_s)}" if self.state is not None else "")
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,10 +177,7 @@ class MarketSpec:
         return cls(name=doc["name"], replay_share=float(doc["replay_share"]),
                    groups=tuple(GroupSpec(name=g["name"], period=g["period"], paths=tuple(g["traces"]))
                                 for g in doc["groups"]),
-                   recent=Recent(share=float(recent["share"]), past_s=float(recent["past_s"]),
-                                 bandwidth=float(recent["bandwidth"]), source=str(recent.get("source", "")),
-                                 gang_shares=tuple(float(v) for v in recent.get("gang_shares", ())))
-                   if recent else None)
+                   recent=Recent.from_dict(recent) if recent else None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,15 +286,20 @@ def recent_from_trace(path: str, past_s: float = DEFAULT_RECENT_PAST_S,
         raise InputError(path, "data", f"{len(trace.values)} ticks of {trace.gap_s:g} s "
                          f"({len(trace.values) * trace.gap_s / 3600:.1f} h): the recent capacity looks back "
                          f"{past_s / 3600:g} h; give a longer trace or a shorter --recent-past")
-    shares = [float(np.mean(np.asarray(trace.as_gang(gang)[0][-needed:]) == 0))
-              for gang in range(1, (trace.counts or 1) + 1)]
-    return Recent(share=shares[0], past_s=past_s, bandwidth=bandwidth, source=path,
-                  gang_shares=tuple(shares) if trace.counts is not None else ())
+    shares, states = [], []
+    for gang in range(1, (trace.counts or 1) + 1):
+        ticks = np.asarray(trace.as_gang(gang)[0][-needed:])
+        shares.append(float(np.mean(ticks == 0)))
+        changed = np.flatnonzero(ticks != ticks[-1])   # the last tick's state has held since the last change
+        run = len(ticks) - 1 - int(changed[-1]) if changed.size else len(ticks)
+        states.append(State(up=bool(ticks[-1] == 0), age_s=min(run * trace.gap_s, past_s)))
+    counted = trace.counts is not None
+    return Recent(share=shares[0], past_s=past_s, bandwidth=bandwidth, source=path, state=states[0],
+                  gang_shares=tuple(shares) if counted else (), gang_states=tuple(states) if counted else ())
 
 
 def with_recent(spec: MarketSpec, recent: Recent) -> MarketSpec:
-    return replace(spec, recent=recent,
-                   name=f"{spec.name}, recent capacity {recent.share:.2f} over {recent.past_s / 3600:g} h")
+    return replace(spec, recent=recent, name=f"{spec.name}, recent capacity {recent.describe()}")
 
 
 def past_share(window: Window, offset: float, past_s: float) -> float:
@@ -251,6 +309,16 @@ def past_share(window: Window, offset: float, past_s: float) -> float:
         return float("nan")
     lo, hi = offset - past_s, offset
     return float(np.clip(np.minimum(window.ends, hi) - np.maximum(window.starts, lo), 0.0, None).sum() / past_s)
+
+
+def state_before(window: Window, offset: float, past_s: float) -> State:
+    """Whether `window` had capacity just before `offset` (its last tick before it) and for how long it had been
+    so, at most `past_s` (as a recent trace of `past_s` reads it: `recent_from_trace`)."""
+    i = int(np.searchsorted(window.starts, offset, side="left")) - 1   # the last stretch that began before it
+    if i >= 0 and window.ends[i] >= offset:
+        return State(up=True, age_s=min(offset - float(window.starts[i]), past_s))
+    since = float(window.ends[i]) if i >= 0 else 0.0
+    return State(up=False, age_s=min(offset - since, past_s))
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -265,10 +333,11 @@ class Starts:
 
 def conditioned_starts(group: Group, recent: Recent, stride_s: float = RECENT_STRIDE_S) -> Starts | None:
     """Every start of a long trace's window, `stride_s` apart, with `recent.past_s` of past before it, and every
-    bundle window's own start with that much past on the trace its bundle was stitched into, weighed by the
-    kernel of how far its past share is from the recent one; None where no window has such a past (a bundle's
+    bundle window's own start with that much past on the trace its bundle was stitched into, weighed by how like
+    the recent capacity its past was (`Recent.kernel`: its share, and its state then where that is known); None
+    where no window has such a past (a bundle's
     windows that could not be stitched have none: they are replayed from their start, knowing nothing before)."""
-    windows, offsets, shares = [], [], []
+    windows, offsets, shares, ups, ages = [], [], [], [], []
     for index, window in enumerate(group.windows):
         if window.slide and window.length_s > recent.past_s:
             candidates = np.arange(recent.past_s, window.length_s - stride_s + 1e-9, stride_s).tolist()
@@ -280,9 +349,12 @@ def conditioned_starts(group: Group, recent: Recent, stride_s: float = RECENT_ST
             windows.append(index)
             offsets.append(offset)
             shares.append(past_share(window, offset, recent.past_s))
+            state = state_before(window, offset, recent.past_s)
+            ups.append(state.up)
+            ages.append(state.age_s)
     if not windows:
         return None
-    kernel = recent.kernel(np.array(shares))
+    kernel = recent.kernel(np.array(shares), np.array(ups), np.array(ages))
     total = float(kernel.sum())
     if not total > 0:
         return None
@@ -479,8 +551,9 @@ def _conditioning(spec: MarketSpec, groups: tuple[Group, ...], nodes: int) -> Co
     if not weights.sum() > 0:
         hours = spec.recent.past_s / 3600
         raise InputError(spec.recent.source or "--recent-share", "recent",
-                         f"no window of the market's long traces has {hours:g} h of capacity before it to compare "
-                         f"with (share {spec.recent.share:.2f}): give a shorter --recent-past, or traces longer than it")
+                         f"no window of the market's long traces has {hours:g} h of capacity before it like the recent "
+                         f"capacity ({spec.recent.describe()}): give a shorter --recent-past, or traces longer than it"
+                         + (", or leave the state out" if spec.recent.state is not None else ""))
     cumulative = np.cumsum(weights / weights.sum())
     cumulative[-1] = 1.0
     return Conditioning(starts=tuple(starts), cumulative=cumulative)

@@ -86,9 +86,10 @@ def recent_note(result) -> str | None:
             top = len(recent.gang_shares)   # a count trace's: 2, 4, 8 ... and the most it counts
             gangs = "".join(f", {n} could be had {_percent(recent.gang_shares[n - 1], 0)}" for n in range(2, top + 1)
                             if n == top or n & (n - 1) == 0)
-            return (f"recent capacity: {_percent(recent.share, 0)} of the last {recent.past_s / 3600:g} h had spot "
-                    f"({recent.source}{gangs}); the trials replay real windows only, each weighed by how like that its own "
-                    f"past was (kernel width {recent.bandwidth:g}; docs/model.md).")
+            now = f", {recent.state.describe(recent.past_s)} now" if recent.state is not None else ""
+            return (f"recent capacity: {_percent(recent.share, 0)} of the last {recent.past_s / 3600:g} h had spot"
+                    f"{now} ({recent.source}{gangs}); the trials replay real windows only, each weighed by how like "
+                    f"that its own past was (kernel width {recent.bandwidth:g}; docs/model.md).")
     return None
 
 

@@ -380,6 +380,9 @@ def _judged_figures(met: np.ndarray, cost: np.ndarray, cost_in: np.ndarray, fini
 
 
 RECENT_BINS = np.linspace(0.0, 1.0, 6)   # held-out windows' past shares, binned: one plan per bin
+# with the state told too: the state's age, binned at these hours (about one and a half of the age kernel's
+# widths, ensemble.AGE_BANDWIDTH, apart in log(1 + hours)), within each share bin and state
+RECENT_AGE_BINS_H = (1.0, 4.0, 12.0, 36.0)
 
 
 def window_past_shares(group: Group, horizon_s: float, stride_s: float, past_s: float,
@@ -391,12 +394,33 @@ def window_past_shares(group: Group, horizon_s: float, stride_s: float, past_s: 
                      for index, offset in (starts if starts is not None else window_starts(group, horizon_s, stride_s))])
 
 
+def window_states(group: Group, past_s: float, starts: list[tuple[int, float]]) -> list[ensemble.State | None]:
+    """For each of `starts`, the window's state just before it and that state's age (ensemble.state_before); None
+    where the window has less than `past_s` before it (as `window_past_shares`)."""
+    return [ensemble.state_before(group.windows[index], offset, past_s) if offset >= past_s > 0 else None
+            for index, offset in starts]
+
+
+def _recent_bins(shares: np.ndarray, states: list[ensemble.State | None] | None) -> np.ndarray:
+    """Each window's bin: -1 where it has no past; else its share's fifth (RECENT_BINS), and with `states` its
+    state and its age's bin (RECENT_AGE_BINS_H) too, as one number."""
+    fifths = np.clip(np.digitize(np.nan_to_num(shares), RECENT_BINS[1:-1]), 0, len(RECENT_BINS) - 2)
+    if states is None:
+        return np.where(np.isnan(shares), -1, fifths)
+    ages = len(RECENT_AGE_BINS_H) + 1
+    keys = [-1 if state is None or np.isnan(share) else
+            (f * 2 + state.up) * ages + int(np.digitize(state.age_s / 3600.0, RECENT_AGE_BINS_H))
+            for share, state, f in zip(shares.tolist(), states, fifths.tolist())]
+    return np.array(keys, dtype=int)
+
+
 def validate_group_recent(workload: Workload, profile: Profile, offerings: list[Offering], spec: MarketSpec,
                           name: str, options: PlanOptions, stride_s: float, past_s: float,
-                          bandwidth: float) -> GroupResult:
+                          bandwidth: float, state: bool = True) -> GroupResult:
     """Plan without group `name` as a user who knows the recent capacity would: each held-out window's past
-    share (the `past_s` before it) is binned (RECENT_BINS), the market without the group is told each
-    bin's mean share, and that plan's statement is judged on the bin's windows. Windows with no such past (a
+    share (the `past_s` before it) is binned (RECENT_BINS), with `state` its state just before it and that state's
+    age too (RECENT_AGE_BINS_H), the market without the group is told each bin's mean share (and its state, and
+    its ages' mean in log(1 + hours)), and that plan's statement is judged on the bin's windows. Windows with no such past (a
     bundle's that could not be stitched into one trace, the first days of a trace) are judged against the plan
     that knows nothing of the past. The group's stated P(deadline) and mean cost are the means of its windows'
     statements."""
@@ -411,7 +435,8 @@ def validate_group_recent(workload: Workload, profile: Profile, offerings: list[
     # gang's, ensemble.Recent.at); a 1-node group's as one node met them
     reading, _ = ensemble.for_gang(group_spec, chosen_blind.configured.candidate.nodes)
     shares = window_past_shares(reading, horizon_s, stride_s, past_s, starts)
-    bins = np.where(np.isnan(shares), -1, np.clip(np.digitize(shares, RECENT_BINS[1:-1]), 0, len(RECENT_BINS) - 2))
+    states = window_states(reading, past_s, starts) if state else None
+    bins = _recent_bins(shares, states)
     stated_p, stated_cost = np.zeros(len(shares)), np.zeros(len(shares))
     finish, cost, met = np.zeros(len(shares)), np.zeros(len(shares)), np.zeros(len(shares), dtype=bool)
     cost_in, finish_in, scores = np.zeros(len(shares)), np.zeros(len(shares)), np.zeros(len(shares))
@@ -424,7 +449,8 @@ def validate_group_recent(workload: Workload, profile: Profile, offerings: list[
         result = blind
         if b >= 0:
             told = ensemble.Recent(share=float(np.mean(shares[members])), past_s=past_s, bandwidth=bandwidth,
-                                   source=f"{name}'s windows")
+                                   source=f"{name}'s windows", state=None if states is None else _mean_state(
+                                       [states[i] for i in members.tolist()]))
             try:
                 result = plan(workload, profile, with_spec(offerings, ensemble.with_recent(without, told)), options)
             except InputError:   # no window of the other groups has that much past: the blind plan
@@ -457,6 +483,12 @@ def validate_group_recent(workload: Workload, profile: Profile, offerings: list[
         **_judged_figures(met, cost, cost_in, finish_in, scores, blocks, known, met_known))
 
 
+def _mean_state(states: list) -> ensemble.State:
+    """A bin's states (all the same, up or down) as one: their ages' mean in log(1 + hours), the kernel's measure."""
+    hours = np.expm1(np.mean([np.log1p(s.age_s / 3600.0) for s in states]))
+    return ensemble.State(up=states[0].up, age_s=float(hours * 3600.0))
+
+
 def _se(values: np.ndarray, blocks: np.ndarray) -> float | None:
     se = cluster_se(values, blocks)
     return None if math.isnan(se) else se
@@ -465,9 +497,10 @@ def _se(values: np.ndarray, blocks: np.ndarray) -> float | None:
 def validate(workload: Workload, profile: Profile, offerings: list[Offering], options: PlanOptions, *,
              stride_s: float, groups: tuple[str, ...] | None = None,
              progress: Callable[[int, int, str], None] | None = None, recent_past_s: float | None = None,
-             recent_bandwidth: float = ensemble.DEFAULT_RECENT_BANDWIDTH) -> list[GroupResult]:
+             recent_bandwidth: float = ensemble.DEFAULT_RECENT_BANDWIDTH,
+             recent_state: bool = True) -> list[GroupResult]:
     """Leave each capacity group out in turn (or only `groups`); with `recent_past_s`, each held-out window
-    told its own recent capacity over that past (validate_group_recent)."""
+    told its own recent capacity over that past, and with `recent_state` its state then (validate_group_recent)."""
     spec = market_of(offerings)
     if len(spec.groups) < 2:
         raise InputError("--market-trace", "market", f"{spec.name} has {len(spec.groups)} capacity group: leaving "
@@ -479,7 +512,7 @@ def validate(workload: Workload, profile: Profile, offerings: list[Offering], op
     results = []
     for index, name in enumerate(names):
         results.append(validate_group_recent(workload, profile, offerings, spec, name, options, stride_s,
-                                             recent_past_s, recent_bandwidth)
+                                             recent_past_s, recent_bandwidth, recent_state)
                        if recent_past_s is not None else
                        validate_group(workload, profile, offerings, spec, name, options, stride_s))
         if progress:

@@ -10,7 +10,11 @@ only, each group weighing the same as in the ensemble:
 - blind: the share of the other groups' windows that met the deadline (what a replay-only market that does not
   know the group states, the same for every window);
 - recent: the same share, each window weighed by a Gaussian kernel (bandwidth `--bandwidth`) of how far its
-  past share is from the held-out window's own past share (what a plan given the last day would state).
+  past share is from the held-out window's own past share (what a plan given the last day would state);
+- state: as recent, each window's weight also times 0 where its state just before its start (capacity or not)
+  differs from the held-out window's, and times a Gaussian kernel of the distance of the states' ages in
+  log(1 + hours) (`ensemble.Recent.kernel`, width ensemble.AGE_BANDWIDTH): what a plan given a trace of its
+  market up to now states (`costsim plan --recent-trace`).
 
 Per group it prints the realised share and each statement's error (stated - realised); the per-group goal is
 |error| <= 0.05. A bundle's windows (the 2022 period) are stitched into the trace they were cut from
@@ -34,7 +38,7 @@ from costsim.errors import InputError
 from costsim.io.catalog import load_catalog
 from costsim.planner import PlanOptions, plan
 from costsim.units import parse_duration_s
-from costsim.validate import market_for_validation, market_of, realised, replay_timelines
+from costsim.validate import market_for_validation, market_of, realised, replay_timelines, window_starts, window_states
 from costsim.validate import window_past_shares as past_shares
 
 GOAL = 0.05
@@ -68,39 +72,49 @@ def main() -> None:
     print(f"replaying {chosen.configured.candidate.label} (deadline {result.deadline_s / 3600:.1f} h) on every "
           f"window {args.stride} apart; past {args.past}, bandwidth {args.bandwidth:g}", file=sys.stderr)
 
-    groups: dict[str, tuple[np.ndarray, np.ndarray]] = {}   # name -> (met, past share) of its windows with a past
+    # name -> (met, past share, up, state's age) of its windows with a past
+    groups: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
     for group_spec in market_of(offerings).groups:
         group = ensemble.build_group(group_spec)
-        shares = past_shares(group, horizon_s, stride_s, past_s)
-        _, _, met = realised(config, replay_timelines(group, horizon_s, stride_s, 1))
+        starts = window_starts(group, horizon_s, stride_s)
+        shares = past_shares(group, horizon_s, stride_s, past_s, starts)
+        states = window_states(group, past_s, starts)
+        _, _, met = realised(config, replay_timelines(group, horizon_s, stride_s, 1, starts))
         keep = ~np.isnan(shares)
         if keep.any():
-            groups[group.name] = (met[keep].astype(float), shares[keep])
+            ups = np.array([s.up if s is not None else False for s in states])
+            ages = np.array([s.age_s if s is not None else 0.0 for s in states])
+            groups[group.name] = (met[keep].astype(float), shares[keep], ups[keep], ages[keep])
     if len(groups) < 2:
         sys.exit(f"recent_capacity_forecast: {len(groups)} group(s) have windows with {args.past} of past before "
                  "them: leaving one out needs two; give a shorter --past")
 
-    print(f"{'left out':<22} {'windows':>7} {'realised':>8} {'blind':>7} {'error':>7} {'recent':>7} {'error':>7}")
+    print(f"{'left out':<22} {'windows':>7} {'realised':>8} {'blind':>7} {'error':>7} {'recent':>7} {'error':>7} "
+          f"{'state':>7} {'error':>7}")
     rows = []
-    for name, (met, shares) in groups.items():
+    for name, (met, shares, ups, ages) in groups.items():
         others = [groups[o] for o in groups if o != name]
-        blind = float(np.mean([m.mean() for m, _ in others]))
-        stated = []
-        for share in shares:
-            num = den = 0.0
-            for m, s in others:
-                kernel = ensemble.Recent(share=float(share), bandwidth=args.bandwidth).kernel(s) / len(m)   # groups alike
-                num += float(np.sum(kernel * m))
-                den += float(np.sum(kernel))
-            stated.append(num / den if den > 0 else blind)
-        recent = float(np.mean(stated))
+        blind = float(np.mean([o[0].mean() for o in others]))
+        stated: dict[bool, list[float]] = {False: [], True: []}
+        for share, up, age in zip(shares.tolist(), ups.tolist(), ages.tolist()):
+            for with_state in (False, True):
+                told = ensemble.Recent(share=share, past_s=past_s, bandwidth=args.bandwidth,
+                                       state=ensemble.State(up=up, age_s=age) if with_state else None)
+                num = den = 0.0
+                for m, s, u, a in others:
+                    kernel = told.kernel(s, u, a) / len(m)   # each group weighs the same
+                    num += float(np.sum(kernel * m))
+                    den += float(np.sum(kernel))
+                stated[with_state].append(num / den if den > 0 else blind)
+        recent, state = (float(np.mean(stated[k])) for k in (False, True))
         truth = float(met.mean())
-        rows.append((blind - truth, recent - truth))
+        rows.append((blind - truth, recent - truth, state - truth))
         print(f"{name:<22} {len(met):>7} {truth:>8.3f} {blind:>7.3f} {blind - truth:>+7.3f} {recent:>7.3f} "
-              f"{recent - truth:>+7.3f}")
-    blind_errors, recent_errors = (np.abs([r[i] for r in rows]) for i in (0, 1))
-    print(f"mean |error|: blind {blind_errors.mean():.3f}, recent {recent_errors.mean():.3f}; groups within "
-          f"{GOAL}: blind {int((blind_errors <= GOAL).sum())} of {len(rows)}, recent {int((recent_errors <= GOAL).sum())}")
+              f"{recent - truth:>+7.3f} {state:>7.3f} {state - truth:>+7.3f}")
+    errors = [np.abs([r[i] for r in rows]) for i in (0, 1, 2)]
+    print("mean |error|: " + ", ".join(f"{label} {e.mean():.3f}" for label, e in zip(("blind", "recent", "state"), errors))
+          + f"; groups within {GOAL}: " + ", ".join(f"{label} {int((e <= GOAL).sum())} of {len(rows)}"
+                                                   for label, e in zip(("blind", "recent", "state"), errors)))
 
 
 if __name__ == "__main__":

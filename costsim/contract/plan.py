@@ -119,9 +119,11 @@ class Prediction:
     trials: int | None = None
     seed: int | None = None
     # the spot market the trials drew from: an ensemble's {name, replay_share, groups: [{name, period,
-    # traces}], recent: {share, past_s, bandwidth, source, gang_shares?} when the plan was given the job's recent
-    # capacity} (costsim.ensemble.MarketSpec); null for one fitted model or no spot market. gang_shares: from a
-    # count trace, the share of the past in which 1, 2, ... instances could be had
+    # traces}], recent: {share, past_s, bandwidth, source, state?: {up, age_s}, gang_shares?, gang_states?} when
+    # the plan was given the job's recent capacity} (costsim.ensemble.MarketSpec); null for one fitted model or no
+    # spot market. state: whether the market had capacity at the last look and for how long (at most past_s);
+    # gang_shares/gang_states: from a count trace, the share of the past in which 1, 2, ... instances could be had
+    # and their state
     market: dict | None = None
     step_time_spread: float | None = None         # run-to-run relative sd of the step time the trials drew
     worst_group: dict | None = None               # {name, p_deadline}: the capacity group that does worst
@@ -343,6 +345,12 @@ def _prediction(f: Fields) -> Prediction:
         trials=f.number("trials", None, integer=True), seed=_seed(f, "seed", None))
 
 
+def _state(f: Fields) -> dict:
+    """prediction.market.recent.state: {up: whether the market had capacity at the last look, age_s: since when}."""
+    f.reject_unknown({"up", "age_s"})
+    return {"up": f.boolean("up"), "age_s": f.number("age_s", allow_zero=True)}
+
+
 def _market(f: Fields) -> dict:
     """prediction.market: an ensemble's name, replay_share and groups, each {name, period, traces}."""
     f.reject_unknown({"name", "replay_share", "groups", "recent"})
@@ -350,9 +358,11 @@ def _market(f: Fields) -> dict:
     recent = None
     if f.has("recent"):
         r = f.mapping_of("recent")
-        r.reject_unknown({"share", "past_s", "bandwidth", "source", "gang_shares"})
+        r.reject_unknown({"share", "past_s", "bandwidth", "source", "state", "gang_shares", "gang_states"})
         recent = {"share": r.probability("share"), "past_s": r.number("past_s"), "bandwidth": r.number("bandwidth"),
                   "source": r.text("source", "")}
+        if r.has("state"):
+            recent["state"] = _state(r.mapping_of("state"))
         if r.has("gang_shares"):
             shares = r.raw("gang_shares")
             if not isinstance(shares, list) or not shares or not all(
@@ -360,6 +370,13 @@ def _market(f: Fields) -> dict:
                 raise InputError(f.source, r.name("gang_shares"), "expected a list of shares from 0 to 1, one a gang "
                                  "size from 1 node")
             recent["gang_shares"] = [float(v) for v in shares]
+        if r.has("gang_states"):
+            states = r.raw("gang_states")
+            if not isinstance(states, list) or len(states) != len(recent.get("gang_shares", ())):
+                raise InputError(f.source, r.name("gang_states"), "expected a list of {up, age_s}, one for each of "
+                                 "gang_shares")
+            recent["gang_states"] = [_state(Fields(f.source, item if isinstance(item, dict) else {},
+                                                   f"{r.name('gang_states')}[{i}].")) for i, item in enumerate(states)]
     groups = f.raw("groups")
     if not isinstance(groups, list) or not groups:
         raise InputError(f.source, f.name("groups"), "expected a list of {name, period, traces}")
