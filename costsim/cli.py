@@ -84,7 +84,7 @@ def recent_options(command):
         click.option("--recent-state", type=click.Choice(["up", "down"]), help="with --recent-share: whether the "
                      "job's market has capacity now (a trace says so itself)"),
         click.option("--recent-state-age", type=DURATION, help="with --recent-state: for how long it has been so, "
-                     "e.g. 5h (longer than --recent-past counts as that long)"),
+                     "e.g. 5h (longer than --recent-past counts as that long; not given: the state alone is compared)"),
         click.option("--recent-past", type=DURATION, help="how far back the recent capacity looks (default 72h)"),
         click.option("--recent-bandwidth", type=click.FloatRange(0, 1, min_open=True),
                      help="how alike two pasts' shares count (the kernel's width; default 0.1)"),
@@ -119,7 +119,7 @@ def _with_recent(offerings, flags: RecentFlags):
                                    f"with capacity {'all' if flags.share else 'none'} of the past is "
                                    f"{'up' if flags.share else 'down'} now")
         state = None if flags.state is None else ensemble.State(
-            up=flags.state == "up", age_s=past if flags.state_age is None else min(flags.state_age, past))
+            up=flags.state == "up", age_s=None if flags.state_age is None else min(flags.state_age, past))
         recent = ensemble.Recent(share=flags.share, past_s=past, bandwidth=bandwidth, source="--recent-share", state=state)
     if not any(o.spot_model is not None and o.spot_model.market is not None for o in offerings):
         raise click.UsageError("--recent-trace/--recent-share weigh the ensemble's replays: no spot offering here "

@@ -64,18 +64,21 @@ RECENT_STRIDE_S = 3600.0              # a conditioned replay starts on this grid
 @dataclass(frozen=True, slots=True)
 class State:
     """Where the job's market stands now: whether it had capacity at the last look, and how long it had been
-    so (at most the recent past: no further back is compared, so a whole past in one state reads as that past)."""
+    so (at most the recent past: no further back is compared, so a whole past in one state reads as that past;
+    None where not known: the state alone is compared)."""
 
     up: bool
-    age_s: float
+    age_s: float | None
 
     def as_dict(self) -> dict:
         return {"up": self.up, "age_s": self.age_s}
 
     def describe(self, past_s: float) -> str:
-        """'down for 5 h'; an age of the whole past: '72 h or more'."""
-        age = f"{past_s / 3600:g} h or more" if self.age_s >= past_s else f"{self.age_s / 3600:.3g} h"
-        return f"{'up' if self.up else 'down'} for {age}"
+        """'down for 5 h'; an age of the whole past: 'down for 72 h or more'; no age: 'down'."""
+        word = "up" if self.up else "down"
+        if self.age_s is None:
+            return word
+        return f"{word} for " + (f"{past_s / 3600:g} h or more" if self.age_s >= past_s else f"{self.age_s / 3600:.3g} h")
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +112,7 @@ class Recent:
     def from_dict(cls, doc: dict) -> Recent:
         """From plan.json's prediction.market.recent (checked by costsim.contract.plan)."""
         def state(d: dict) -> State:
-            return State(up=bool(d["up"]), age_s=float(d["age_s"]))
+            return State(up=bool(d["up"]), age_s=None if d.get("age_s") is None else float(d["age_s"]))
         return cls(share=float(doc["share"]), past_s=float(doc["past_s"]), bandwidth=float(doc["bandwidth"]),
                    source=str(doc.get("source", "")), gang_shares=tuple(float(v) for v in doc.get("gang_shares", ())),
                    state=state(doc["state"]) if doc.get("state") else None,
@@ -129,15 +132,17 @@ class Recent:
     def kernel(self, shares: np.ndarray, ups: np.ndarray | None = None,
                ages_s: np.ndarray | None = None) -> np.ndarray:
         """How like this past each of these was: a Gaussian kernel of the shares' distance; where the state is
-        known, times 0 for pasts that ended in the other state and a Gaussian kernel (width AGE_BANDWIDTH) of the
-        distance of the states' ages in log(1 + hours)."""
+        known, times 0 for pasts that ended in the other state, and where its age is known, times a Gaussian kernel
+        (width AGE_BANDWIDTH) of the distance of the states' ages in log(1 + hours)."""
         weight = np.exp(-0.5 * ((np.asarray(shares, dtype=float) - self.share) / self.bandwidth) ** 2)
         if self.state is None or ups is None or ages_s is None:
             return weight
+        weight = weight * (np.asarray(ups, dtype=bool) == self.state.up)
+        if self.state.age_s is None:
+            return weight
         age = math.log1p(min(self.state.age_s, self.past_s) / 3600.0)
         ages = np.log1p(np.minimum(np.asarray(ages_s, dtype=float), self.past_s) / 3600.0)
-        return weight * (np.asarray(ups, dtype=bool) == self.state.up) * np.exp(
-            -0.5 * ((ages - age) / AGE_BANDWIDTH) ** 2)
+        return weight * np.exp(-0.5 * ((ages - age) / AGE_BANDWIDTH) ** 2)
 
     def describe(self) -> str:
         """'0.40 over 72 h, down for 5 h'"""

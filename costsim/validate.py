@@ -407,9 +407,9 @@ def _recent_bins(shares: np.ndarray, states: list[ensemble.State | None] | None)
     fifths = np.clip(np.digitize(np.nan_to_num(shares), RECENT_BINS[1:-1]), 0, len(RECENT_BINS) - 2)
     if states is None:
         return np.where(np.isnan(shares), -1, fifths)
-    ages = len(RECENT_AGE_BINS_H) + 1
+    ages = len(RECENT_AGE_BINS_H) + 1   # a window's state always has its age (ensemble.state_before)
     keys = [-1 if state is None or np.isnan(share) else
-            (f * 2 + state.up) * ages + int(np.digitize(state.age_s / 3600.0, RECENT_AGE_BINS_H))
+            (f * 2 + state.up) * ages + int(np.digitize((state.age_s or 0.0) / 3600.0, RECENT_AGE_BINS_H))
             for share, state, f in zip(shares.tolist(), states, fifths.tolist())]
     return np.array(keys, dtype=int)
 
@@ -485,7 +485,7 @@ def validate_group_recent(workload: Workload, profile: Profile, offerings: list[
 
 def _mean_state(states: list) -> ensemble.State:
     """A bin's states (all the same, up or down) as one: their ages' mean in log(1 + hours), the kernel's measure."""
-    hours = np.expm1(np.mean([np.log1p(s.age_s / 3600.0) for s in states]))
+    hours = np.expm1(np.mean([np.log1p((s.age_s or 0.0) / 3600.0) for s in states]))
     return ensemble.State(up=states[0].up, age_s=float(hours * 3600.0))
 
 

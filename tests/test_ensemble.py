@@ -380,6 +380,11 @@ def test_a_recent_state_weighs_only_starts_in_that_state_and_most_those_of_like_
         assert starts.p[near & same].mean() > 2 * starts.p[~near & same].mean(), (up, age)
         blind = ensemble.conditioned_starts(market.groups[0], ensemble.Recent(share=0.5, past_s=past))
         assert blind is not None and np.all(blind.p[~same] > 0)   # told only the share: both states weigh
+        # the state without its age: the starts in that state weigh as told the share alone, the others nothing
+        unaged = ensemble.conditioned_starts(market.groups[0], ensemble.Recent(
+            share=0.5, past_s=past, state=ensemble.State(up=up, age_s=None)))
+        assert unaged is not None and np.all(unaged.p[~same] == 0)
+        assert unaged.p[same] == pytest.approx(blind.p[same] / blind.p[same].sum())
 
 
 def test_plan_with_the_recent_capacity_states_what_such_a_past_was_followed_by(run_cli, tmp_path, groups):
@@ -441,6 +446,12 @@ def test_plan_told_the_state_now_states_what_followed_that_state_and_plan_json_k
         stated[state] = best["p_deadline"]
     se = math.sqrt(sum(p * (1 - p) / 200 for p in stated.values())) or 1 / 200
     assert stated["up"] - stated["down"] > 4 * se, stated
+    unaged = tmp_path / "plan-unaged.json"
+    result = run_cli("plan", "--workload", "sdxl", "--gpu", "H200", "--nodes", "1", "--trials", "20",
+                     "--recent-share", "0.5", "--recent-state", "down", "--out", str(unaged))   # greedy meets it
+    assert result.exit_code == 0, result.stderr
+    assert "50% of the last 72 h had spot, down now" in " ".join(result.stdout.split())
+    assert json.loads(unaged.read_text())["prediction"]["market"]["recent"]["state"] == {"up": False, "age_s": None}
     out = tmp_path / "plan-up.json"
     doc = json.loads(out.read_text())
     assert doc["prediction"]["market"]["recent"]["state"] == {"up": True, "age_s": 86400.0}

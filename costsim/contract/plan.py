@@ -346,9 +346,11 @@ def _prediction(f: Fields) -> Prediction:
 
 
 def _state(f: Fields) -> dict:
-    """prediction.market.recent.state: {up: whether the market had capacity at the last look, age_s: since when}."""
+    """prediction.market.recent.state: {up: whether the market had capacity at the last look, age_s: since when
+    (null: not known)}."""
     f.reject_unknown({"up", "age_s"})
-    return {"up": f.boolean("up"), "age_s": f.number("age_s", allow_zero=True)}
+    age = f.raw("age_s", None)
+    return {"up": f.boolean("up"), "age_s": None if age is None else f.number("age_s", allow_zero=True)}
 
 
 def _market(f: Fields) -> dict:
