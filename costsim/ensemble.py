@@ -42,6 +42,7 @@ from costsim.errors import InputError
 from costsim.io.specs import traces_in
 from costsim.market_fit import Span, family_mean_s, fit_outage_families, fit_weibull
 from costsim.sim.market import ArrayTimeline, HazardModel, Timeline, drawn_stretches, intersect
+from costsim.units import format_duration
 
 DEFAULT_REPLAY_SHARE = 0.5
 
@@ -74,11 +75,11 @@ class State:
         return {"up": self.up, "age_s": self.age_s}
 
     def describe(self, past_s: float) -> str:
-        """'down for 5 h'; an age of the whole past: 'down for 72 h or more'; no age: 'down'."""
+        """'down for 5.0h'; an age of the whole past: 'down for 3.0d or more'; no age: 'down'."""
         word = "up" if self.up else "down"
         if self.age_s is None:
             return word
-        return f"{word} for " + (f"{past_s / 3600:g} h or more" if self.age_s >= past_s else f"{self.age_s / 3600:.3g} h")
+        return f"{word} for {format_duration(min(self.age_s, past_s))}" + (" or more" if self.age_s >= past_s else "")
 
 
 @dataclass(frozen=True, slots=True)
