@@ -778,7 +778,7 @@ def _share(value) -> str:
 @click.option("--plot", type=PLOT, help="stated vs realised P(deadline) and reliability, PNG")
 @click.option("--recent-past", type=DURATION, help="judge plans told the recent capacity (costsim plan "
               "--recent-trace): each held-out window's share of this past with capacity, binned, one plan a bin; e.g. "
-              "72h (windows without that much past get the plan told nothing)")
+              "72h (windows without that much past are left out: without --recent-past they are judged)")
 @click.option("--recent-bandwidth", type=click.FloatRange(0, 1, min_open=True),
               help="with --recent-past: how alike two pasts' shares count (costsim plan's; default 0.1)")
 @click.option("--recent-state/--no-recent-state", default=None,
@@ -864,7 +864,9 @@ def validate_command(workload, gpus, policies_, nodes, deadline, risk, trials, s
                       if recent_state is not False else "")
                    + ", one plan a bin told the bin's mean; stated is the mean of the "
                    "windows' statements, chosen the plan for most windows (+N: others chose differently); if right "
-                   "is not judged." if recent_past else "")
+                   "is not judged; windows with less past than that cannot be told it and are left out "
+                   f"({sum(r.no_past for r in results)}, JSON: no_past; validate without --recent-past judges them)."
+                   if recent_past else "")
                 + _cut_short_note(results)))
             click.echo()
             click.echo(report.table(["stated P(finish by t)", "pairs", "mean stated", "realised"],

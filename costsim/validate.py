@@ -57,6 +57,7 @@ class GroupResult:
     windows: int                       # the windows judged (those that saw the deadline or the job's end)
     cut_short: int = 0                 # of them, those whose trace ended before the job: P(deadline) only
     not_judged: int = 0                # windows whose trace ended before the deadline and the job's end
+    no_past: int = 0                   # told the recent capacity: windows with less past than that, left out
     stated_p: float | None = None
     realised_p: float | None = None
     realised_se: float | None = None   # standard errors over blocks of overlapping windows (window_blocks)
@@ -112,6 +113,7 @@ class GroupResult:
         return {"group": self.group, "period": self.period, "chosen": self.chosen, "policy": self.policy,
                 "meets_target": self.meets_target,
                 "windows": self.windows, "cut_short": self.cut_short, "not_judged": self.not_judged,
+                "no_past": self.no_past,
                 "stated_p_deadline": self.stated_p, "realised_p_deadline": self.realised_p,
                 "realised_se": self.realised_se, "blocks": self.blocks, "p_error": self.p_error,
                 "cost_p10_p90": list(self.cost_band) if self.cost_band else None,
@@ -420,10 +422,11 @@ def validate_group_recent(workload: Workload, profile: Profile, offerings: list[
     """Plan without group `name` as a user who knows the recent capacity would: each held-out window's past
     share (the `past_s` before it) is binned (RECENT_BINS), with `state` its state just before it and that state's
     age too (RECENT_AGE_BINS_H), the market without the group is told each bin's mean share (and its state, and
-    its ages' mean in log(1 + hours)), and that plan's statement is judged on the bin's windows. Windows with no such past (a
-    bundle's that could not be stitched into one trace, the first days of a trace) are judged against the plan
-    that knows nothing of the past. The group's stated P(deadline) and mean cost are the means of its windows'
-    statements."""
+    its ages' mean in log(1 + hours)), and that plan's statement is judged on the bin's windows. Windows with no
+    such past (a bundle's that could not be stitched into one trace, the first `past_s` of a trace) cannot be told
+    it: they are left out (`no_past`; `validate_group` judges the plan told nothing on every window), where they
+    were judged against the plan told nothing, which mixed that plan's errors into these. The group's stated
+    P(deadline) and mean cost are the means of its windows' statements."""
     group_spec = next(g for g in spec.groups if g.name == name)
     held_out = ensemble.build_group(group_spec)
     without = spec.without(name)
@@ -444,17 +447,15 @@ def validate_group_recent(workload: Workload, profile: Profile, offerings: list[
     pairs: list[tuple[float, bool]] = []
     labels: dict[str, int] = {}
     replays: dict[tuple[int, float], tuple[list[ArrayTimeline], np.ndarray]] = {}
-    for b in np.unique(bins).tolist():
+    for b in np.unique(bins[bins >= 0]).tolist():
         members = np.flatnonzero(bins == b)
-        result = blind
-        if b >= 0:
-            told = ensemble.Recent(share=float(np.mean(shares[members])), past_s=past_s, bandwidth=bandwidth,
-                                   source=f"{name}'s windows", state=None if states is None else _mean_state(
-                                       [states[i] for i in members.tolist()]))
-            try:
-                result = plan(workload, profile, with_spec(offerings, ensemble.with_recent(without, told)), options)
-            except InputError:   # no window of the other groups has that much past: the blind plan
-                result = blind
+        told = ensemble.Recent(share=float(np.mean(shares[members])), past_s=past_s, bandwidth=bandwidth,
+                               source=f"{name}'s windows", state=None if states is None else _mean_state(
+                                   [states[i] for i in members.tolist()]))
+        try:
+            result = plan(workload, profile, with_spec(offerings, ensemble.with_recent(without, told)), options)
+        except InputError:   # no window of the other groups has that much past: the blind plan
+            result = blind
         chosen: Ranked = result.chosen or result.ranked[0]
         config, c = chosen.configured.config, chosen.configured.candidate
         stated = run_trials(config, options.trials, options.seed)
@@ -473,14 +474,21 @@ def validate_group_recent(workload: Workload, profile: Profile, offerings: list[
         pairs += reliability_pairs(stated.makespan_s, f, seen[members], deadline)
         labels[c.label] = labels.get(c.label, 0) + len(members)
     blocks = window_blocks(held_out, horizon_s, stride_s)
-    most = max(labels, key=lambda label: labels[label])
     c = chosen_blind.configured.candidate
+    has = bins >= 0
+    if not has.any():
+        return GroupResult(group=name, period=held_out.period, chosen=c.label, policy=c.policy,
+                           meets_target=chosen_blind.meets_target, windows=0, no_past=len(bins))
+    most = max(labels, key=lambda label: labels[label])
+    known, met_known = known[has], met_known[has]
     return GroupResult(
         group=name, period=held_out.period, chosen=most if len(labels) == 1 else f"{most} (+{len(labels) - 1} more)",
         policy=c.policy if len(labels) == 1 else None, meets_target=chosen_blind.meets_target,
-        stated_p=float(stated_p[met_known].mean()) if met_known.any() else None,
-        stated_cost_mean=float(stated_cost[known].mean()) if known.any() else None, pairs=pairs,
-        **_judged_figures(met, cost, cost_in, finish_in, scores, blocks, known, met_known))
+        stated_p=float(stated_p[has][met_known].mean()) if met_known.any() else None,
+        stated_cost_mean=float(stated_cost[has][known].mean()) if known.any() else None, pairs=pairs,
+        no_past=int(np.sum(~has)),
+        **_judged_figures(met[has], cost[has], cost_in[has], finish_in[has], scores[has], blocks[has], known,
+                          met_known))
 
 
 def _mean_state(states: list) -> ensemble.State:
