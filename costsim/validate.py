@@ -424,9 +424,9 @@ def validate_group_recent(workload: Workload, profile: Profile, offerings: list[
     age too (RECENT_AGE_BINS_H), the market without the group is told each bin's mean share (and its state, and
     its ages' mean in log(1 + hours)), and that plan's statement is judged on the bin's windows. Windows with no
     such past (a bundle's that could not be stitched into one trace, the first `past_s` of a trace) cannot be told
-    it: they are left out (`no_past`; `validate_group` judges the plan told nothing on every window), where they
-    were judged against the plan told nothing, which mixed that plan's errors into these. The group's stated
-    P(deadline) and mean cost are the means of its windows' statements."""
+    it: they are left out (`no_past`). Judging the plan told nothing there would count that plan's errors as the
+    told plans'; `validate_group` judges it on every window. The group's stated P(deadline) and mean cost are the
+    means of its windows' statements."""
     group_spec = next(g for g in spec.groups if g.name == name)
     held_out = ensemble.build_group(group_spec)
     without = spec.without(name)
