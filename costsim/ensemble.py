@@ -283,8 +283,9 @@ class Group:
 def recent_from_trace(path: str, past_s: float = DEFAULT_RECENT_PAST_S,
                       bandwidth: float = DEFAULT_RECENT_BANDWIDTH) -> Recent:
     """The recent capacity from a trace of the job's own market up to now (spot-traces' format, as
-    --market-trace takes): the share of its last `past_s` with capacity; from a multi-node count trace, that share
-    for every gang up to the most it counts (io.specs.load_trace: a gang of n has capacity where n could be had)."""
+    --market-trace takes): the share of its last `past_s` with capacity and its state at its end; from a multi-node
+    count trace, those for every gang up to the most it counts (io.specs.load_trace: a gang of n has capacity where
+    n could be had)."""
     from costsim.io.specs import trace_values
     trace = trace_values(path)
     needed = math.ceil(past_s / trace.gap_s - 1e-9)
@@ -294,11 +295,11 @@ def recent_from_trace(path: str, past_s: float = DEFAULT_RECENT_PAST_S,
                          f"{past_s / 3600:g} h; give a longer trace or a shorter --recent-past")
     shares, states = [], []
     for gang in range(1, (trace.counts or 1) + 1):
-        ticks = np.asarray(trace.as_gang(gang)[0][-needed:])
-        shares.append(float(np.mean(ticks == 0)))
-        changed = np.flatnonzero(ticks != ticks[-1])   # the last tick's state has held since the last change
-        run = len(ticks) - 1 - int(changed[-1]) if changed.size else len(ticks)
-        states.append(State(up=bool(ticks[-1] == 0), age_s=min(run * trace.gap_s, past_s)))
+        ticks = trace.as_gang(gang)[0][-needed:]
+        shares.append(float(np.mean(np.asarray(ticks) == 0)))
+        # its state now, read as a replayed window's at its start (state_before): the two sides of the kernel alike
+        window = _window(ticks, trace.gap_s, path, [], [], slide=False)
+        states.append(state_before(window, window.length_s, past_s))
     counted = trace.counts is not None
     return Recent(share=shares[0], past_s=past_s, bandwidth=bandwidth, source=path, state=states[0],
                   gang_shares=tuple(shares) if counted else (), gang_states=tuple(states) if counted else ())

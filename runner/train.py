@@ -156,7 +156,7 @@ class Trainer:
                 if warming is not None and warm_step.mode() == "restore":
                     warming.start(at="restore")
                 sizing = time.monotonic()
-                make_optimizer_state(self.built.optimizer)   # the optimizer's entries, made directly
+                make_optimizer_state(self.built.optimizer)   # made directly (training_state finds them kept)
                 optimizer_s = time.monotonic() - sizing
                 state = self.state()
                 sized_s = time.monotonic() - sizing
