@@ -15,6 +15,10 @@
 #   FP8_COMPILE=model: not compiled within 450 s on 2026-12-03; FP8_BASELINE=1: bf16 first, which runs out of memory
 #   under compile=blocks at 16 x 4), then the manifest CRC comparison (scripts/bench_checkpoint.py --notice 4: read
 #   back after the write, or while writing, in the order A B B A).
+# SET=sdpa: one GPU, cuDNN's attention against the default (flash) at 16 under compile=blocks, in the order A B A B
+#   (each row its own process, the compile cache shared by the rows of one backend), then the fastest configuration
+#   (compile=model at 16 x 4, an empty cache: about 280 s to its first step) with cuDNN's attention, the time left
+#   allowing; SDPA_MODEL=auto: that row with the default backend instead (the same machine's reference)
 # Every row is its own process with a timeout; each lane stops starting rows at its deadline.
 # Results: $OUT/bench_sdxl.jsonl, the table in $OUT/bench_sdxl.txt. Wheels for simpy/diffusers/
 # importlib_metadata come in .whl/; torchao for SET=fp8 in .whl-fp8/ (an older one in .whl-fp8/alt for an older torch).
@@ -133,12 +137,27 @@ channels_last() {
   TORCHINDUCTOR_CACHE_DIR=/tmp/inductor-model16-cl row 0 480 runner --batch 16 $g --runtime channels_last=true
 }
 
+sdpa() {   # on Hopper, cuDNN's fused attention is 1.7-2.3x FlashAttention-2's for training shapes (transformers
+  # PR 48163, 2026-08); torch's default order still puts flash first. Eager at 8 it was 0.98x (2026-11-29)
+  local c=/tmp/inductor g="--runtime gc_every=50 --runtime expandable_segments=true"
+  row 0 60 peak
+  for round in 1 2; do
+    TORCHINDUCTOR_CACHE_DIR=$c-blocks-auto row 0 150 runner --batch 16 --runtime compile=blocks $g
+    TORCHINDUCTOR_CACHE_DIR=$c-blocks-cudnn row 0 150 runner --batch 16 --runtime compile=blocks $g --runtime sdpa=cudnn
+    [[ $round == 1 && -n ${SDPA_ONCE:-} ]] && break
+  done
+  local backend=${SDPA_MODEL:-cudnn}
+  TORCHINDUCTOR_CACHE_DIR=$c-model-$backend row 0 480 runner --batch 16 --accumulation 4 --runtime compile=model $g \
+    --runtime sdpa="$backend"
+}
+
 export -f row; export START BUDGET STEPS RESULTS OUT CONFIG
 if [[ "$SET" == next ]]; then next0 & next1 & wait
 elif [[ "$SET" == fp8 ]]; then fp8
 elif [[ "$SET" == accum ]]; then accum
 elif [[ "$SET" == fp8large ]]; then fp8large
 elif [[ "$SET" == cl ]]; then channels_last
+elif [[ "$SET" == sdpa ]]; then sdpa
 else lane0 & lane1 & wait; fi
 cp "$RESULTS" /tmp/bench_sdxl.jsonl   # a follow-up call on the same (warm) machine reads it; $OUT is emptied
 python3 scripts/bench_sdxl.py report "$RESULTS" | tee "$OUT/bench_sdxl.txt"
