@@ -19,7 +19,7 @@ from costsim import checkpoint as ckpt
 from costsim import ensemble
 from costsim.errors import InputError, ModelError
 from costsim.io.specs import ema_enabled
-from costsim.montecarlo import SimConfig, run_many, summarise
+from costsim.montecarlo import Samples, SimConfig, run_many, summarise
 from costsim.policies import POLICY_MARKETS
 from costsim.sim.job import JobParams
 from costsim.sim.market import HazardModel
@@ -68,6 +68,9 @@ class Ranked:
     stats: Stats
     meets_target: bool
     saving_vs_on_demand: float | None
+    # the trials `stats` summarises (run_trials(config, options.trials, options.seed)): what a caller judging
+    # the plan's bands needs, without drawing them again
+    samples: Samples | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -378,11 +381,11 @@ class _Simulator:
     def __init__(self, options: PlanOptions, progress):
         self.options, self.progress, self.events = options, progress, 0
 
-    def __call__(self, batch: list[Configured]) -> list[Stats]:
+    def __call__(self, batch: list[Configured]) -> list[Samples]:
         o = self.options
         samples = run_many([c.config for c in batch], o.trials, o.seed, jobs=o.jobs, progress=self.progress)
         self.events += sum(s.events for s in samples)
-        return [summarise(s) for s in samples]
+        return samples
 
 
 def _order(r: Ranked) -> tuple:
@@ -394,11 +397,12 @@ def _best_on_demand(ranked: list[Ranked]) -> float | None:
     return min(costs) if costs else None
 
 
-def _rank(batch: list[Configured], stats: list[Stats], target: float, budget: float | None,
+def _rank(batch: list[Configured], samples: list[Samples], target: float, budget: float | None,
           reference: float | None = None) -> list[Ranked]:
+    stats = [summarise(s) for s in samples]
     meets = [st.p_deadline >= target - 1e-12 and (budget is None or st.cost_p90 <= budget) for st in stats]
-    ranked = [Ranked(configured=c, stats=st, meets_target=ok, saving_vs_on_demand=None)
-              for c, st, ok in zip(batch, stats, meets)]
+    ranked = [Ranked(configured=c, stats=st, meets_target=ok, saving_vs_on_demand=None, samples=s)
+              for c, st, ok, s in zip(batch, stats, meets, samples)]
     best_od = reference if reference is not None else _best_on_demand(ranked)
     if best_od:
         ranked = [replace(r, saving_vs_on_demand=1.0 - r.stats.cost_mean / best_od) for r in ranked]

@@ -7,11 +7,13 @@ simulated)."""
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from costsim import io
 from costsim.catalog import offerings_for
 from costsim.io.catalog import load_catalog
+from costsim.montecarlo import run_trials, summarise
 from costsim.planner import PlanOptions, group_key, plan
 
 WORKLOADS = sorted((Path(__file__).resolve().parents[1] / "data" / "workloads").glob("*.yaml"))
@@ -45,3 +47,16 @@ def test_the_screen_keeps_the_choice_what_beats_the_safe_baseline_and_the_safe_a
             frontier.append(group_key(r.configured))
             fastest = r.stats.makespan_p50_s
     assert [g for g in frontier if g not in shown] == []
+
+
+def test_each_ranked_plan_keeps_the_trials_its_figures_summarise():
+    """`validate` judges a plan's bands on the plan's own trials (Ranked.samples) instead of drawing them again:
+    they are the draws run_trials makes for that configuration, and the row's figures are theirs."""
+    result = _plan(WORKLOADS[0], True)
+    assert len(result.ranked) > 1
+    for r in result.ranked[:3]:
+        assert r.samples is not None and summarise(r.samples) == r.stats
+    chosen = result.chosen or result.ranked[0]
+    again = run_trials(chosen.configured.config, TRIALS, 0)
+    assert np.array_equal(again.cost, chosen.samples.cost)
+    assert np.array_equal(again.makespan_s, chosen.samples.makespan_s)
