@@ -18,7 +18,8 @@
 # SET=sdpa: one GPU, cuDNN's attention against the default (flash) at 16 under compile=blocks, in the order A B A B
 #   (each row its own process, the compile cache shared by the rows of one backend), then the fastest configuration
 #   (compile=model at 16 x 4, an empty cache: about 280 s to its first step) with cuDNN's attention, the time left
-#   allowing; SDPA_MODEL=auto: that row with the default backend instead (the same machine's reference)
+#   allowing (skipped with less than 330 s left); SDPA_MODEL=auto: that row with the default backend instead (the
+#   same machine's reference); SDPA_MODEL_ONLY=1: that row alone; SDPA_ONCE=1: A B only
 # Every row is its own process with a timeout; each lane stops starting rows at its deadline.
 # Results: $OUT/bench_sdxl.jsonl, the table in $OUT/bench_sdxl.txt. Wheels for simpy/diffusers/
 # importlib_metadata come in .whl/; torchao for SET=fp8 in .whl-fp8/ (an older one in .whl-fp8/alt for an older torch).
@@ -141,12 +142,17 @@ sdpa() {   # on Hopper, cuDNN's fused attention is 1.7-2.3x FlashAttention-2's f
   # PR 48163, 2026-08); torch's default order still puts flash first. Eager at 8 it was 0.98x (2026-11-29)
   local c=/tmp/inductor g="--runtime gc_every=50 --runtime expandable_segments=true"
   row 0 60 peak
+  local round
   for round in 1 2; do
+    [[ -n ${SDPA_MODEL_ONLY:-} ]] && break
     TORCHINDUCTOR_CACHE_DIR=$c-blocks-auto row 0 150 runner --batch 16 --runtime compile=blocks $g
     TORCHINDUCTOR_CACHE_DIR=$c-blocks-cudnn row 0 150 runner --batch 16 --runtime compile=blocks $g --runtime sdpa=cudnn
-    [[ $round == 1 && -n ${SDPA_ONCE:-} ]] && break
+    [[ -n ${SDPA_ONCE:-} ]] && break
   done
-  local backend=${SDPA_MODEL:-cudnn}
+  local backend=${SDPA_MODEL:-cudnn} left=$(( START + BUDGET - $(date +%s) ))
+  if (( left < 330 )); then   # a cold whole-model compile would be cut: leave it to a call of its own
+    echo "skip (${left}s left, a cold whole-model row needs about 330): compile=model sdpa=$backend"; return
+  fi
   TORCHINDUCTOR_CACHE_DIR=$c-model-$backend row 0 480 runner --batch 16 --accumulation 4 --runtime compile=model $g \
     --runtime sdpa="$backend"
 }
