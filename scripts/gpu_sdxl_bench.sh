@@ -19,7 +19,8 @@
 #   (each row its own process, the compile cache shared by the rows of one backend), then the fastest configuration
 #   (compile=model at 16 x 4, an empty cache: about 280 s to its first step) with cuDNN's attention, the time left
 #   allowing (skipped with less than 330 s left); SDPA_MODEL=auto: that row with the default backend instead (the
-#   same machine's reference); SDPA_MODEL_ONLY=1: that row alone; SDPA_ONCE=1: A B only
+#   same machine's reference); SDPA_MODEL_ONLY=1: that row alone; SDPA_ONCE=1: A B only;
+#   SDPA_MODEL=none: without it; SDPA_BATCH: the A B rows' batch (default 16: 145 GB; 4 fits an 80 GB H100)
 # Every row is its own process with a timeout; each lane stops starting rows at its deadline.
 # Results: $OUT/bench_sdxl.jsonl, the table in $OUT/bench_sdxl.txt. Wheels for simpy/diffusers/
 # importlib_metadata come in .whl/; torchao for SET=fp8 in .whl-fp8/ (an older one in .whl-fp8/alt for an older torch).
@@ -140,16 +141,18 @@ channels_last() {
 
 sdpa() {   # on Hopper, cuDNN's fused attention is 1.7-2.3x FlashAttention-2's for training shapes (transformers
   # PR 48163, 2026-08); torch's default order still puts flash first. Eager at 8 it was 0.98x (2026-11-29)
-  local c=/tmp/inductor g="--runtime gc_every=50 --runtime expandable_segments=true"
+  local c=/tmp/inductor g="--runtime gc_every=50 --runtime expandable_segments=true" batch=${SDPA_BATCH:-16}
   row 0 60 peak
   local round
   for round in 1 2; do
     [[ -n ${SDPA_MODEL_ONLY:-} ]] && break
-    TORCHINDUCTOR_CACHE_DIR=$c-blocks-auto row 0 150 runner --batch 16 --runtime compile=blocks $g
-    TORCHINDUCTOR_CACHE_DIR=$c-blocks-cudnn row 0 150 runner --batch 16 --runtime compile=blocks $g --runtime sdpa=cudnn
+    TORCHINDUCTOR_CACHE_DIR=$c-blocks-auto row 0 150 runner --batch "$batch" --runtime compile=blocks $g
+    TORCHINDUCTOR_CACHE_DIR=$c-blocks-cudnn row 0 150 runner --batch "$batch" --runtime compile=blocks $g \
+      --runtime sdpa=cudnn
     [[ -n ${SDPA_ONCE:-} ]] && break
   done
   local backend=${SDPA_MODEL:-cudnn} left=$(( START + BUDGET - $(date +%s) ))
+  [[ $backend == none ]] && return
   if (( left < 330 )); then   # a cold whole-model compile would be cut: leave it to a call of its own
     echo "skip (${left}s left, a cold whole-model row needs about 330): compile=model sdpa=$backend"; return
   fi
