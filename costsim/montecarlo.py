@@ -2,7 +2,9 @@
 
 Trial i of every configuration draws its spot market from the stream seeded (seed, i), so two
 candidates on the same offering face the same capacity (their difference has less noise than
-either). Work spreads over processes by configuration; results do not depend on how.
+either). Configurations that would draw the very same capacity (one ensemble, gang size and horizon) are
+run together and build each trial's capacity once (`Shared`). Work spreads over processes by such batches;
+results do not depend on how.
 """
 
 from __future__ import annotations
@@ -52,15 +54,36 @@ class Samples:
     group_names: tuple[str, ...] = ()
 
 
-def timeline_for(config: SimConfig, seed: int, trial: int) -> tuple[Timeline, int]:
+# trial capacities already built, by share_key and trial: an ensemble's timelines are fixed once built
+# (ArrayTimeline), so every configuration that draws the same one may replay it
+Shared = dict[tuple, tuple[Timeline, int]]
+
+
+def share_key(config: SimConfig) -> tuple | None:
+    """Configurations with the same key draw the same capacity in every trial (an ensemble's draw depends on
+    the ensemble, the seed, the trial, the gang and the horizon, not on the policy or the job); None: not
+    shared (a drawn hazard's timeline is extended lazily as its trial goes, so it is the trial's own)."""
+    if config.traces or config.market is None or SPOT not in config.prices:
+        return None
+    return (id(config.market), config.nodes, config.params.horizon_s)
+
+
+def timeline_for(config: SimConfig, seed: int, trial: int, shared: Shared | None = None) -> tuple[Timeline, int]:
     """Trial `trial`'s spot capacity (a replayed trace, the ensemble's draw, a drawn hazard, or none at
-    all) and the index of the capacity group it came from (-1: no group)."""
+    all) and the index of the capacity group it came from (-1: no group); with `shared`, an ensemble's draw
+    is built once for every configuration of the same share_key."""
     if config.traces:
         ticks, gap_s = config.traces[trial % len(config.traces)]
         return TraceTimeline(list(ticks), gap_s), trial % len(config.traces)
     if config.market is not None and SPOT in config.prices:
-        return config.market.timeline(np.random.default_rng([seed, trial]), trial, config.nodes,
-                                      config.params.horizon_s)
+        if shared is None:
+            return config.market.timeline(np.random.default_rng([seed, trial]), trial, config.nodes,
+                                          config.params.horizon_s)
+        key = (share_key(config), trial)
+        if key not in shared:
+            shared[key] = config.market.timeline(np.random.default_rng([seed, trial]), trial, config.nodes,
+                                                 config.params.horizon_s)
+        return shared[key]
     if config.hazard is not None:
         return HazardTimeline(config.hazard, np.random.default_rng([seed, trial]), config.nodes), -1
     return Timeline(), -1
@@ -78,14 +101,14 @@ def trial_params(params: JobParams, seed: int, trial: int) -> JobParams:
 
 
 def run_trials(config: SimConfig, trials: int, seed: int, record_log: bool = False,
-               fast_forward: bool = True) -> Samples:
+               fast_forward: bool = True, shared: Shared | None = None) -> Samples:
     """Run `trials` trials of one configuration (fast_forward=False: every checkpoint cycle an event of its
-    own, the same outcomes; costsim.sim.job.Job)."""
+    own, the same outcomes; costsim.sim.job.Job; `shared`: timeline_for's)."""
     policy = policies.get(config.policy)
     outcomes: list[TrialOutcome] = []
     groups = np.full(trials, -1)
     for i in range(trials):
-        timeline, groups[i] = timeline_for(config, seed, i)
+        timeline, groups[i] = timeline_for(config, seed, i, shared)
         outcomes.append(run_trial(trial_params(config.params, seed, i), policy, timeline, config.prices,
                                   record_log=record_log, fast_forward=fast_forward))
     makespan = np.array([o.makespan_s for o in outcomes])
@@ -154,26 +177,57 @@ def summarise(samples: Samples) -> Stats:
     )
 
 
-def _run_one(args: tuple[SimConfig, int, int]) -> Samples:
-    config, trials, seed = args
-    return run_trials(config, trials, seed)
+def _run_batch(args: tuple[list[SimConfig], int, int]) -> list[Samples]:
+    """Trials of configurations of one share_key (or one configuration), each trial's capacity built once."""
+    configs, trials, seed = args
+    shared: Shared = {}
+    return [run_trials(config, trials, seed, shared=shared) for config in configs]
+
+
+def batches(configs: Sequence[SimConfig], jobs: int) -> list[list[int]]:
+    """The configurations' indexes, those of one share_key together (each other alone); the largest batches
+    halved until there are `jobs` of them, where they can be, so every process has work."""
+    keyed: dict[tuple, list[int]] = {}
+    out: list[list[int]] = []
+    for index, config in enumerate(configs):
+        key = share_key(config)
+        if key is None:
+            out.append([index])
+        else:
+            keyed.setdefault(key, []).append(index)
+    out += keyed.values()
+    while len(out) < jobs and max(len(b) for b in out) > 1:
+        largest = max(out, key=len)
+        out.remove(largest)
+        out += [largest[:len(largest) // 2], largest[len(largest) // 2:]]
+    return out
 
 
 def run_many(configs: Sequence[SimConfig], trials: int, seed: int, *, jobs: int | None = None,
              progress: Callable[[int, int], None] | None = None) -> list[Samples]:
-    """Trials of many configurations, spread over `jobs` processes (default: the CPU count)."""
+    """Trials of many configurations, spread over `jobs` processes (default: the CPU count) in batches that
+    build each trial's capacity once (`batches`); the results in the configurations' order."""
+    if not configs:
+        return []
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(configs)))
-    work = [(config, trials, seed) for config in configs]
-    results: list[Samples] = []
+    groups = batches(configs, jobs)
+    work = [([configs[i] for i in group], trials, seed) for group in groups]
+    results: list[Samples | None] = [None] * len(configs)
+    done = 0
+
+    def keep(group: list[int], samples: list[Samples]) -> None:
+        nonlocal done
+        for index, s in zip(group, samples):
+            results[index] = s
+        done += len(group)
+        if progress:
+            progress(done, len(configs))
+
     if jobs == 1:
-        for index, item in enumerate(work):
-            results.append(_run_one(item))
-            if progress:
-                progress(index + 1, len(work))
-        return results
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
-        for index, samples in enumerate(pool.map(_run_one, work)):
-            results.append(samples)
-            if progress:
-                progress(index + 1, len(work))
-    return results
+        for group, item in zip(groups, work):
+            keep(group, _run_batch(item))
+    else:
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            for group, samples in zip(groups, pool.map(_run_batch, work)):
+                keep(group, samples)
+    return [s for s in results if s is not None]

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
-from costsim import ensemble, policies
+from costsim import ensemble, montecarlo, policies
 from costsim.ensemble import GroupSpec, MarketSpec
 from costsim.market_fit import Span, fit_outage_families
 from costsim.montecarlo import SimConfig, run_trials, summarise
 from costsim.sim.job import JobParams
-from costsim.sim.market import ArrayTimeline, TraceTimeline, intersect
+from costsim.sim.market import ArrayTimeline, HazardModel, TraceTimeline, intersect
 from costsim.sim.trial import MarketPrice, run_trial
 from costsim.validate import crps, replay_timelines
 
@@ -86,6 +87,36 @@ def test_each_trial_faces_one_group_in_turn_and_the_stats_say_which_does_worst(g
     assert stats.p_deadline == pytest.approx(np.mean(list(stats.group_p_deadline.values())))
     again = run_trials(config, 60, seed=3)   # seeded: the same draws
     assert np.array_equal(samples.cost, again.cost)
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_configurations_drawing_the_same_capacity_build_it_once_and_get_what_each_would_alone(groups, jobs,
+                                                                                              monkeypatch):
+    """run_many batches the configurations of one ensemble, gang and horizon (share_key) and builds each trial's
+    capacity once for them: every configuration's trials are those it draws alone, whatever the batches and
+    processes; a drawn hazard's lazily extended timeline is never shared."""
+    market = ensemble.build(MarketSpec(name="t", groups=ensemble.groups_from_paths([str(groups)]), replay_share=0.5))
+    params = JobParams(work_s=3 * 3600, deadline_s=12 * 3600, checkpoint_interval_s=1800, checkpoint_s=30,
+                       changeover_s=300, horizon_s=48 * 3600)
+    prices = {"spot": MarketPrice(per_hour=1.0), "on-demand": MarketPrice(per_hour=3.0)}
+    configs = [SimConfig(params=params, policy=policy, prices=prices, market=market, nodes=nodes)
+               for nodes in (1, 2) for policy in ("spot-only", "greedy")]
+    configs.append(replace(configs[0], params=replace(params, checkpoint_interval_s=900)))
+    configs.append(SimConfig(params=params, policy="spot-only", prices=prices,
+                             hazard=HazardModel(mtbf_s=4 * 3600, wait_mean_s=1800)))
+    assert [sorted(b) for b in montecarlo.batches(configs, 1)] == [[5], [0, 1, 4], [2, 3]]
+    assert len(montecarlo.batches(configs, 4)) == 4 and len(montecarlo.batches(configs[:1], 4)) == 1
+    built = []
+    timeline = ensemble.MarketEnsemble.timeline
+    monkeypatch.setattr(ensemble.MarketEnsemble, "timeline", lambda self, *a: built.append(a[1:]) or timeline(self, *a))
+    together = montecarlo.run_many(configs, 40, seed=5, jobs=jobs)
+    if jobs == 1:   # in this process: once a trial for each gang size
+        assert sorted(built) == sorted((trial, nodes, params.horizon_s) for trial in range(40) for nodes in (1, 2))
+    for config, samples in zip(configs, together):
+        alone = run_trials(config, 40, seed=5)
+        assert np.array_equal(samples.cost, alone.cost) and np.array_equal(samples.makespan_s, alone.makespan_s)
+        assert np.array_equal(samples.group, alone.group)
+    assert not np.array_equal(together[0].cost, together[4].cost)   # the interval matters on the same capacity
 
 
 def test_outage_lengths_from_a_lognormal_choose_the_lognormal_and_recover_its_parameters():
