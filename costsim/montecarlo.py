@@ -177,11 +177,18 @@ def summarise(samples: Samples) -> Stats:
     )
 
 
-def _run_batch(args: tuple[list[SimConfig], int, int]) -> list[Samples]:
-    """Trials of configurations of one share_key (or one configuration), each trial's capacity built once."""
+def _run_batch(args: tuple[list[SimConfig], int, int],
+               each: Callable[[int, Samples], None] | None = None) -> list[Samples]:
+    """Trials of configurations of one share_key (or one configuration), each trial's capacity built once;
+    `each(i, samples)` after the i-th configuration's."""
     configs, trials, seed = args
     shared: Shared = {}
-    return [run_trials(config, trials, seed, shared=shared) for config in configs]
+    out: list[Samples] = []
+    for config in configs:
+        out.append(run_trials(config, trials, seed, shared=shared))
+        if each:
+            each(len(out) - 1, out[-1])
+    return out
 
 
 def batches(configs: Sequence[SimConfig], jobs: int) -> list[list[int]]:
@@ -215,19 +222,20 @@ def run_many(configs: Sequence[SimConfig], trials: int, seed: int, *, jobs: int 
     results: list[Samples | None] = [None] * len(configs)
     done = 0
 
-    def keep(group: list[int], samples: list[Samples]) -> None:
+    def keep(index: int, samples: Samples) -> None:
         nonlocal done
-        for index, s in zip(group, samples):
-            results[index] = s
-        done += len(group)
+        results[index] = samples
+        done += 1
         if progress:
             progress(done, len(configs))
 
-    if jobs == 1:
+    if jobs == 1:   # one configuration at a time, its progress as it comes
         for group, item in zip(groups, work):
-            keep(group, _run_batch(item))
+            _run_batch(item, lambda i, samples: keep(group[i], samples))
     else:
         with ProcessPoolExecutor(max_workers=jobs) as pool:
-            for group, samples in zip(groups, pool.map(_run_batch, work)):
-                keep(group, samples)
-    return [s for s in results if s is not None]
+            for group, batch in zip(groups, pool.map(_run_batch, work)):
+                for index, samples in zip(group, batch):
+                    keep(index, samples)
+    assert all(r is not None for r in results), "a configuration without its trials"
+    return [r for r in results if r is not None]
