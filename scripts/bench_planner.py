@@ -8,7 +8,9 @@ Prints, from one run on this machine:
   2. wall time of `plan` on the SDXL workload as trials and the shortlist grow;
   3. the stability of the chosen plan's P90 makespan and P90 cost: the distribution-free 95%
      confidence interval of each quantile (binomial order statistics) at the default trials, and
-     the spread of the P90 over independent seeds.
+     the spread of the P90 over independent seeds;
+  4. the H200 spot candidates' trials with each trial's capacity built once for the candidates that draw
+     the same (run_many's batches) against once for every candidate (run_trials each), alternating, one process.
 
 Usage: python scripts/bench_planner.py [--quick]
 """
@@ -24,8 +26,8 @@ import simpy
 
 from costsim import io
 from costsim.catalog import offerings_for
-from costsim.montecarlo import quantile, quantile_ci, run_trials
-from costsim.planner import PlanOptions, configure, plan
+from costsim.montecarlo import batches, quantile, quantile_ci, run_many, run_trials
+from costsim.planner import PlanOptions, configure, group_key, plan
 
 
 def bare_simpy_events_per_s(events: int) -> float:
@@ -117,6 +119,32 @@ def main() -> None:
     print(f"P90 makespan over seeds: mean {makespans.mean() / 3600:.2f} h, "
           f"relative sd {makespans.std(ddof=1) / makespans.mean():.1%}")
     print(f"P90 cost over seeds:     mean {costs.mean():.2f}, relative sd {costs.std(ddof=1) / costs.mean():.1%}")
+    shared_capacity(configured, 400 if args.quick else 1000, 2 if args.quick else 3)
+
+
+def shared_capacity(configured, trials: int, rounds: int) -> None:
+    """Section 4: one interval of every H200 spot group (the policies, runner settings and gang sizes of the
+    ensemble's offerings), trials with the capacity built once a batch against once a candidate."""
+    one: dict = {}
+    for c in configured:
+        if c.candidate.offering.gpu == "H200" and c.candidate.policy in ("greedy", "spot-only", "uniform-progress"):
+            one.setdefault(group_key(c), c)
+    configs = [c.config for c in one.values()]
+    print(f"\n== capacity built once for the candidates that draw the same ({len(configs)} H200 spot candidates in "
+          f"{len(batches(configs, 1))} batches, {trials} trials each, one process, alternating)")
+    ratios = []
+    for _ in range(rounds):
+        started = time.perf_counter()
+        each = [run_trials(config, trials, seed=0) for config in configs]
+        alone_s = time.perf_counter() - started
+        started = time.perf_counter()
+        together = run_many(configs, trials, seed=0, jobs=1)
+        shared_s = time.perf_counter() - started
+        same = all(np.array_equal(a.cost, b.cost) for a, b in zip(each, together))
+        ratios.append(shared_s / alone_s)
+        print(f"each candidate its own {alone_s:6.2f} s   shared {shared_s:6.2f} s   ({shared_s / alone_s:.2f}x)   "
+              f"the same trials: {same}")
+    print(f"median: {statistics.median(ratios):.2f}x")
 
 
 if __name__ == "__main__":
