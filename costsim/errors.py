@@ -14,6 +14,9 @@ class InputError(ValueError):
         self.message = message
         super().__init__(f"{self.source}: {message}" if _same(self.source, field) else f"{self.source}: {field}: {message}")
 
+    def __reduce__(self):   # raised in a worker process, it crosses back whole (the default passes one argument)
+        return (type(self), (self.source, self.field, self.message))
+
 
 def _same(source: str, field: str) -> bool:
     """A flag and its own field (`--backend`, `backend`): named once."""

@@ -26,7 +26,10 @@ before its job says whether the deadline was met only if it saw the deadline, an
 from __future__ import annotations
 
 import math
+import os
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Callable
 
 import numpy as np
@@ -524,15 +527,35 @@ def validate(workload: Workload, profile: Profile, offerings: list[Offering], op
     unknown = [g for g in names if g not in spec.group_names]
     if unknown:
         raise InputError("--group", "group", f"unknown {unknown[0]!r}; allowed: {', '.join(spec.group_names)}")
-    results = []
-    for index, name in enumerate(names):
-        results.append(validate_group_recent(workload, profile, offerings, spec, name, options, stride_s,
-                                             recent_past_s, recent_bandwidth, recent_state)
-                       if recent_past_s is not None else
-                       validate_group(workload, profile, offerings, spec, name, options, stride_s))
-        if progress:
-            progress(index + 1, len(names), name)
-    return results
+    one = partial(_validate_one, workload, profile, offerings, spec, stride_s=stride_s, recent_past_s=recent_past_s,
+                  recent_bandwidth=recent_bandwidth, recent_state=recent_state)
+    jobs = min(options.jobs or os.cpu_count() or 1, len(names))
+    if jobs == 1:   # one group at a time, each plan spread over the processes options.jobs allows
+        results = []
+        for index, name in enumerate(names):
+            results.append(one(name, options))
+            if progress:
+                progress(index + 1, len(names), name)
+        return results
+    # a process a group, each plan in it on one: the groups' work divides evenly where one plan's candidates
+    # do not (a few batches, montecarlo.batches), and no plan starts processes of its own; the same results
+    by_name: dict[str, GroupResult] = {}
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        futures = {pool.submit(one, name, replace(options, jobs=1)): name for name in names}
+        for future in as_completed(futures):
+            by_name[futures[future]] = future.result()
+            if progress:
+                progress(len(by_name), len(names), futures[future])
+    return [by_name[name] for name in names]
+
+
+def _validate_one(workload: Workload, profile: Profile, offerings: list[Offering], spec: MarketSpec, name: str,
+                  options: PlanOptions, *, stride_s: float, recent_past_s: float | None, recent_bandwidth: float,
+                  recent_state: bool) -> GroupResult:
+    if recent_past_s is not None:
+        return validate_group_recent(workload, profile, offerings, spec, name, options, stride_s, recent_past_s,
+                                     recent_bandwidth, recent_state)
+    return validate_group(workload, profile, offerings, spec, name, options, stride_s)
 
 
 def pooled(results: list[GroupResult]) -> dict:

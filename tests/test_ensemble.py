@@ -207,6 +207,16 @@ def test_validate_leaves_each_group_out_and_finds_the_promise_a_bad_zone_breaks(
     assert doc["honest_if_right_groups"] == sum(bool(g["if_right"]["honest"]) for g in doc["groups"])
     assert doc["pooled"]["groups"] == 3 and doc["reliability"]
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # a process a group (--jobs 2) or every group in this one, each plan on one process: the same figures
+    for jobs in ("1", "2"):
+        again = run_cli("validate", "--workload", "sdxl", "--gpu", "H200", "--policy", "spot-only", "--trials", "40",
+                        "--market", "traces", "--market-trace", str(groups), "--format", "json", "--jobs", jobs)
+        assert again.exit_code == 0 and again.json()["groups"] == doc["groups"]
+    # a plan's bad input, met in a group's process, still gives one line and exit 2
+    refused = run_cli("validate", "--workload", "sdxl", "--gpu", "H200", "--trials", "40", "--market", "traces",
+                      "--market-trace", str(groups), "--deadline", "10m", "--jobs", "2")
+    assert refused.exit_code == 2 and "--deadline: 10.0m is shorter" in refused.stderr
+    assert "Traceback" not in refused.stderr
     table = run_cli("validate", "--workload", "sdxl", "--gpu", "H200", "--policy", "spot-only", "--trials", "40",
                     "--market", "traces", "--market-trace", str(groups), "--group", "zones/bad")
     assert table.exit_code == 0 and "zones/bad" in table.stdout and "\npooled " in table.stdout
