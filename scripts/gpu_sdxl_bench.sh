@@ -140,7 +140,8 @@ channels_last() {
 }
 
 sdpa() {   # on Hopper, cuDNN's fused attention is 1.7-2.3x FlashAttention-2's for training shapes (transformers
-  # PR 48163, 2026-08); torch's default order still puts flash first. Eager at 8 it was 0.98x (2026-11-29)
+  # PR 48163, 2026-08); torch's default order still puts flash first. Eager at 8 it was 0.98x (2026-11-29); under
+  # compile=blocks at 4 on an H100 0.82-1.09x, inside that machine's drift (data/measurements/2026-12-05-h100-sdpa)
   local c=/tmp/inductor g="--runtime gc_every=50 --runtime expandable_segments=true" batch=${SDPA_BATCH:-16}
   row 0 60 peak
   local round
