@@ -75,14 +75,15 @@ def timeline_for(config: SimConfig, seed: int, trial: int, shared: Shared | None
     if config.traces:
         ticks, gap_s = config.traces[trial % len(config.traces)]
         return TraceTimeline(list(ticks), gap_s), trial % len(config.traces)
-    if config.market is not None and SPOT in config.prices:
+    market = config.market
+    if market is not None and SPOT in config.prices:
+        def draw() -> tuple[Timeline, int]:
+            return market.timeline(np.random.default_rng([seed, trial]), trial, config.nodes, config.params.horizon_s)
         if shared is None:
-            return config.market.timeline(np.random.default_rng([seed, trial]), trial, config.nodes,
-                                          config.params.horizon_s)
+            return draw()
         key = (share_key(config), trial)
         if key not in shared:
-            shared[key] = config.market.timeline(np.random.default_rng([seed, trial]), trial, config.nodes,
-                                                 config.params.horizon_s)
+            shared[key] = draw()
         return shared[key]
     if config.hazard is not None:
         return HazardTimeline(config.hazard, np.random.default_rng([seed, trial]), config.nodes), -1

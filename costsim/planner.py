@@ -70,7 +70,7 @@ class Ranked:
     saving_vs_on_demand: float | None
     # the trials `stats` summarises (run_trials(config, options.trials, options.seed)): what a caller judging
     # the plan's bands needs, without drawing them again
-    samples: Samples | None = field(default=None, repr=False, compare=False)
+    samples: Samples = field(repr=False, compare=False)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

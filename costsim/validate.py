@@ -38,7 +38,7 @@ from costsim import ensemble, policies
 from costsim.catalog import with_market
 from costsim.ensemble import Group, MarketSpec
 from costsim.errors import InputError
-from costsim.montecarlo import Samples, SimConfig, quantile, run_trials, trial_params
+from costsim.montecarlo import SimConfig, quantile, run_trials, trial_params
 from costsim.planner import PlanOptions, Ranked, plan
 from costsim.sim.market import ArrayTimeline, intersect
 from costsim.sim.trial import run_trial
@@ -334,7 +334,7 @@ def validate_group(workload: Workload, profile: Profile, offerings: list[Offerin
     chosen: Ranked = result.chosen or result.ranked[0]
     config = chosen.configured.config
     c = chosen.configured.candidate
-    stated = _stated(chosen, options)
+    stated = chosen.samples   # the plan's own trials
     timelines: list[ArrayTimeline] = []
     horizon_s = config.params.horizon_s
     if SPOT in config.prices:   # the group's windows as the chosen gang meets them
@@ -364,13 +364,6 @@ def validate_group(workload: Workload, profile: Profile, offerings: list[Offerin
         group=name, period=held_out.period, chosen=c.label, policy=c.policy, meets_target=chosen.meets_target,
         stated_p=stats.p_deadline, cost_band=cost_band, finish_band=finish_band, stated_cost_mean=stats.cost_mean,
         pairs=pairs, **figures, **ideal)
-
-
-def _stated(chosen: Ranked, options: PlanOptions) -> Samples:
-    """The trials behind a plan's statement: the plan's own, or (a plan that did not keep them) drawn again."""
-    if chosen.samples is not None:
-        return chosen.samples
-    return run_trials(chosen.configured.config, options.trials, options.seed)
 
 
 def _judged_figures(met: np.ndarray, cost: np.ndarray, cost_in: np.ndarray, finish_in: np.ndarray,
@@ -468,7 +461,7 @@ def validate_group_recent(workload: Workload, profile: Profile, offerings: list[
             result = blind
         chosen: Ranked = result.chosen or result.ranked[0]
         config, c = chosen.configured.config, chosen.configured.candidate
-        stated = _stated(chosen, options)
+        stated = chosen.samples
         key = (c.nodes, config.params.horizon_s)
         if key not in replays:   # every window, as the bins' plans' gangs meet them (the same for most bins)
             gang, draws = ensemble.for_gang(group_spec, c.nodes)
