@@ -87,11 +87,16 @@ def with_spot_models(offerings: list[Offering], fitted: dict[str, FittedSpotMode
 MARKET_MODES = ("ensemble", "traces", "fit")
 
 
-def with_market(offerings: list[Offering], mode: str, traces: tuple[str, ...] = ()) -> list[Offering]:
+def with_market(offerings: list[Offering], mode: str, traces: tuple[str, ...] = (),
+                home_weight: float = 1.0) -> list[Offering]:
     """The offerings' spot markets as asked: `ensemble` (the catalog's capacity groups, and `traces` as
     more groups), `traces` (only those groups), `fit` (the one fitted renewal model, as before the
-    ensemble)."""
+    ensemble); each offering's groups measured in its own region weigh `home_weight` times the others
+    (MarketSpec.at_home)."""
     from costsim.ensemble import DEFAULT_REPLAY_SHARE, MarketSpec, groups_from_paths
+    if not home_weight > 0:
+        raise InputError("--home-weight", "home-weight", f"got {home_weight:g}; allowed: a number > 0 (1 weighs "
+                         "every capacity group the same)")
     if mode not in MARKET_MODES:
         raise InputError("--market", "market", f"got {mode!r}; allowed: {', '.join(MARKET_MODES)}")
     if mode == "traces" and not traces:
@@ -114,5 +119,7 @@ def with_market(offerings: list[Offering], mode: str, traces: tuple[str, ...] = 
             market = MarketSpec(name="your traces", groups=extra, replay_share=share) if extra else None
         else:
             market = replace(base, groups=base.groups + extra, name=base.name + " + your traces") if extra else base
+        if market is not None:
+            market = market.at_home(o.region, home_weight)
         out.append(replace(o, spot_model=replace(model, market=market)))
     return out

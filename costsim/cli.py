@@ -44,6 +44,9 @@ def market_options(command):
                            help="your capacity traces (a file, a bundle FILE.json.gz, or a folder: one group each "
                            "file; 1-node 0/1 traces or multi-node count traces) as more groups of the ensemble (or "
                            "the only ones, with --market traces)")(command)
+    command = click.option("--home-weight", type=click.FloatRange(0, min_open=True), help="how many times more "
+                           "a capacity group measured in the offering's own region weighs than one from elsewhere "
+                           "(default 3, docs/model.md \"The job's region\"; 1: every group the same)")(command)
     return click.option("--market", type=click.Choice(MARKET_MODES),
                         help="where trials draw spot capacity from: ensemble (default: real windows of every "
                         "shipped capacity group and each group's fit, docs/model.md), traces (only --market-trace's), "
@@ -128,6 +131,15 @@ def _with_recent(offerings, flags: RecentFlags):
             if o.spot_model is not None and o.spot_model.market is not None else o for o in offerings]
 
 
+def _home_weight(weight: float | None, mode: str) -> float:
+    """--home-weight as given, else the default; refused where no ensemble weighs groups (--market fit)."""
+    from costsim.ensemble import DEFAULT_HOME_WEIGHT
+    if weight is not None and mode == "fit":
+        raise click.UsageError("--home-weight weighs the ensemble's capacity groups; --market fit (or --spot-model) "
+                               "draws from one fitted model")
+    return DEFAULT_HOME_WEIGHT if weight is None else weight
+
+
 def _market_mode(market: str | None, traces, spot_model) -> str:
     """--market as given, else fit with --spot-model (its fit replaces the ensemble), else ensemble."""
     if spot_model and market not in (None, "fit"):
@@ -210,7 +222,7 @@ def planning_options(command):
 @output_options
 @wide_option
 def plan_command(workload, deadline, budget, risk, trials, seed, profile_ref, gpus, policies_, nodes, shortlist,
-                 no_screen, jobs, out, plot, spot_model, market, market_traces, recent,
+                 no_screen, jobs, out, plot, spot_model, market, market_traces, home_weight, recent,
                  catalog_ref, fmt, wide):
     """Rank ways to run a training job by cost and deadline risk; write the best as plan.json.
 
@@ -223,7 +235,7 @@ def plan_command(workload, deadline, budget, risk, trials, seed, profile_ref, gp
                           nodes=tuple(nodes) or None)
     market = _market_mode(market, market_traces, spot_model)
     catalog = with_market(offerings_for(spec, tuple(gpus) or None, load_catalog(catalog_ref)), market,
-                          tuple(market_traces))
+                          tuple(market_traces), _home_weight(home_weight, market))
     catalog = _with_recent(catalog, recent)
     fitted = io.load_fitted_spot_models(spot_model) if spot_model else None
     offerings = with_spot_models(catalog, fitted) if fitted else catalog
@@ -268,7 +280,7 @@ def _print_plan(result, chosen, fmt, out, plot, wide=False):
     headers, rows, legend = report.plan_table(result, wide)
     click.echo(report.table(headers, rows, "table"))
     click.echo(report.wrap(legend))
-    for note in (report.recent_note(result), report.spot_note(result)):
+    for note in (report.home_note(result), report.recent_note(result), report.spot_note(result)):
         if note:
             click.echo(report.wrap(note))
     click.echo(report.wrap(f"{result.screened} candidates screened, {len(result.ranked)} simulated x {result.trials} "
@@ -378,7 +390,7 @@ def simulate_command(plan_file, workload, offering, nodes, variant, work_hours, 
                      checkpoint_stall, restart_cost, changeover, notice, preemption_mtbf, capacity_wait,
                      weibull_shape, traces, policy, on_demand_price, spot_price, owned_price, trials, seed, per_trial,
                      spot_model,
-                     more_traces, market, market_traces, recent, catalog_ref, fmt):
+                     more_traces, market, market_traces, home_weight, recent, catalog_ref, fmt):
     """Simulate one configuration many times: what-if questions and checks of the model.
 
     Example: costsim simulate --work-hours 48 --deadline 52h --checkpoint-interval 1h --changeover 6m
@@ -403,7 +415,7 @@ def simulate_command(plan_file, workload, offering, nodes, variant, work_hours, 
             "workload", "offering", "variant", "work_hours", "deadline", "checkpoint_interval", "checkpoint_cost",
             "checkpoint_stall", "restart_cost", "changeover", "notice", "preemption_mtbf", "capacity_wait",
             "weibull_shape", "policy", "on_demand_price", "spot_price", "owned_price", "nodes", "spot_model",
-            "market", "market_traces")
+            "market", "market_traces", "home_weight")
             if source(name) not in (None, click.core.ParameterSource.DEFAULT)]
         if clashing:
             raise click.UsageError(f"--plan replays the plan as chosen: {', '.join(clashing)} cannot change it "
@@ -424,10 +436,11 @@ def simulate_command(plan_file, workload, offering, nodes, variant, work_hours, 
             raise click.UsageError("--workload needs --offering (an id from `costsim catalog`)")
         spec = io.load_workload(workload)
         chosen = find_offering(offering, spec, load_catalog(catalog_ref))
-        if traces and (market or market_traces):
-            raise click.UsageError("--trace replays those traces one per trial; --market/--market-trace choose what "
-                                   "the trials draw from otherwise: give one or the other")
-        chosen = with_market([chosen], _market_mode(market, market_traces, spot_model), tuple(market_traces))[0]
+        if traces and (market or market_traces or home_weight is not None):
+            raise click.UsageError("--trace replays those traces one per trial; --market/--market-trace/--home-weight "
+                                   "choose what the trials draw from otherwise: give one or the other")
+        mode = _market_mode(market, market_traces, spot_model)
+        chosen = with_market([chosen], mode, tuple(market_traces), _home_weight(home_weight, mode))[0]
         chosen = _with_recent([chosen], recent)[0]
         if spot_model:
             chosen = with_spot_models([chosen], io.load_fitted_spot_models(spot_model))[0]
@@ -435,9 +448,9 @@ def simulate_command(plan_file, workload, offering, nodes, variant, work_hours, 
         if traces:   # the traces' capacity in place of the offering's spot model (they were ignored)
             config = replace(config, traces=load_traces(list(traces), nodes))
     else:
-        if market or market_traces:
-            raise click.UsageError("--market and --market-trace go with --workload/--offering (bare flags give "
-                                   "--preemption-mtbf or --trace)")
+        if market or market_traces or home_weight is not None:
+            raise click.UsageError("--market, --market-trace and --home-weight go with --workload/--offering (bare "
+                                   "flags give --preemption-mtbf or --trace)")
         missing = [f for f, v in (("--work-hours", work_hours), ("--deadline", deadline),
                                   ("--checkpoint-interval", checkpoint_interval)) if v is None]
         if missing:
@@ -789,7 +802,8 @@ def _share(value) -> str:
 @catalog_option
 @output_options
 def validate_command(workload, gpus, policies_, nodes, deadline, risk, trials, seed, stride, groups, replay_share,
-                     jobs, plot, recent_past, recent_bandwidth, recent_state, market, market_traces, catalog_ref, fmt):
+                     jobs, plot, recent_past, recent_bandwidth, recent_state, market, market_traces, home_weight,
+                     catalog_ref, fmt):
     """Leave each capacity group out, plan without it, replay the choice on its real windows: is the
     plan's P(deadline) and P10-P90 band true of capacity its market never saw?
 
@@ -813,6 +827,7 @@ def validate_command(workload, gpus, policies_, nodes, deadline, risk, trials, s
         if value is not None and not recent_past:
             raise click.UsageError(f"{flag} goes with --recent-past")
     results = validate(spec, profile, offerings, options, stride_s=stride, groups=tuple(groups) or None,
+                       home_weight=_home_weight(home_weight, market or "ensemble"),
                        progress=lambda done, total, name: report_progress(done, total), recent_past_s=recent_past,
                        recent_bandwidth=recent_bandwidth or DEFAULT_RECENT_BANDWIDTH,
                        recent_state=recent_state is not False)

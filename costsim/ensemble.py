@@ -49,13 +49,32 @@ DEFAULT_REPLAY_SHARE = 0.5
 
 @dataclass(frozen=True, slots=True)
 class GroupSpec:
-    """A group of capacity: a name, the period it saw, and its trace files (or bundles)."""
+    """A group of capacity: a name, the period it saw, its trace files (or bundles), and the cloud region it was
+    measured in where its name says (`region_of`; "": not known)."""
 
     name: str
     period: str
     paths: tuple[str, ...]
+    region: str = ""
 
 
+# A cloud zone in a name: AWS's us-west-2b (region us-west-2), GCP's us-central1-a (region us-central1).
+_ZONE = re.compile(r"(?<![a-z0-9])(?:([a-z]+-[a-z]+-[0-9]+)[a-z]|([a-z]+-[a-z]+[0-9]+)-[a-z])(?![a-z0-9])")
+
+
+def region_of(name: str) -> str:
+    """The region of the first cloud zone named in `name` (a group's or a trace file's: spot-traces name files
+    zone_gpu_nodes): 'us-west-2a_v100_1' -> 'us-west-2', 'us-central1-a' -> 'us-central1'; '' where none is."""
+    match = _ZONE.search(name)
+    return (match.group(1) or match.group(2)) if match else ""
+
+
+# How much more a capacity group measured in the job's own region weighs than one from elsewhere (MarketSpec.home):
+# zones of one region move together (the 2023 us-west-2 zones had capacity a quarter of the time, us-east-1's
+# four fifths), so the region's groups say more of the job's market. Chosen by leaving each group out
+# (docs/model.md, "The job's region"): 3 takes most of the gain that 10 gives while the other regions still
+# weigh, so a plan is no surer than the spread across its proxies; 1 weighs every group the same.
+DEFAULT_HOME_WEIGHT = 3.0
 DEFAULT_RECENT_PAST_S = 72 * 3600.0   # how far back the recent capacity looks (docs/model.md: why 72 h)
 DEFAULT_RECENT_BANDWIDTH = 0.1        # the kernel's width, in past share
 AGE_BANDWIDTH = 0.5                   # the state's age kernel's width, in log(1 + hours) (docs/model.md: not tuned)
@@ -159,6 +178,21 @@ class MarketSpec:
     groups: tuple[GroupSpec, ...]
     replay_share: float = DEFAULT_REPLAY_SHARE
     recent: Recent | None = None   # the job's recent capacity: replays weighed by their past (module doc)
+    # the region the job runs in ("": not known, or no group was measured there): its groups weigh home_weight
+    # times as much as the others
+    home: str = ""
+    home_weight: float = 1.0
+
+    def at_home(self, region: str, weight: float) -> MarketSpec:
+        """This market for a job in `region`: its groups measured there weigh `weight` times the others'; the
+        market as it is where none was (or the weight is 1), so jobs elsewhere share its trials' capacity."""
+        if weight == 1.0 or not any(g.region == region for g in self.groups):
+            return replace(self, home="", home_weight=1.0)
+        return replace(self, home=region, home_weight=weight)
+
+    def prior(self) -> np.ndarray:
+        """Each group's weight before the recent capacity weighs it: home_weight for the home region's, else 1."""
+        return np.array([self.home_weight if self.home and g.region == self.home else 1.0 for g in self.groups])
 
     def without(self, name: str) -> MarketSpec:
         """The market without one group: leave-one-group-out validation."""
@@ -172,8 +206,11 @@ class MarketSpec:
         return [g.name for g in self.groups]
 
     def as_dict(self) -> dict:
-        out = {"name": self.name, "replay_share": self.replay_share,
-               "groups": [{"name": g.name, "period": g.period, "traces": list(g.paths)} for g in self.groups]}
+        out: dict = {"name": self.name, "replay_share": self.replay_share,
+                     "groups": [{"name": g.name, "period": g.period, "traces": list(g.paths),
+                                 **({"region": g.region} if g.region else {})} for g in self.groups]}
+        if self.home:
+            out.update(home=self.home, home_weight=self.home_weight)
         return {**out, "recent": self.recent.as_dict()} if self.recent is not None else out
 
     @classmethod
@@ -181,9 +218,10 @@ class MarketSpec:
         """From plan.json's prediction.market (checked by costsim.contract.plan)."""
         recent = doc.get("recent")
         return cls(name=doc["name"], replay_share=float(doc["replay_share"]),
-                   groups=tuple(GroupSpec(name=g["name"], period=g["period"], paths=tuple(g["traces"]))
-                                for g in doc["groups"]),
-                   recent=Recent.from_dict(recent) if recent else None)
+                   groups=tuple(GroupSpec(name=g["name"], period=g["period"], paths=tuple(g["traces"]),
+                                          region=str(g.get("region", ""))) for g in doc["groups"]),
+                   recent=Recent.from_dict(recent) if recent else None, home=str(doc.get("home", "")),
+                   home_weight=float(doc.get("home_weight", 1.0)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -397,6 +435,8 @@ class MarketEnsemble:
     # with a recent capacity: its conditioning per gang size (one for every gang where no group counts instances:
     # each node of a 1-node trace's gang is weighed by one node's past)
     conditioned: dict[int, Conditioning] = field(default_factory=dict)
+    # the groups' cumulative weights where they do not all weigh the same (a job in a region: MarketSpec.home)
+    weighed: np.ndarray | None = None
 
     def conditioning(self, nodes: int) -> Conditioning | None:
         """The recent capacity's weights for a gang of `nodes` (None without one): a count group's windows
@@ -409,15 +449,16 @@ class MarketEnsemble:
         return self.conditioned[key]
 
     def group_of(self, trial: int, nodes: int = 1) -> int:
-        """The group trial `trial` faces: i mod G, or with a recent capacity in proportion to the groups'
-        weights (for a gang of `nodes`) by a low-discrepancy sequence (the same for every configuration:
-        common capacity)."""
+        """The group trial `trial` faces: i mod G, or where the groups weigh differently (the job's region, a
+        recent capacity for a gang of `nodes`) in proportion to their weights by a low-discrepancy sequence (the
+        same for every configuration: common capacity)."""
         return self._group_of(trial, self.conditioning(nodes))
 
     def _group_of(self, trial: int, told: Conditioning | None) -> int:
-        if told is None:
+        cumulative = told.cumulative if told is not None else self.weighed
+        if cumulative is None:
             return trial % len(self.groups)
-        return int(np.searchsorted(told.cumulative, (trial * GOLDEN) % 1.0, side="right"))
+        return int(np.searchsorted(cumulative, (trial * GOLDEN) % 1.0, side="right"))
 
     def timeline(self, rng: np.random.Generator, trial: int, nodes: int, horizon_s: float) -> tuple[Timeline, int]:
         """Trial `trial`'s capacity for a gang of `nodes`, and the index of the group it came from."""
@@ -542,7 +583,9 @@ def build(spec: MarketSpec) -> MarketEnsemble:
     if not spec.groups:
         raise InputError("--market-trace", "market", f"{spec.name}: the market has no capacity groups")
     groups = tuple(build_group(g) for g in spec.groups)
-    market = MarketEnsemble(spec=spec, groups=groups, names=tuple(g.name for g in groups))
+    prior = spec.prior()
+    market = MarketEnsemble(spec=spec, groups=groups, names=tuple(g.name for g in groups),
+                            weighed=_cumulative(prior) if np.ptp(prior) > 0 else None)
     market.conditioning(1)   # a recent capacity no window's past can be compared with stops the plan here
     return market
 
@@ -554,16 +597,21 @@ def _conditioning(spec: MarketSpec, groups: tuple[Group, ...], nodes: int) -> Co
         if group.counts_up_to is not None:   # weighed by the past of the gang its windows are read as
             group, _ = for_gang(group_spec, nodes)
         starts.append(conditioned_starts(group, spec.recent.at(group.gang)))
-    weights = np.array([s.weight if s is not None else 0.0 for s in starts])
+    weights = np.array([s.weight if s is not None else 0.0 for s in starts]) * spec.prior()
     if not weights.sum() > 0:
         hours = spec.recent.past_s / 3600
         raise InputError(spec.recent.source or "--recent-share", "recent",
                          f"no window of the market's long traces has {hours:g} h of capacity before it like the recent "
                          f"capacity ({spec.recent.describe()}): give a shorter --recent-past, or traces longer than it"
                          + (", or leave the state out" if spec.recent.state is not None else ""))
+    return Conditioning(starts=tuple(starts), cumulative=_cumulative(weights))
+
+
+def _cumulative(weights: np.ndarray) -> np.ndarray:
+    """Weights as the cumulative shares a uniform number is looked up in (the last exactly 1)."""
     cumulative = np.cumsum(weights / weights.sum())
     cumulative[-1] = 1.0
-    return Conditioning(starts=tuple(starts), cumulative=cumulative)
+    return cumulative
 
 
 def groups_from_paths(paths: list[str], period: str = "yours") -> tuple[GroupSpec, ...]:
@@ -573,10 +621,11 @@ def groups_from_paths(paths: list[str], period: str = "yours") -> tuple[GroupSpe
         p = Path(path)
         if p.is_dir():
             files = traces_in(p)
-            out += [GroupSpec(name=f"{p.name}/{_short(f.stem)}", period=period, paths=(str(f),)) for f in files]
+            out += [GroupSpec(name=f"{p.name}/{_short(f.stem)}", period=period, paths=(str(f),),
+                              region=region_of(f.stem)) for f in files]
         elif p.is_file():
             out.append(GroupSpec(name=_short(p.name.removesuffix(".gz").removesuffix(".json")), period=period,
-                                 paths=(str(p),)))
+                                 paths=(str(p),), region=region_of(p.name)))
         else:
             raise InputError(path, "file", "not found")
     return tuple(out)

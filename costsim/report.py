@@ -93,6 +93,21 @@ def recent_note(result) -> str | None:
     return None
 
 
+def home_note(result) -> str | None:
+    """Where an offering's region weighs its capacity groups more (MarketSpec.home): which, and how much."""
+    homes: dict[str, tuple[int, int, float]] = {}
+    for r in result.ranked:
+        market = r.configured.config.market
+        spec = market.spec if market is not None else None
+        if spec is not None and spec.home and spec.home not in homes:
+            homes[spec.home] = (sum(g.region == spec.home for g in spec.groups), len(spec.groups), spec.home_weight)
+    if not homes:
+        return None
+    said = "; ".join(f"{region}'s {n} of {total} weigh {weight:g}x" for region, (n, total, weight) in homes.items())
+    return (f"spot capacity groups measured in the offering's region weigh more ({said}; --home-weight, "
+            "docs/model.md).")
+
+
 def _percent(p: float, decimals: int) -> str:
     """71.8%, and 100% for a certainty (a column's widest cell would otherwise be 100.0%)."""
     return "100%" if p >= 1.0 else f"{100 * p:.{decimals}f}%"

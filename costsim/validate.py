@@ -324,12 +324,19 @@ def coverage_each(samples: np.ndarray, observed: np.ndarray, low: float = 0.1, h
     return np.where(width > 0, overlap / np.where(width > 0, width, 1.0), point)
 
 
-def validate_group(workload: Workload, profile: Profile, offerings: list[Offering], spec: MarketSpec, name: str,
-                   options: PlanOptions, stride_s: float) -> GroupResult:
-    """Plan without group `name`, replay the choice on its windows."""
+def without_group(spec: MarketSpec, name: str, home_weight: float) -> tuple[MarketSpec, ensemble.GroupSpec]:
+    """The market without group `name` for a job in that group's region (its groups measured there weigh
+    `home_weight` times the others, as a plan's offering's region does: MarketSpec.at_home), and the group."""
     group_spec = next(g for g in spec.groups if g.name == name)
+    return spec.without(name).at_home(group_spec.region, home_weight), group_spec
+
+
+def validate_group(workload: Workload, profile: Profile, offerings: list[Offering], spec: MarketSpec, name: str,
+                   options: PlanOptions, stride_s: float, home_weight: float = 1.0) -> GroupResult:
+    """Plan without group `name` (for a job in its region), replay the choice on its windows."""
+    without, group_spec = without_group(spec, name, home_weight)
     held_out = ensemble.build_group(group_spec)
-    result = plan(workload, profile, with_spec(offerings, spec.without(name)), options)
+    result = plan(workload, profile, with_spec(offerings, without), options)
     # what the plan chose; when nothing meets the target, its cheapest candidate: its figures are a promise too
     chosen: Ranked = result.chosen or result.ranked[0]
     config = chosen.configured.config
@@ -421,7 +428,7 @@ def _recent_bins(shares: np.ndarray, states: list[ensemble.State | None] | None)
 
 def validate_group_recent(workload: Workload, profile: Profile, offerings: list[Offering], spec: MarketSpec,
                           name: str, options: PlanOptions, stride_s: float, past_s: float,
-                          bandwidth: float, state: bool = True) -> GroupResult:
+                          bandwidth: float, state: bool = True, home_weight: float = 1.0) -> GroupResult:
     """Plan without group `name` as a user who knows the recent capacity would: each held-out window's past
     share (the `past_s` before it) is binned (RECENT_BINS), with `state` its state just before it and that state's
     age too (RECENT_AGE_BINS_H), the market without the group is told each bin's mean share (and its state, and
@@ -430,9 +437,8 @@ def validate_group_recent(workload: Workload, profile: Profile, offerings: list[
     it: they are left out (`no_past`). Judging the plan told nothing there would count that plan's errors as the
     told plans'; `validate_group` judges it on every window. The group's stated P(deadline) and mean cost are the
     means of its windows' statements."""
-    group_spec = next(g for g in spec.groups if g.name == name)
+    without, group_spec = without_group(spec, name, home_weight)
     held_out = ensemble.build_group(group_spec)
-    without = spec.without(name)
     blind = plan(workload, profile, with_spec(offerings, without), options)
     chosen_blind: Ranked = blind.chosen or blind.ranked[0]
     horizon_s = chosen_blind.configured.config.params.horizon_s   # the windows' starts; each plan its own length
@@ -509,9 +515,10 @@ def validate(workload: Workload, profile: Profile, offerings: list[Offering], op
              stride_s: float, groups: tuple[str, ...] | None = None,
              progress: Callable[[int, int, str], None] | None = None, recent_past_s: float | None = None,
              recent_bandwidth: float = ensemble.DEFAULT_RECENT_BANDWIDTH,
-             recent_state: bool = True) -> list[GroupResult]:
-    """Leave each capacity group out in turn (or only `groups`); with `recent_past_s`, each held-out window
-    told its own recent capacity over that past, and with `recent_state` its state then (validate_group_recent)."""
+             recent_state: bool = True, home_weight: float = 1.0) -> list[GroupResult]:
+    """Leave each capacity group out in turn (or only `groups`), each plan made for a job in the group's region
+    (`home_weight`: without_group); with `recent_past_s`, each held-out window told its own recent capacity over
+    that past, and with `recent_state` its state then (validate_group_recent)."""
     spec = market_of(offerings)
     if len(spec.groups) < 2:
         raise InputError("--market-trace", "market", f"{spec.name} has {len(spec.groups)} capacity group: leaving "
@@ -521,7 +528,7 @@ def validate(workload: Workload, profile: Profile, offerings: list[Offering], op
     if unknown:
         raise InputError("--group", "group", f"unknown {unknown[0]!r}; allowed: {', '.join(spec.group_names)}")
     one = partial(_validate_one, workload, profile, offerings, spec, stride_s=stride_s, recent_past_s=recent_past_s,
-                  recent_bandwidth=recent_bandwidth, recent_state=recent_state)
+                  recent_bandwidth=recent_bandwidth, recent_state=recent_state, home_weight=home_weight)
     jobs = min(options.jobs or os.cpu_count() or 1, len(names))
     if jobs == 1:   # one group at a time, each plan spread over the processes options.jobs allows
         results = []
@@ -544,11 +551,11 @@ def validate(workload: Workload, profile: Profile, offerings: list[Offering], op
 
 def _validate_one(workload: Workload, profile: Profile, offerings: list[Offering], spec: MarketSpec, name: str,
                   options: PlanOptions, *, stride_s: float, recent_past_s: float | None, recent_bandwidth: float,
-                  recent_state: bool) -> GroupResult:
+                  recent_state: bool, home_weight: float) -> GroupResult:
     if recent_past_s is not None:
         return validate_group_recent(workload, profile, offerings, spec, name, options, stride_s, recent_past_s,
-                                     recent_bandwidth, recent_state)
-    return validate_group(workload, profile, offerings, spec, name, options, stride_s)
+                                     recent_bandwidth, recent_state, home_weight)
+    return validate_group(workload, profile, offerings, spec, name, options, stride_s, home_weight)
 
 
 def pooled(results: list[GroupResult]) -> dict:

@@ -16,6 +16,10 @@ only, each group weighing the same as in the ensemble:
   log(1 + hours) (`ensemble.Recent.kernel`, width ensemble.AGE_BANDWIDTH): what a plan given a trace of its
   market up to now states (`costsim plan --recent-trace`).
 
+With `--home-weight W`, each way weighs the other groups measured in the held-out group's region W times the rest
+(what a plan for a job in that region states: costsim.ensemble.MarketSpec.at_home; 1, the default here, weighs
+every group the same, as the check did before the planner had it).
+
 Per group it prints the realised share and each statement's error (stated - realised); the per-group goal is
 |error| <= 0.05. A bundle's windows (the 2022 period) are stitched into the trace they were cut from
 (`io.specs.bundle_timeline`) and count where they have the past (947 of 1,000 with 24 h). It was the check before
@@ -23,6 +27,7 @@ the planner had it; `costsim plan --recent-trace` and `costsim validate --recent
 plans (docs/model.md).
 
     PYTHONPATH=. python3 scripts/recent_capacity_forecast.py [--past 24h] [--bandwidth 0.1] [--trials 200]
+        [--home-weight 3]
 """
 
 from __future__ import annotations
@@ -50,7 +55,11 @@ def main() -> None:
     parser.add_argument("--stride", default="6h", help="real windows start this far apart")
     parser.add_argument("--bandwidth", type=float, default=0.1, help="the kernel's width, in past share")
     parser.add_argument("--trials", type=int, default=200, help="the plan's trials (its figures, not its market)")
+    parser.add_argument("--home-weight", type=float, default=1.0,
+                        help="how many times more the held-out group's region's other groups weigh")
     args = parser.parse_args()
+    if not args.home_weight > 0:
+        sys.exit(f"recent_capacity_forecast: --home-weight {args.home_weight}: allowed a number > 0")
     try:
         past_s = parse_duration_s(args.past, source="--past", field="past")
         stride_s = parse_duration_s(args.stride, source="--stride", field="stride")
@@ -74,6 +83,7 @@ def main() -> None:
 
     # name -> (met, past share, up, state's age) of its windows with a past
     groups: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
+    regions = {g.name: g.region for g in market_of(offerings).groups}
     for group_spec in market_of(offerings).groups:
         group = ensemble.build_group(group_spec)
         starts = window_starts(group, horizon_s, stride_s)
@@ -94,15 +104,17 @@ def main() -> None:
     rows = []
     for name, (met, shares, ups, ages) in groups.items():
         others = [groups[o] for o in groups if o != name]
-        blind = float(np.mean([o[0].mean() for o in others]))
+        home = np.array([args.home_weight if regions[name] and regions[o] == regions[name] else 1.0
+                         for o in groups if o != name])
+        blind = float(np.average([o[0].mean() for o in others], weights=home))
         stated: dict[bool, list[float]] = {False: [], True: []}
         for share, up, age in zip(shares.tolist(), ups.tolist(), ages.tolist()):
             for with_state in (False, True):
                 told = ensemble.Recent(share=share, past_s=past_s, bandwidth=args.bandwidth,
                                        state=ensemble.State(up=up, age_s=age) if with_state else None)
                 num = den = 0.0
-                for m, s, u, a in others:
-                    kernel = told.kernel(s, u, a) / len(m)   # each group weighs the same
+                for (m, s, u, a), w in zip(others, home.tolist()):
+                    kernel = w * told.kernel(s, u, a) / len(m)   # each group weighs the same (but its region's)
                     num += float(np.sum(kernel * m))
                     den += float(np.sum(kernel))
                 stated[with_state].append(num / den if den > 0 else blind)

@@ -860,3 +860,85 @@ def test_a_group_without_preemptions_or_outages_gets_the_zero_event_fit(run_cli,
     result = run_cli("plan", "--workload", "sdxl", "--gpu", "H200", "--market", "traces", "--market-trace",
                      str(folder), "--trials", "40", "--out", str(tmp_path / "plan.json"))
     assert result.exit_code == 0, result.stderr
+
+
+def test_a_zone_names_its_region_and_a_jobs_region_weighs_its_groups_more(tmp_path):
+    """A group's region comes from the zone its name (or its file's) says; a market for a job in a region gives
+    that region's groups `home_weight` times the others' trials, by the same low-discrepancy sequence for every
+    configuration; a region with no group, or a weight of 1, leaves the market as it was (shared capacity)."""
+    for name, region in (("us-west-2a_v100_1", "us-west-2"), ("cbl-us-west-2a-v100-1000.json.gz", "us-west-2"),
+                         ("2023/us-east-1c", "us-east-1"), ("europe-west4-b_a100_1", "europe-west4"),
+                         ("us-central1-a", "us-central1"), ("us-east-1", ""), ("good_v100_1", "")):
+        assert ensemble.region_of(name) == region, name
+    folder = tmp_path / "zones"
+    folder.mkdir()
+    _trace(folder / "us-east-1a_v100_1.json", _pattern(up=100, down=1, length=3000))
+    _trace(folder / "us-east-1b_v100_1.json", _pattern(up=100, down=1, length=3000, seed=1))
+    _trace(folder / "us-west-2a_v100_1.json", _pattern(up=1, down=100, length=3000))
+    spec = MarketSpec(name="t", groups=ensemble.groups_from_paths([str(folder)]), replay_share=0.5)
+    assert [g.region for g in spec.groups] == ["us-east-1", "us-east-1", "us-west-2"]
+    assert spec.at_home("eu-north-1", 3.0) == spec and spec.at_home("us-west-2", 1.0) == spec
+    home = spec.at_home("us-west-2", 3.0)
+    assert (home.home, home.prior().tolist()) == ("us-west-2", [1.0, 1.0, 3.0])
+    assert MarketSpec.from_dict(home.as_dict()) == home   # plan.json keeps it
+    params = JobParams(work_s=3 * 3600, deadline_s=12 * 3600, checkpoint_interval_s=1800, checkpoint_s=30,
+                       changeover_s=300, horizon_s=48 * 3600)
+    config = SimConfig(params=params, policy="spot-only", prices={"spot": MarketPrice(per_hour=1.0)},
+                       market=ensemble.build(home))
+    trials = 500
+    samples = run_trials(config, trials, seed=3)
+    counts = np.bincount(samples.group, minlength=3)
+    expected = trials * home.prior() / home.prior().sum()   # 100, 100, 300
+    assert np.all(np.abs(counts - expected) <= 3), counts   # a low-discrepancy sequence: off by a few at most
+    stats = summarise(samples)
+    assert stats.group_p_deadline["zones/us-west-2a"] == 0.0 and stats.group_p_deadline["zones/us-east-1a"] == 1.0
+    assert stats.p_deadline == pytest.approx(counts[:2].sum() / trials, abs=0.01)   # about 2/5, not 2/3
+
+
+def test_plan_weighs_the_offerings_region_and_validate_the_held_out_groups(run_cli, tmp_path):
+    """The H200 spot offering is in us-east-1: its good us-east-1 zone weighs 3x by default, so spot-only states
+    more than with every group the same; plan.json says so and replays. validate plans each held-out group for a
+    job in its region: a bad us-west-2 zone, told its bad sibling, states closer to what its windows did."""
+    folder = tmp_path / "zones"
+    folder.mkdir()
+    _trace(folder / "us-east-1a_v100_1.json", _pattern(up=100, down=1, length=3000))
+    _trace(folder / "us-west-2a_v100_1.json", _pattern(up=1, down=100, length=3000))
+    _trace(folder / "us-west-2b_v100_1.json", _pattern(up=1, down=100, length=3000, seed=1))
+    stated = {}
+    for weight in ("1", "3"):
+        out = tmp_path / f"plan-{weight}.json"
+        result = run_cli("plan", "--workload", "sdxl", "--gpu", "H200", "--policy", "spot-only", "--nodes", "1",
+                         "--risk", "0.9", "--trials", "100", "--market", "traces", "--market-trace", str(folder),
+                         "--home-weight", weight, "--out", str(out), "--format", "json")
+        assert result.exit_code == 0, result.stderr
+        stated[weight] = result.json()["chosen"]["prediction"]["p_deadline"]
+        market = json.loads(out.read_text())["prediction"]["market"]
+        assert [g["region"] for g in market["groups"]] == ["us-east-1", "us-west-2", "us-west-2"]
+        assert (market.get("home"), market.get("home_weight")) == (
+            (None, None) if weight == "1" else ("us-east-1", 3.0))
+        replayed = run_cli("simulate", "--plan", str(out), "--format", "json")
+        assert replayed.exit_code == 0 and replayed.json()["deadline_met"] == stated[weight], replayed.stderr
+    # the good zone alone finishes: 1 of 3 groups, then 3 of 5 weights (each share of 100 trials, the sequence's)
+    assert stated["1"] == pytest.approx(1 / 3, abs=0.02) and stated["3"] == pytest.approx(3 / 5, abs=0.02)
+    table = run_cli("plan", "--workload", "sdxl", "--gpu", "H200", "--policy", "spot-only", "--nodes", "1",
+                    "--trials", "40", "--market", "traces", "--market-trace", str(folder), "--out",
+                    str(tmp_path / "p.json"))
+    assert "us-east-1's 1 of 3 weigh 3x" in " ".join(table.stdout.split())
+    errors = {}
+    for weight in ("1", "10"):
+        result = run_cli("validate", "--workload", "sdxl", "--gpu", "H200", "--policy", "spot-only", "--trials", "60",
+                         "--market", "traces", "--market-trace", str(folder), "--group", "zones/us-west-2b",
+                         "--home-weight", weight, "--format", "json")
+        assert result.exit_code == 0, result.stderr
+        group = result.json()["groups"][0]
+        assert group["realised_p_deadline"] == 0.0
+        errors[weight] = group["p_error"]
+    assert errors["1"] == pytest.approx(1 / 2, abs=0.05)   # told the good zone and the bad one alike
+    assert errors["10"] == pytest.approx(1 / 11, abs=0.05)   # its bad sibling weighs 10x
+    for args, says in ((("--home-weight", "0"), "--home-weight"),
+                       (("--home-weight", "2", "--market", "fit"), "--home-weight weighs the ensemble's"),
+                       (("--home-weight", "2", "--spot-model", str(folder / "us-east-1a_v100_1.json")),
+                        "--home-weight weighs the ensemble's")):
+        refused = run_cli("plan", "--workload", "sdxl", "--gpu", "H200", "--trials", "20", "--out",
+                          str(tmp_path / "p.json"), *args)
+        assert refused.exit_code == 2 and says in refused.stderr and "Traceback" not in refused.stderr, refused.stderr

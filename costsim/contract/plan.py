@@ -119,7 +119,8 @@ class Prediction:
     trials: int | None = None
     seed: int | None = None
     # the spot market the trials drew from: an ensemble's {name, replay_share, groups: [{name, period,
-    # traces}], recent: {share, past_s, bandwidth, source, state?: {up, age_s}, gang_shares?, gang_states?} when
+    # traces, region?}], home?, home_weight? (the job's region, whose groups weigh that many times the others),
+    # recent: {share, past_s, bandwidth, source, state?: {up, age_s}, gang_shares?, gang_states?} when
     # the plan was given the job's recent capacity} (costsim.ensemble.MarketSpec); null for one fitted model or no
     # spot market. state: whether the market had capacity at the last look and for how long (at most past_s);
     # gang_shares/gang_states: from a count trace, the share of the past in which 1, 2, ... instances could be had
@@ -315,19 +316,24 @@ def _spread(f: Fields) -> Spread:
                   p90=_optional_number(f, "p90"))
 
 
+def _share(f: Fields, key: str) -> float | None:
+    """A share of trials, from 0 to 1 (None where absent)."""
+    value = f.raw(key, None)
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1):
+        raise InputError(f.source, f.name(key), f"got {value!r}; expected a probability in [0, 1]")
+    return None if value is None else float(value)
+
+
 def _prediction(f: Fields) -> Prediction:
     _known(f, Prediction)
-    p_deadline = f.raw("p_deadline", None)
-    if p_deadline is not None and (isinstance(p_deadline, bool) or not isinstance(p_deadline, (int, float))
-                                   or not 0 <= p_deadline <= 1):
-        raise InputError(f.source, f.name("p_deadline"), f"got {p_deadline!r}; expected a probability in [0, 1]")
-    groups = f.mapping_of("group_p_deadline", None)
-    for name, value in groups.mapping.items():
-        groups.probability(name)
+    p_deadline = _share(f, "p_deadline")
+    groups = f.mapping_of("group_p_deadline", None)   # a group whose trials all miss has 0: a share, not a target
+    for name in groups.mapping:
+        _share(groups, name)
     worst = f.mapping_of("worst_group", None)
     if worst.mapping:
         worst.text("name")
-        worst.probability("p_deadline")
+        _share(worst, "p_deadline")
     return Prediction(
         market=_market(f.mapping_of("market")) if f.has("market") else None,
         step_time_spread=_optional_number(f, "step_time_spread"),
@@ -336,7 +342,7 @@ def _prediction(f: Fields) -> Prediction:
         step_time_s=f.number("step_time_s"), samples_per_s=f.number("samples_per_s"),
         makespan_s=_spread(f.mapping_of("makespan_s", None)),
         cost=_spread(f.mapping_of("cost")) if f.has("cost") else None,
-        p_deadline=None if p_deadline is None else float(p_deadline),
+        p_deadline=p_deadline,
         preemptions_mean=_optional_number(f, "preemptions_mean"), work_s=_optional_number(f, "work_s"),
         per_gpu_batch=f.number("per_gpu_batch", None, integer=True), accumulation=f.number("accumulation", 1, integer=True),
         checkpoint_save_s=_optional_number(f, "checkpoint_save_s"),
@@ -354,9 +360,11 @@ def _state(f: Fields) -> dict:
 
 
 def _market(f: Fields) -> dict:
-    """prediction.market: an ensemble's name, replay_share and groups, each {name, period, traces}."""
-    f.reject_unknown({"name", "replay_share", "groups", "recent"})
+    """prediction.market: an ensemble's name, replay_share and groups, each {name, period, traces, region (where
+    known)}; where the job's region weighs its groups more, home (the region) and home_weight."""
+    f.reject_unknown({"name", "replay_share", "groups", "recent", "home", "home_weight"})
     name, share = f.text("name"), f.probability("replay_share")
+    home = {"home": f.text("home"), "home_weight": f.number("home_weight")} if f.has("home") else {}
     recent = None
     if f.has("recent"):
         r = f.mapping_of("recent")
@@ -385,12 +393,13 @@ def _market(f: Fields) -> dict:
     out = []
     for index, item in enumerate(groups):
         g = Fields(f.source, item if isinstance(item, dict) else {}, f"{f.name('groups')}[{index}].")
-        g.reject_unknown({"name", "period", "traces"})
+        g.reject_unknown({"name", "period", "traces", "region"})
         traces = g.raw("traces")
         if not isinstance(traces, list) or not traces or not all(isinstance(t, str) for t in traces):
             raise InputError(f.source, g.name("traces"), "expected a list of trace paths")
-        out.append({"name": g.text("name"), "period": g.text("period"), "traces": list(traces)})
-    return {"name": name, "replay_share": share, "groups": out, **({"recent": recent} if recent else {})}
+        out.append({"name": g.text("name"), "period": g.text("period"), "traces": list(traces),
+                    **({"region": g.text("region")} if g.has("region") else {})})
+    return {"name": name, "replay_share": share, "groups": out, **home, **({"recent": recent} if recent else {})}
 
 
 def _profile(f: Fields) -> ProfileRef:

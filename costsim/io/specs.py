@@ -249,8 +249,8 @@ def _markets(f: Fields) -> dict:
             raise InputError(e.source, e.name("groups"), "expected a list of {period, traces}")
         for index, item in enumerate(raw):
             g = Fields(e.source, item if isinstance(item, dict) else {}, prefix=f"{e.name('groups')}[{index}].")
-            g.reject_unknown({"period", "traces", "name"})
-            period, named = g.text("period"), g.text("name", None)
+            g.reject_unknown({"period", "traces", "name", "region"})
+            period, named, region = g.text("period"), g.text("name", None), g.text("region", None)
             paths = g.raw("traces")
             if isinstance(paths, str):
                 paths = [paths]
@@ -265,7 +265,8 @@ def _markets(f: Fields) -> dict:
                                  "is a group a file): leave name out")
             for spec in made:
                 groups.append(replace(spec, name=f"{period}/{named or spec.name.split('/')[-1]}",
-                                      paths=tuple(_data_relative(p) for p in spec.paths)))
+                                      paths=tuple(_data_relative(p) for p in spec.paths),
+                                      region=region or spec.region))
         found[name] = MarketSpec(name=name, groups=tuple(groups), replay_share=share)
     return found
 
