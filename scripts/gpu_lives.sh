@@ -19,11 +19,14 @@ prepare_machine() {   # the wheels from .whl/ (scripts/device_wheels.sh makes th
   git log -1 --format=%h 2>/dev/null; python3 -c 'import torch, diffusers; print(torch.__version__, diffusers.__version__)'
 }
 
-every_8() {   # $1 a plan.json: its copy at $PLAN with an async checkpoint every 8 steps
-  python3 - "$1" "$PLAN" <<'PY'
+every_8() {   # $1 a plan.json: its copy at $PLAN with an async checkpoint every 8 steps; MICRO_BATCH (e.g. 4 on an
+  # H100, whose 80 GB the flagship's 8 outgrows) caps its micro-batch, the global batch kept by accumulation
+  python3 - "$1" "$PLAN" "${MICRO_BATCH:-}" <<'PY'
 import json, sys
 doc = json.load(open(sys.argv[1]))
 doc["checkpoint"].update(interval_steps=8, **{"async": True})
+if sys.argv[3]:
+    doc["prediction"]["per_gpu_batch"] = int(sys.argv[3])
 json.dump(doc, open(sys.argv[2], "w"), indent=1)
 PY
 }
