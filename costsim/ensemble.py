@@ -4,7 +4,8 @@ One renewal fit pooled over zones says a spot-only plan meets its deadline 93% o
 on the very zones it was fitted to, the plan meets it in 19% to 99% of windows depending on the zone
 (docs/model.md). Zones differ by days of outage, and a fit knows nothing of the periods and instance
 sizes it never saw. So a plan draws each trial's capacity from an ensemble of groups (a zone's trace,
-a period's windows), each group equally likely:
+a period's windows), each group equally likely, but those measured in the job's own region, which weigh
+`MarketSpec.home_weight` times as much (zones of a region move together):
 
 - replay (`replay_share` of the trials): a whole window of the group's real capacity, as it
   happened, from a random start (a long trace) or one of its windows (a bundle), so that day-long
