@@ -182,7 +182,9 @@ def plan_config(path: str) -> tuple[SimConfig, dict, list[str]]:
                                  minimum_s=billing.minimum_s if billing else price.minimum_s)
     # the market the plan's trials drew from, as the plan names it (not today's catalog's)
     drawn = ensemble.build(ensemble.MarketSpec.from_dict(p.market)) if p.market else None
-    if drawn is not None and rebuilt.market is not None and drawn.spec.groups != rebuilt.market.spec.groups:
+    def traces(spec: ensemble.MarketSpec) -> list:   # what capacity, not how it is labelled (a plan made before
+        return [(g.name, g.paths) for g in spec.groups]   # groups had regions names the same traces)
+    if drawn is not None and rebuilt.market is not None and traces(drawn.spec) != traces(rebuilt.market.spec):
         notes.append(f"the offering's capacity groups are {rebuilt.market.spec.name} now; the plan's were "
                      f"{drawn.spec.name}")
     config = replace(rebuilt, params=params, prices=prices, market=drawn)
