@@ -942,3 +942,10 @@ def test_plan_weighs_the_offerings_region_and_validate_the_held_out_groups(run_c
         refused = run_cli("plan", "--workload", "sdxl", "--gpu", "H200", "--trials", "20", "--out",
                           str(tmp_path / "p.json"), *args)
         assert refused.exit_code == 2 and says in refused.stderr and "Traceback" not in refused.stderr, refused.stderr
+    for args, says in ((("--plan", str(tmp_path / "plan-3.json")), "--home-weight cannot change it"),
+                       (("--workload", "sdxl", "--offering", "aws/us-east-1/p5en.48xlarge", "--trace", str(folder)),
+                        "give one or the other"),
+                       (("--work-hours", "4", "--deadline", "36h", "--checkpoint-interval", "1h"),
+                        "go with --workload/--offering")):
+        refused = run_cli("simulate", "--home-weight", "2", *args)
+        assert refused.exit_code == 2 and says in refused.stderr and "Traceback" not in refused.stderr, refused.stderr
