@@ -826,8 +826,9 @@ def validate_command(workload, gpus, policies_, nodes, deadline, risk, trials, s
                         ("--recent-state" if recent_state else "--no-recent-state", recent_state)):
         if value is not None and not recent_past:
             raise click.UsageError(f"{flag} goes with --recent-past")
+    home_weight = _home_weight(home_weight, market or "ensemble")
     results = validate(spec, profile, offerings, options, stride_s=stride, groups=tuple(groups) or None,
-                       home_weight=_home_weight(home_weight, market or "ensemble"),
+                       home_weight=home_weight,
                        progress=lambda done, total, name: report_progress(done, total), recent_past_s=recent_past,
                        recent_bandwidth=recent_bandwidth or DEFAULT_RECENT_BANDWIDTH,
                        recent_state=recent_state is not False)
@@ -841,7 +842,8 @@ def validate_command(workload, gpus, policies_, nodes, deadline, risk, trials, s
         click.echo(report.to_json({"groups": [r.as_dict() for r in results], "pooled": overall, "reliability": table,
                                    "goal": {"p_tolerance": P_TOLERANCE, "coverage": list(COVERAGE_BAND)},
                                    "honest_groups": len(honest), "within_noise_groups": len(noise),
-                                   "honest_if_right_groups": len(ideal), "judged_groups": len(judged)}))
+                                   "honest_if_right_groups": len(ideal), "judged_groups": len(judged),
+                                   "home_weight": home_weight}))
     else:
         rows = [[r.group, ("" if r.meets_target else "x ") + _short_label(r.chosen), r.windows,
                  _share(r.stated_p), _share(r.realised_p), f"{r.p_error:+.3f}" if r.p_error is not None else "",
@@ -857,7 +859,9 @@ def validate_command(workload, gpus, policies_, nodes, deadline, risk, trials, s
                                  "cost in", "finish in", "CRPS", "goal", "if right"], rows, fmt))
         if fmt == "table":
             click.echo(report.wrap(
-                "chosen: the plan's choice without the group (x: nothing met the target, so its cheapest candidate); "
+                "chosen: the plan's choice without the group (x: nothing met the target, so its cheapest candidate)"
+                + (f", made for a job in the group's region (the other groups measured there weigh {home_weight:g}x, "
+                   "--home-weight)" if home_weight != 1.0 else "") + "; "
                 f"stated: its P(deadline); realised: the share of the group's real "
                 f"windows ({format_duration(stride)} apart on a long trace) that met it; cost in / finish in: the "
                 f"share of realised costs and finishes inside the plan's P10-P90 (honest: 80%; one on an atom of the "

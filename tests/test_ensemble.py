@@ -930,6 +930,7 @@ def test_plan_weighs_the_offerings_region_and_validate_the_held_out_groups(run_c
                          "--market", "traces", "--market-trace", str(folder), "--group", "zones/us-west-2b",
                          "--home-weight", weight, "--format", "json")
         assert result.exit_code == 0, result.stderr
+        assert result.json()["home_weight"] == float(weight)
         group = result.json()["groups"][0]
         assert group["realised_p_deadline"] == 0.0
         errors[weight] = group["p_error"]
