@@ -45,8 +45,9 @@ def market_options(command):
                            "file; 1-node 0/1 traces or multi-node count traces) as more groups of the ensemble (or "
                            "the only ones, with --market traces)")(command)
     command = click.option("--home-weight", type=click.FloatRange(0, min_open=True), help="how many times more "
-                           "a capacity group measured in the offering's own region weighs than one from elsewhere "
-                           "(default 3, docs/model.md \"The job's region\"; 1: every group the same)")(command)
+                           "a capacity group measured in the job's own region (the offering's; in validate, the held-out "
+                           "group's) weighs than one from elsewhere (default 3, docs/model.md \"The job's region\"; 1: "
+                           "every group the same)")(command)
     return click.option("--market", type=click.Choice(MARKET_MODES),
                         help="where trials draw spot capacity from: ensemble (default: real windows of every "
                         "shipped capacity group and each group's fit, docs/model.md), traces (only --market-trace's), "
