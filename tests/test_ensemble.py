@@ -890,6 +890,9 @@ def test_a_zone_names_its_region_and_a_jobs_region_weighs_its_groups_more(tmp_pa
     counts = np.bincount(samples.group, minlength=3)
     expected = trials * home.prior() / home.prior().sum()   # 100, 100, 300
     assert np.all(np.abs(counts - expected) <= 3), counts   # a low-discrepancy sequence: off by a few at most
+    other = replace(config, policy="greedy", prices={"spot": MarketPrice(per_hour=1.0),
+                                                     "on-demand": MarketPrice(per_hour=3.0)})
+    assert np.array_equal(run_trials(other, trials, seed=3).group, samples.group)   # common capacity
     stats = summarise(samples)
     assert stats.group_p_deadline["zones/us-west-2a"] == 0.0 and stats.group_p_deadline["zones/us-east-1a"] == 1.0
     assert stats.p_deadline == pytest.approx(counts[:2].sum() / trials, abs=0.01)   # about 2/5, not 2/3
