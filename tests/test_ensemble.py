@@ -454,6 +454,10 @@ def test_plan_with_the_recent_capacity_states_what_such_a_past_was_followed_by(r
                       "state": {"up": True, "age_s": 86400.0}}   # up since before the past it looks at
     replayed = run_cli("simulate", "--plan", str(out), "--format", "json")   # the plan replays on its own market
     assert replayed.exit_code == 0, replayed.stderr
+    none = run_cli("plan", "--workload", "sdxl", "--gpu", "H200", "--trials", "40", "--recent-share", "0",
+                   "--recent-state", "down", "--out", str(out))   # no capacity at all lately: a share, and it reads back
+    assert none.exit_code == 0 and json.loads(out.read_text())["prediction"]["market"]["recent"]["share"] == 0.0
+    assert run_cli("simulate", "--plan", str(out)).exit_code == 0
     short = _trace(tmp_path / "short_v100_1.json", [0] * 10)
     for args, says in ((("--recent-trace", short), "short_v100_1.json: data: 10 ticks"),
                        (("--recent-trace", always_up, "--recent-share", "0.5"), "give one"),

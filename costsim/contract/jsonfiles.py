@@ -163,6 +163,16 @@ class Fields:
         value = self.raw(key, default)
         return value if value is default else parse_probability(value, source=self.source, field=self.name(key))
 
+    def share(self, key: str, default=...) -> float:
+        """A share from 0 to 1 inclusive (of trials, of time): where a probability (a target, a weight) must be
+        above 0, a share of none is a fact."""
+        value = self.raw(key, default)
+        if value is default:
+            return value
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+            raise InputError(self.source, self.name(key), f"got {value!r}; expected a share in [0, 1]")
+        return float(value)
+
     def boolean(self, key: str, default=...) -> bool:
         value = self.raw(key, default)
         if not isinstance(value, bool):

@@ -316,24 +316,16 @@ def _spread(f: Fields) -> Spread:
                   p90=_optional_number(f, "p90"))
 
 
-def _share(f: Fields, key: str) -> float | None:
-    """A share of trials, from 0 to 1 (None where absent)."""
-    value = f.raw(key, None)
-    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1):
-        raise InputError(f.source, f.name(key), f"got {value!r}; expected a probability in [0, 1]")
-    return None if value is None else float(value)
-
-
 def _prediction(f: Fields) -> Prediction:
     _known(f, Prediction)
-    p_deadline = _share(f, "p_deadline")
+    p_deadline = f.share("p_deadline", None)
     groups = f.mapping_of("group_p_deadline", None)   # a group whose trials all miss has 0: a share, not a target
     for name in groups.mapping:
-        _share(groups, name)
+        groups.share(name)
     worst = f.mapping_of("worst_group", None)
     if worst.mapping:
         worst.text("name")
-        _share(worst, "p_deadline")
+        worst.share("p_deadline")
     return Prediction(
         market=_market(f.mapping_of("market")) if f.has("market") else None,
         step_time_spread=_optional_number(f, "step_time_spread"),
@@ -369,7 +361,7 @@ def _market(f: Fields) -> dict:
     if f.has("recent"):
         r = f.mapping_of("recent")
         r.reject_unknown({"share", "past_s", "bandwidth", "source", "state", "gang_shares", "gang_states"})
-        recent = {"share": r.probability("share"), "past_s": r.number("past_s"), "bandwidth": r.number("bandwidth"),
+        recent = {"share": r.share("share"), "past_s": r.number("past_s"), "bandwidth": r.number("bandwidth"),
                   "source": r.text("source", "")}
         if r.has("state"):
             recent["state"] = _state(r.mapping_of("state"))
