@@ -19,8 +19,13 @@ prepare_machine() {   # the wheels from .whl/ (scripts/device_wheels.sh makes th
   git log -1 --format=%h 2>/dev/null; python3 -c 'import torch, diffusers; print(torch.__version__, diffusers.__version__)'
 }
 
-every_8() {   # $1 a plan.json: its copy at $PLAN with an async checkpoint every 8 steps; MICRO_BATCH (e.g. 4 on an
-  # H100, whose 80 GB the flagship's 8 outgrows) caps its micro-batch, the global batch kept by accumulation
+every_8() {   # $1 a plan.json: its copy at $PLAN with an async checkpoint every 8 steps; MICRO_BATCH caps its
+  # micro-batch, the global batch kept by accumulation (unset: 4 on a card under 100 GB, an H100, whose 80 GB the
+  # flagship's 8 outgrows; the plan's own elsewhere)
+  local mib
+  mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
+  if [[ -z ${MICRO_BATCH:-} ]] && (( mib < 100000 )); then MICRO_BATCH=4; fi
+  echo "micro-batch: ${MICRO_BATCH:-as planned} (GPU memory $mib MiB)"
   python3 - "$1" "$PLAN" "${MICRO_BATCH:-}" <<'PY'
 import json, sys
 doc = json.load(open(sys.argv[1]))

