@@ -28,13 +28,20 @@ def offerings_for(workload: Workload, gpus: tuple[str, ...] | None = None,
     offerings = cloud + owned
     wanted = gpus or workload.gpus
     if wanted:
-        known = {o.gpu for o in catalog} | {o.gpu for o in owned}
-        unknown = sorted(set(wanted) - known)
-        if unknown:
-            source, field = ("--gpu", "gpu") if gpus else (workload.source, "gpus")
-            raise InputError(source, field, f"unknown GPU {', '.join(unknown)}; allowed: {', '.join(sorted(known))}")
-        offerings = [o for o in offerings if o.gpu in wanted]
+        source, field = ("--gpu", "gpu") if gpus else (workload.source, "gpus")
+        named = gpu_names(wanted, {o.gpu for o in catalog} | {o.gpu for o in owned}, source, field)
+        offerings = [o for o in offerings if o.gpu in named]
     return offerings
+
+
+def gpu_names(names, known: set[str], source: str, field: str) -> set[str]:
+    """The GPU types named, spelled as the catalog spells them (h200 is H200); one not on offer is refused."""
+    spelled = {name.casefold(): name for name in known}
+    named = {spelled.get(name.casefold(), name) for name in names}
+    unknown = sorted(named - known)
+    if unknown:
+        raise InputError(source, field, f"unknown GPU {', '.join(unknown)}; allowed: {', '.join(sorted(known))}")
+    return named
 
 
 def find_offering(offering_id: str, workload: Workload | None = None, catalog: list[Offering] | None = None) -> Offering:

@@ -11,7 +11,15 @@ from pathlib import Path
 import click
 
 from costsim import io, report
-from costsim.catalog import MARKET_MODES, SENSITIVITY_ENDS, find_offering, offerings_for, with_market, with_spot_models
+from costsim.catalog import (
+    MARKET_MODES,
+    SENSITIVITY_ENDS,
+    find_offering,
+    gpu_names,
+    offerings_for,
+    with_market,
+    with_spot_models,
+)
 from costsim.cliparams import DURATION, DURATION_OR_ZERO, OUTPUT, OUTPUT_FOLDER, PLOT, POSITIVE, SEED
 from costsim.contract.telemetry import TELEMETRY
 from costsim.entry import run
@@ -21,7 +29,7 @@ from costsim.io.files import outside_shipped_data
 from costsim.planfile import plan_of, spot_model_name
 from costsim.planner import PlanOptions, plan
 from costsim.policies import POLICIES
-from costsim.units import format_duration
+from costsim.units import format_duration, format_probability
 from costsim.whatif import BareJob, bare_config, load_traces, summary, workload_config
 
 FORMATS = ["table", "json", "csv"]
@@ -258,7 +266,7 @@ def plan_command(workload, deadline, budget, risk, trials, seed, profile_ref, gp
         _print_sensitivity(_choice(result), sensitivity)
     if chosen is None:
         raise ModelError(
-            f"no candidate reaches P(deadline) >= {result.target:.2f}"
+            f"no candidate reaches P(deadline) >= {format_probability(result.target)}"
             + (f" within budget {budget}" if budget else "") + "; relax --deadline, --risk or --budget")
 
 
@@ -276,7 +284,7 @@ def _print_plan(result, chosen, fmt, out, plot, wide=False):
         return
     w = result.workload
     click.echo(f"{w.name}: {w.samples:,} samples, global batch {w.global_batch}, deadline "
-               f"{format_duration(result.deadline_s)}, P(deadline) >= {result.target:.2f}")
+               f"{format_duration(result.deadline_s)}, P(deadline) >= {format_probability(result.target)}")
     click.echo(f"profile {result.profile.id} ({result.profile.source})")
     headers, rows, legend = report.plan_table(result, wide)
     click.echo(report.table(headers, rows, "table"))
@@ -1087,10 +1095,8 @@ def catalog_command(gpu, import_dir, out, catalog_ref, fmt):
         raise click.UsageError("--out goes with --import")
     offerings = load_catalog(catalog_ref)
     if gpu:
-        known = sorted({o.gpu for o in offerings})
-        if gpu not in known:
-            raise InputError("--gpu", "gpu", f"unknown {gpu!r}; allowed: {', '.join(known)}")
-        offerings = [o for o in offerings if o.gpu == gpu]
+        named = gpu_names((gpu,), {o.gpu for o in offerings}, "--gpu", "gpu")
+        offerings = [o for o in offerings if o.gpu in named]
     records = [{"offering": o.id, "gpu": o.gpu, "gpus_per_node": o.gpus_per_node, "on_demand_per_h": o.on_demand_per_h,
                 "spot_per_h": o.spot_per_h, "spot_notice_s": o.spot_notice_s,
                 "spot_model": o.spot_model.name if o.spot_model else None, "provision_s": o.provision_s,

@@ -15,7 +15,7 @@ from tabulate import tabulate
 from costsim.planfile import spot_model_name
 from costsim.policies import POLICY_MARKETS
 from costsim.spec import SPOT
-from costsim.units import format_duration
+from costsim.units import format_duration, format_probability
 
 TABLE_WIDTH = 120   # what a default table fits; --wide shows every column
 
@@ -25,8 +25,10 @@ def plan_table(result, wide: bool = False) -> tuple[list[str], list[list], str]:
     checkpoint interval, the saving, throughput and preemptions and spells the headers out."""
     currency = result.ranked[0].configured.candidate.offering.currency if result.ranked else ""
     groups = any(r.stats.worst_group is not None for r in result.ranked)
+    unit, per = _finish_unit(max((r.stats.makespan_p90_s for r in result.ranked
+                                  if math.isfinite(r.stats.makespan_p90_s)), default=0.0))
     headers = ["", "offering", "GPUs", "policy", *(["ckpt"] if wide else []),
-               "finish h P10/50/90" if wide else "finish h", "cost" if not wide else f"mean cost {currency}",
+               f"finish {unit} P10/50/90" if wide else f"finish {unit}", "cost" if not wide else f"mean cost {currency}",
                "P10/50/90", "P(deadline)" if wide else "met", *(["worst group" if wide else "worst"] if groups else []),
                *(["saving", "samples/s", "preemptions"] if wide else [])]
     rows = []
@@ -43,7 +45,7 @@ def plan_table(result, wide: bool = False) -> tuple[list[str], list[list], str]:
         worst = s.worst_group_p_deadline
         rows.append([mark, c.offering.id, f"{c.offering.gpu} {c.offering.gpus_per_node}x{c.nodes}{runner}", c.policy,
                      *([format_duration(c.checkpoint_interval_s)] if wide else []),
-                     "/".join(_hours(v) for v in (s.makespan_p10_s, s.makespan_p50_s, s.makespan_p90_s)),
+                     "/".join(_short(v / per) for v in (s.makespan_p10_s, s.makespan_p50_s, s.makespan_p90_s)),
                      f"{s.cost_mean:,.2f}", "/".join(f"{v:,.0f}" for v in (s.cost_p10, s.cost_p50, s.cost_p90)),
                      _percent(s.p_deadline, 1), *([("" if worst is None else _percent(worst, 0))] if groups else []),
                      *([saving, f"{r.configured.step.samples_per_s:,.1f}", f"{s.preemptions_mean:.2f}"] if wide else [])])
@@ -72,9 +74,9 @@ def spot_note(result) -> str | None:
     s = cheapest.stats
     worst = (f", {_percent(s.worst_group_p_deadline, 0)} in its worst capacity group ({s.worst_group})"
              if s.worst_group is not None and s.worst_group_p_deadline is not None else "")
-    return (f"note: nothing that uses spot meets P(deadline) >= {result.target:.2f} for less than the choice: the "
-            f"cheapest, {cheapest.configured.candidate.label}, costs {s.cost_mean:,.2f} on average and meets the "
-            f"deadline in {_percent(s.p_deadline, 1)} of trials{worst}.")
+    return (f"note: nothing that uses spot meets P(deadline) >= {format_probability(result.target)} for less than "
+            f"the choice: the cheapest, {cheapest.configured.candidate.label}, costs {s.cost_mean:,.2f} on average "
+            f"and meets the deadline in {_percent(s.p_deadline, 1)} of trials{worst}.")
 
 
 def recent_note(result) -> str | None:
@@ -113,12 +115,17 @@ def _percent(p: float, decimals: int) -> str:
     return "100%" if p >= 1.0 else f"{100 * p:.{decimals}f}%"
 
 
-def _hours(seconds: float) -> str:
-    """Hours in at most 4 characters: 0.45, 4.7, 36, 144; never for an unfinished trial."""
-    if not math.isfinite(seconds):
+def _finish_unit(longest_s: float) -> tuple[str, float]:
+    """The finish column's unit: hours, or minutes or seconds for a job whose trials all end within the hour
+    (a CPU drill's 0.00/0.00/0.00 h said nothing)."""
+    return ("h", 3600.0) if longest_s >= 3600 else ("m", 60.0) if longest_s >= 60 else ("s", 1.0)
+
+
+def _short(value: float) -> str:
+    """A figure in at most 4 characters: 0.45, 4.7, 36, 144; never for an unfinished trial."""
+    if not math.isfinite(value):
         return "never"
-    hours = seconds / 3600.0
-    return f"{hours:.2f}" if hours < 1 else f"{hours:.1f}" if hours < 10 else f"{hours:.0f}"
+    return f"{value:.2f}" if value < 1 else f"{value:.1f}" if value < 10 else f"{value:.0f}"
 
 
 def candidate_record(r) -> dict:

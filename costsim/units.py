@@ -66,6 +66,12 @@ def format_duration(seconds: float) -> str:
     return f"{seconds / 86400:.1f}d"
 
 
+def format_probability(p: float) -> str:
+    """0.90, and as many digits as a smaller target needs: 0.001, not 0.00."""
+    text = f"{p:.2f}"
+    return text if abs(float(text) - p) < 1e-9 else f"{p:.3g}"
+
+
 def finite_or_none(value: float | None) -> float | None:
     """A number for JSON: inf and nan (a trial that never finished) become None."""
     return value if value is None or math.isfinite(value) else None

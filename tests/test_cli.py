@@ -1,6 +1,7 @@
 """The costsim commands as a user drives them: exit codes, output contracts, files written."""
 
 import json
+import re
 
 import pytest
 
@@ -144,6 +145,29 @@ def test_catalog_lists_dated_prices_and_filters_by_gpu(run_cli):
     table = run_cli("catalog")
     assert "prices read" in table.stdout and "p5.48xlarge" in table.stdout
     assert max(len(line) for line in table.stdout.splitlines()) <= 120
+
+
+def test_gpu_names_are_read_as_the_catalog_spells_them(run_cli, tmp_path):
+    lower = run_cli("catalog", "--gpu", "h100", "--format", "json").json()
+    assert lower and lower == run_cli("catalog", "--gpu", "H100", "--format", "json").json()
+    runs = [run_cli("plan", "--workload", "sdxl", "--gpu", gpu, *FAST, "--seed", "3", "--format", "json",
+                    "--out", str(tmp_path / f"{gpu}.json")).json()["chosen"]["resources"] for gpu in ("h200", "H200")]
+    assert runs[0] == runs[1] and runs[0]["gpu"] == "H200"
+    refused = run_cli("plan", "--workload", "sdxl", "--gpu", "A100", "--out", str(tmp_path / "x.json"))
+    assert refused.exit_code == 2 and "A100-40GB, A100-80GB" in refused.stderr   # ambiguous: the allowed names
+
+
+def test_plan_header_and_finish_column_fit_the_job(run_cli, tmp_path):
+    """A target of 0.001 is not printed as 0.00, and a CPU drill's finish is not 0.00/0.00/0.00 hours."""
+    risky = run_cli("plan", "--workload", "sdxl", "--risk", "0.999", *FAST, "--out", str(tmp_path / "r.json"))
+    assert "P(deadline) >= 0.001" in risky.stdout.splitlines()[0]
+    tiny = run_cli("plan", "--workload", "tiny", "--trials", "10", "--out", str(tmp_path / "t.json"))
+    header, row = tiny.stdout.splitlines()[2], next(li for li in tiny.stdout.splitlines() if li.startswith("*  "))
+    finish = json.loads((tmp_path / "t.json").read_text())["prediction"]["makespan_s"]["p50"]
+    unit, per = ("s", 1) if finish < 60 else ("m", 60)
+    assert f"finish {unit}" in header and "finish h" not in header
+    cell = re.split(r"\s{2,}", row)[4]   # mark, offering, GPUs, policy, finish P10/P50/P90
+    assert float(cell.split("/")[1]) == pytest.approx(finish / per, abs=0.5)
 
 
 def test_outputs_are_written_with_the_users_umask(run_cli, tmp_path):
