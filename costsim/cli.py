@@ -389,6 +389,8 @@ def _price_dates(result) -> str:
 @click.option("--spot-model", "spot_model", type=click.Path(dir_okay=False), help="a fitted spot model file "
               "(`costsim calibrate --market --out`): with --workload its entry for the offering, else its one model "
               "in place of --preemption-mtbf/--capacity-wait/--weibull-shape")
+@click.option("--plot", type=PLOT, help="draw the trials' finish times and costs (their distributions, the "
+              "deadline marked) to this PNG")
 @click.argument("more_traces", nargs=-1, type=click.Path())
 @market_options
 @recent_options
@@ -398,7 +400,7 @@ def simulate_command(plan_file, workload, offering, nodes, variant, work_hours, 
                      checkpoint_cost,
                      checkpoint_stall, restart_cost, changeover, notice, preemption_mtbf, capacity_wait,
                      weibull_shape, traces, policy, on_demand_price, spot_price, owned_price, trials, seed, per_trial,
-                     spot_model,
+                     spot_model, plot,
                      more_traces, market, market_traces, home_weight, recent, catalog_ref, fmt):
     """Simulate one configuration many times: what-if questions and checks of the model.
 
@@ -488,7 +490,11 @@ def simulate_command(plan_file, workload, offering, nodes, variant, work_hours, 
         if given and trials != len(traces):
             click.echo(f"note: {len(traces)} trace files set the trials: one each (--trials {trials} not used)", err=True)
         trials = len(traces)
-    doc = summary(config, trials, seed, per_trial)
+    doc = summary(config, trials, seed, per_trial or bool(plot))
+    if plot:
+        report.plot_trials(doc, _trials_title(plan_file, workload, offering, policy, traces, doc["trials"]), plot)
+        if not per_trial:
+            del doc["per_trial"]
     if fmt == "json":
         click.echo(report.to_json(doc))
         return
@@ -496,9 +502,9 @@ def simulate_command(plan_file, workload, offering, nodes, variant, work_hours, 
         _print_trials(doc["per_trial"], traces, fmt)
         if fmt == "csv":
             return
-    rows = [[label, *(_fmt(doc[k][q]) for q in ("mean", "p50", "p90"))]
+    rows = [[label, *(_fmt(doc[k][q]) for q in ("mean", "p10", "p50", "p90"))]
             for k, label in (("makespan_h", "finish (h)"), ("cost", "cost"))]
-    click.echo(report.table(["", "mean", "P50", "P90"], rows, fmt))
+    click.echo(report.table(["", "mean", "P10", "P50", "P90"], rows, fmt))
     if fmt == "table":
         met = round(doc["deadline_met"] * doc["trials"])
         click.echo(f"deadline met in {met} of {doc['trials']} trials ({100 * doc['deadline_met']:.1f}%)"
@@ -506,6 +512,13 @@ def simulate_command(plan_file, workload, offering, nodes, variant, work_hours, 
                    f"{doc['preemptions']:.2f} preemptions per trial; {doc['unfinished']} unfinished"
                    + (f"; {doc['past_trace_end']} ran past their trace's end, where the replay assumes no spot"
                       if doc.get("past_trace_end") else ""))
+
+
+def _trials_title(plan_file, workload, offering, policy, traces, trials) -> str:
+    """What the simulate plot shows: the plan, the workload on its offering, or the bare job; traces or a model."""
+    what = (f"plan {Path(plan_file).name}" if plan_file else f"{workload} on {offering}, {policy}" if workload
+            else f"bare job, {policy}")
+    return f"{what}: {trials} trials" + (" (one per trace file)" if traces else "")
 
 
 def _print_trials(trials: list[dict], traces: list[str], fmt: str) -> None:

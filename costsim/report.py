@@ -239,6 +239,41 @@ def plot_plan(result, path: str) -> None:
     plt.close(fig)
 
 
+def plot_trials(doc: dict, title: str, path: str) -> None:
+    """simulate's trials (its summary with `per_trial`): the share finished by each hour (unfinished trials
+    never reach 1) with the deadline marked, and the distribution of their costs with P10/P50/P90."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+    trials, deadline_h = doc["per_trial"], doc["deadline_h"]
+    n = len(trials)
+    finished = np.sort([t["makespan_h"] for t in trials if t["makespan_h"] is not None])
+    costs = np.sort([t["cost"] for t in trials])
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.5))
+    start = finished[:1] if len(finished) else np.array([0.0])   # the axis from the first finish, not from 0
+    left.step(np.concatenate([start, finished]), np.arange(len(finished) + 1) / n, where="post", c="tab:blue")
+    left.axvline(deadline_h, c="tab:gray", ls="--", label=f"deadline {deadline_h:g} h")
+    met = sum(t["met_deadline"] for t in trials) / n
+    left.axhline(met, c="tab:green", ls=":", label=f"met {100 * met:.1f}%")
+    left.set_xlabel("finish (h)")
+    left.set_ylabel("share of trials finished")
+    left.set_ylim(0, 1.02)
+    left.legend(loc="best")
+    right.hist(costs, bins=min(50, max(10, n // 20)), color="tab:blue", alpha=0.8)
+    for q, ls in (("p10", ":"), ("p50", "--"), ("p90", ":")):   # the table's figures
+        right.axvline(doc["cost"][q], c="k", ls=ls, lw=1, label=f"{q.upper()} {doc['cost'][q]:,.2f}")
+    right.set_xlabel("cost")
+    right.set_ylabel("trials")
+    right.legend()
+    for ax in (left, right):
+        ax.grid(alpha=0.3)
+    fig.suptitle(title)
+    fig.tight_layout()
+    save_figure(fig, path)
+    plt.close(fig)
+
+
 def save_figure(fig, path: str) -> None:
     """Save a figure atomically (temporary file in the same folder, then rename)."""
     from costsim.contract.jsonfiles import replacing

@@ -114,12 +114,13 @@ def summary(config: SimConfig, trials: int, seed: int, per_trial: bool) -> dict:
 
     def stat(values):
         mean = float(values.mean())
-        return {"mean": mean if math.isfinite(mean) else None,
+        return {"mean": mean if math.isfinite(mean) else None, "p10": _none_if_inf(quantile(values, 0.1)),
                 "p50": _none_if_inf(quantile(values, 0.5)), "p90": _none_if_inf(quantile(values, 0.9))}
 
     doc = {"makespan_h": stat(hours), "cost": stat(samples.cost), "deadline_met": float(samples.met.mean()),
            "trials": trials, "preemptions": float(samples.preemptions.mean()),
-           "unfinished": int((~np.isfinite(hours)).sum()), "events": samples.events}
+           "unfinished": int((~np.isfinite(hours)).sum()), "events": samples.events,
+           "deadline_h": config.params.deadline_s / 3600.0}
     if config.traces:   # trial i replays trace i mod n; past a trace's end it assumes no spot, which nobody saw
         ends = np.array([len(ticks) * gap_s for ticks, gap_s in config.traces])
         doc["past_trace_end"] = int(np.sum(samples.makespan_s > ends[np.arange(trials) % len(ends)]))

@@ -94,7 +94,10 @@ def test_simulate_bare_flags_json_contract(run_cli):
                      "--per-trial", "--format", "json")
     assert result.exit_code == 0, result.stderr
     doc = result.json()
-    assert set(doc["makespan_h"]) == {"mean", "p50", "p90"} and set(doc["cost"]) == {"mean", "p50", "p90"}
+    assert set(doc["makespan_h"]) == set(doc["cost"]) == {"mean", "p10", "p50", "p90"}
+    assert doc["makespan_h"]["p10"] <= doc["makespan_h"]["p50"] <= doc["makespan_h"]["p90"]
+    assert doc["cost"]["p10"] <= doc["cost"]["p50"] <= doc["cost"]["p90"]
+    assert doc["deadline_h"] == 14.0
     assert doc["trials"] == 200 and len(doc["per_trial"]) == 200
     assert set(doc["per_trial"][0]) == {"cost", "makespan_h", "met_deadline", "preemptions", "on_demand_from_h"}
     assert doc["deadline_met"] == pytest.approx(sum(t["met_deadline"] for t in doc["per_trial"]) / 200)
@@ -134,6 +137,20 @@ def test_simulate_table_output(run_cli):
                      "--policy", "on-demand", "--on-demand-price", "2", "--trials", "3")
     assert result.exit_code == 0
     assert "finish (h)" in result.stdout and "deadline met in 3 of 3 trials (100.0%)" in result.stdout
+    assert result.stdout.splitlines()[0].split() == ["mean", "P10", "P50", "P90"]
+
+
+def test_simulate_plots_its_trials_without_changing_what_it_prints(run_cli, tmp_path):
+    args = ("simulate", "--work-hours", "10", "--deadline", "14h", "--checkpoint-interval", "1h",
+            "--preemption-mtbf", "6h", "--policy", "spot-only", "--spot-price", "1", "--trials", "100",
+            "--format", "json")
+    plot = tmp_path / "trials.png"
+    plotted = run_cli(*args, "--plot", str(plot))
+    assert plotted.exit_code == 0, plotted.stderr
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert plotted.json() == run_cli(*args).json()   # no per-trial list unless --per-trial asks
+    refused = run_cli(*args, "--plot", str(tmp_path / "trials.txt"))
+    assert refused.exit_code == 2 and "--plot" in refused.stderr
 
 
 def test_catalog_lists_dated_prices_and_filters_by_gpu(run_cli):
