@@ -25,8 +25,9 @@ def plan_table(result, wide: bool = False) -> tuple[list[str], list[list], str]:
     checkpoint interval, the saving, throughput and preemptions and spells the headers out."""
     currency = result.ranked[0].configured.candidate.offering.currency if result.ranked else ""
     groups = any(r.stats.worst_group is not None for r in result.ranked)
-    unit, per = _finish_unit(max((r.stats.makespan_p90_s for r in result.ranked
-                                  if math.isfinite(r.stats.makespan_p90_s)), default=0.0))
+    finishes = [v for r in result.ranked for v in (r.stats.makespan_p10_s, r.stats.makespan_p50_s,
+                                                    r.stats.makespan_p90_s) if math.isfinite(v)]
+    unit, per = _finish_unit(max(finishes, default=0.0))
     headers = ["", "offering", "GPUs", "policy", *(["ckpt"] if wide else []),
                f"finish {unit} P10/50/90" if wide else f"finish {unit}", "cost" if not wide else f"mean cost {currency}",
                "P10/50/90", "P(deadline)" if wide else "met", *(["worst group" if wide else "worst"] if groups else []),

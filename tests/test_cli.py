@@ -185,6 +185,11 @@ def test_plan_header_and_finish_column_fit_the_job(run_cli, tmp_path):
     assert f"finish {unit}" in header and "finish h" not in header
     cell = re.split(r"\s{2,}", row)[4]   # mark, offering, GPUs, policy, finish P10/P50/P90
     assert float(cell.split("/")[1]) == pytest.approx(finish / per, abs=0.5)
+    # a table whose every P90 is never (a 4-node spot-only gang) still reads its P10 and P50 in hours
+    gang = run_cli("plan", "--workload", "sdxl", "--gpu", "H200", "--nodes", "4", "--policy", "spot-only", *FAST,
+                   "--seed", "0", "--out", str(tmp_path / "g.json")).stdout.splitlines()
+    rows = [re.split(r"\s{2,}", li)[4] for li in gang if li.startswith("x  ")]
+    assert "finish h" in gang[2] and rows and all(cell.endswith("/never") for cell in rows)
 
 
 def test_outputs_are_written_with_the_users_umask(run_cli, tmp_path):
