@@ -187,8 +187,9 @@ class MarketSpec:
 
     def at_home(self, region: str, weight: float) -> MarketSpec:
         """This market for a job in `region`: its groups measured there weigh `weight` times the others'; the
-        market as it is where none was (or the weight is 1), so jobs elsewhere share its trials' capacity."""
-        if weight == 1.0 or not any(g.region == region for g in self.groups):
+        market as it is where none was, the region is not known ("": a group whose name says no zone is not
+        measured in it) or the weight is 1, so jobs elsewhere share its trials' capacity."""
+        if weight == 1.0 or not region or not any(g.region == region for g in self.groups):
             return replace(self, home="", home_weight=1.0)
         return replace(self, home=region, home_weight=weight)
 

@@ -882,6 +882,8 @@ def test_a_zone_names_its_region_and_a_jobs_region_weighs_its_groups_more(tmp_pa
     spec = MarketSpec(name="t", groups=ensemble.groups_from_paths([str(folder)]), replay_share=0.5)
     assert [g.region for g in spec.groups] == ["us-east-1", "us-east-1", "us-west-2"]
     assert spec.at_home("eu-north-1", 3.0) == spec and spec.at_home("us-west-2", 1.0) == spec
+    unnamed = replace(spec, groups=(*spec.groups, replace(spec.groups[0], name="zones/good", region="")))
+    assert unnamed.at_home("", 3.0) == unnamed   # a held-out group of no known region favours no group
     home = spec.at_home("us-west-2", 3.0)
     assert (home.home, home.prior().tolist()) == ("us-west-2", [1.0, 1.0, 3.0])
     assert MarketSpec.from_dict(home.as_dict()) == home   # plan.json keeps it
