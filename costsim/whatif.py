@@ -137,6 +137,12 @@ def _none_if_inf(value: float):
     return value if math.isfinite(value) else None
 
 
+def _capacity(spec: ensemble.MarketSpec) -> list[tuple[str, tuple[str, ...]]]:
+    """A market's groups as what capacity they hold (names and traces), not how they are labelled: a plan made
+    before groups had regions names the same traces."""
+    return [(g.name, g.paths) for g in spec.groups]
+
+
 def plan_config(path: str) -> tuple[SimConfig, dict, list[str]]:
     """The plan's chosen configuration exactly as it was priced: its figures, policy, interval, deadline,
     nodes and dated prices from plan.json; its market model (the offering's spot model) and checkpoint
@@ -183,9 +189,7 @@ def plan_config(path: str) -> tuple[SimConfig, dict, list[str]]:
                                  minimum_s=billing.minimum_s if billing else price.minimum_s)
     # the market the plan's trials drew from, as the plan names it (not today's catalog's)
     drawn = ensemble.build(ensemble.MarketSpec.from_dict(p.market)) if p.market else None
-    def traces(spec: ensemble.MarketSpec) -> list:   # what capacity, not how it is labelled (a plan made before
-        return [(g.name, g.paths) for g in spec.groups]   # groups had regions names the same traces)
-    if drawn is not None and rebuilt.market is not None and traces(drawn.spec) != traces(rebuilt.market.spec):
+    if drawn is not None and rebuilt.market is not None and _capacity(drawn.spec) != _capacity(rebuilt.market.spec):
         notes.append(f"the offering's capacity groups are {rebuilt.market.spec.name} now; the plan's were "
                      f"{drawn.spec.name}")
     config = replace(rebuilt, params=params, prices=prices, market=drawn)

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 
 import numpy as np
 
@@ -43,7 +44,15 @@ from costsim.errors import InputError
 from costsim.io.catalog import load_catalog
 from costsim.planner import PlanOptions, plan
 from costsim.units import parse_duration_s
-from costsim.validate import market_for_validation, market_of, realised, replay_timelines, window_starts, window_states
+from costsim.validate import (
+    market_for_validation,
+    market_of,
+    realised,
+    replay_timelines,
+    window_starts,
+    window_states,
+    without_group,
+)
 from costsim.validate import window_past_shares as past_shares
 
 GOAL = 0.05
@@ -83,8 +92,8 @@ def main() -> None:
 
     # name -> (met, past share, up, state's age) of its windows with a past
     groups: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
-    regions = {g.name: g.region for g in market_of(offerings).groups}
-    for group_spec in market_of(offerings).groups:
+    spec = market_of(offerings)
+    for group_spec in spec.groups:
         group = ensemble.build_group(group_spec)
         starts = window_starts(group, horizon_s, stride_s)
         shares = past_shares(group, horizon_s, stride_s, past_s, starts)
@@ -104,8 +113,9 @@ def main() -> None:
     rows = []
     for name, (met, shares, ups, ages) in groups.items():
         others = [groups[o] for o in groups if o != name]
-        home = np.array([args.home_weight if regions[name] and regions[o] == regions[name] else 1.0
-                         for o in groups if o != name])
+        # the others' weights as a plan for a job in the held-out group's region gives them (in `groups`' order)
+        home = without_group(replace(spec, groups=tuple(g for g in spec.groups if g.name in groups)), name,
+                             args.home_weight)[0].prior()
         blind = float(np.average([o[0].mean() for o in others], weights=home))
         stated: dict[bool, list[float]] = {False: [], True: []}
         for share, up, age in zip(shares.tolist(), ups.tolist(), ages.tolist()):
