@@ -21,6 +21,9 @@
 #   allowing (skipped with less than 330 s left); SDPA_MODEL=auto: that row with the default backend instead (the
 #   same machine's reference); SDPA_MODEL_ONLY=1: that row alone; SDPA_ONCE=1: A B only;
 #   SDPA_MODEL=none: without it; SDPA_BATCH: the A B rows' batch (default 16: 145 GB; 4 fits an 80 GB H100)
+# SET=tune: one GPU, Inductor's coordinate-descent tuning of its own Triton kernels (the GroupNorms, SiLUs and
+#   other fused pointwise and reduction kernels: TORCHINDUCTOR_COORDINATE_DESCENT_TUNING=1) against the default
+#   under compile=blocks at TUNE_BATCH (default 16), in the order A B A B (the second A and B from their caches)
 # Every row is its own process with a timeout; each lane stops starting rows at its deadline.
 # Results: $OUT/bench_sdxl.jsonl, the table in $OUT/bench_sdxl.txt. Wheels for simpy/diffusers/
 # importlib_metadata come in .whl/; torchao for SET=fp8 in .whl-fp8/ (an older one in .whl-fp8/alt for an older torch).
@@ -161,6 +164,16 @@ sdpa() {   # on Hopper, cuDNN's fused attention is 1.7-2.3x FlashAttention-2's f
     --runtime sdpa="$backend"
 }
 
+tune() {
+  local c=/tmp/inductor g="--runtime compile=blocks --runtime gc_every=50 --runtime expandable_segments=true"
+  local batch=${TUNE_BATCH:-16} round
+  for round in cold warm; do
+    TORCHINDUCTOR_CACHE_DIR=$c-auto row 0 200 runner --batch "$batch" $g --label "compile=blocks ($round)"
+    TORCHINDUCTOR_COORDINATE_DESCENT_TUNING=1 TORCHINDUCTOR_CACHE_DIR=$c-cd row 0 320 runner --batch "$batch" $g \
+      --label "compile=blocks coordinate descent ($round)"
+  done
+}
+
 export -f row; export START BUDGET STEPS RESULTS OUT CONFIG
 if [[ "$SET" == next ]]; then next0 & next1 & wait
 elif [[ "$SET" == fp8 ]]; then fp8
@@ -168,6 +181,7 @@ elif [[ "$SET" == accum ]]; then accum
 elif [[ "$SET" == fp8large ]]; then fp8large
 elif [[ "$SET" == cl ]]; then channels_last
 elif [[ "$SET" == sdpa ]]; then sdpa
+elif [[ "$SET" == tune ]]; then tune
 else lane0 & lane1 & wait; fi
 cp "$RESULTS" /tmp/bench_sdxl.jsonl   # a follow-up call on the same (warm) machine reads it; $OUT is emptied
 python3 scripts/bench_sdxl.py report "$RESULTS" | tee "$OUT/bench_sdxl.txt"
