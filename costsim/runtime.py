@@ -30,6 +30,9 @@ class Runtime:
 
     compile: str = "off"                  # off | blocks (each repeated block) | model (the whole model)
     compile_mode: str = "default"         # torch.compile mode
+    # compiled graphs only: Inductor times its own Triton kernels' block sizes and warps around its heuristic's
+    # choice, one coordinate at a time, the first time each kernel runs, and keeps the fastest in the compile cache
+    coordinate_descent_tuning: bool = False
     channels_last: bool = False           # NHWC memory format for convolution models
     sdpa: str = "auto"                    # scaled-dot-product attention backend
     activation_checkpointing: bool = False
@@ -92,7 +95,8 @@ def parse_runtime(raw, source: str, prefix: str = "runtime", base: Runtime | Non
             values[key] = _fraction(value, source, where)
         elif key == "gc_every":
             values[key] = _count(value, source, where)
-        elif key in ("channels_last", "activation_checkpointing", "cudnn_benchmark", "expandable_segments"):
+        elif key in ("channels_last", "activation_checkpointing", "cudnn_benchmark", "expandable_segments",
+                     "coordinate_descent_tuning"):
             values[key] = _boolean(value, source, where)
         elif key == "ddp_bucket_mb":
             values[key] = _positive(value, source, where)
@@ -102,6 +106,9 @@ def parse_runtime(raw, source: str, prefix: str = "runtime", base: Runtime | Non
     if values["activation_memory_budget"] < 1 and values["compile"] == "off":
         raise InputError(source, f"{prefix}.activation_memory_budget", "applies to compiled graphs: set "
                          "compile=blocks or compile=model, or activation_checkpointing=true for the eager model")
+    if values["coordinate_descent_tuning"] and values["compile"] == "off":
+        raise InputError(source, f"{prefix}.coordinate_descent_tuning", "tunes compiled kernels: set compile=blocks "
+                         "or compile=model, or leave it at false")
     if values["fp8_select"] != "all" and values["fp8"] == "off":
         raise InputError(source, f"{prefix}.fp8_select", "chooses among fp8's layers: set fp8=blocks or fp8=model, "
                          "or leave fp8_select at all")

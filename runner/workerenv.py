@@ -24,6 +24,8 @@ def worker_env(runtime: Runtime, run_dir: Path, env: dict) -> dict:
     env.setdefault("TORCHINDUCTOR_CACHE_DIR", str(Path(run_dir).resolve() / "compile-cache"))
     env.setdefault("TORCHINDUCTOR_FX_GRAPH_CACHE", "1")
     env.setdefault("TORCHINDUCTOR_AUTOGRAD_CACHE", "1")
+    if runtime.coordinate_descent_tuning:   # read by Inductor's config at its import
+        env.setdefault("TORCHINDUCTOR_COORDINATE_DESCENT_TUNING", "1")
     return env
 
 

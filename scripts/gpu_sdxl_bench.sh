@@ -22,7 +22,7 @@
 #   same machine's reference); SDPA_MODEL_ONLY=1: that row alone; SDPA_ONCE=1: A B only;
 #   SDPA_MODEL=none: without it; SDPA_BATCH: the A B rows' batch (default 16: 145 GB; 4 fits an 80 GB H100)
 # SET=tune: one GPU, Inductor's coordinate-descent tuning of its own Triton kernels (the GroupNorms, SiLUs and
-#   other fused pointwise and reduction kernels: TORCHINDUCTOR_COORDINATE_DESCENT_TUNING=1) against the default
+#   other fused pointwise and reduction kernels: runtime coordinate_descent_tuning=true) against the default
 #   under compile=blocks at TUNE_BATCH (default 16), in the order A B A B (the second A and B from their caches)
 # Every row is its own process with a timeout; each lane stops starting rows at its deadline.
 # Results: $OUT/bench_sdxl.jsonl, the table in $OUT/bench_sdxl.txt. Wheels for simpy/diffusers/
@@ -169,7 +169,7 @@ tune() {
   local batch=${TUNE_BATCH:-16} round
   for round in cold warm; do
     TORCHINDUCTOR_CACHE_DIR=$c-auto row 0 200 runner --batch "$batch" $g --label "compile=blocks ($round)"
-    TORCHINDUCTOR_COORDINATE_DESCENT_TUNING=1 TORCHINDUCTOR_CACHE_DIR=$c-cd row 0 320 runner --batch "$batch" $g \
+    TORCHINDUCTOR_CACHE_DIR=$c-cd row 0 320 runner --batch "$batch" $g --runtime coordinate_descent_tuning=true \
       --label "compile=blocks coordinate descent ($round)"
   done
 }

@@ -401,6 +401,9 @@ def test_worker_env_sets_the_allocator_and_compile_cache_but_a_users_own_values_
     assert worker_env(Runtime(expandable_segments=True, compile="blocks"), tmp_path, dict(mine)) == {
         **mine, "TORCHINDUCTOR_FX_GRAPH_CACHE": "1", "TORCHINDUCTOR_AUTOGRAD_CACHE": "1"}
     assert worker_env(Runtime(), tmp_path, {}) == {}
+    tuned = worker_env(Runtime(compile="model", coordinate_descent_tuning=True), tmp_path, {})
+    assert tuned["TORCHINDUCTOR_COORDINATE_DESCENT_TUNING"] == "1"
+    assert "TORCHINDUCTOR_COORDINATE_DESCENT_TUNING" not in worker_env(Runtime(compile="model"), tmp_path, {})
 
 
 def test_a_blocking_save_writes_the_staged_copy_once_the_buffers_exist(tmp_path):

@@ -69,6 +69,8 @@ def test_pairs_override_a_base():
     ({"compile": "model", "activation_memory_budget": 0}, "runtime.activation_memory_budget", "fraction in (0, 1]"),
     ({"compile": "model", "activation_memory_budget": "half"}, "runtime.activation_memory_budget", "fraction"),
     ({"activation_memory_budget": 0.5}, "runtime.activation_memory_budget", "applies to compiled graphs"),
+    ({"coordinate_descent_tuning": True}, "runtime.coordinate_descent_tuning", "set compile=blocks"),
+    ({"compile": "blocks", "coordinate_descent_tuning": "always"}, "runtime.coordinate_descent_tuning", "true or false"),
     ({"shell": "rm -rf /"}, "runtime.shell", "allowed: compile"),
 ])
 def test_bad_settings_name_the_field_and_what_is_allowed(raw, field, allowed):
