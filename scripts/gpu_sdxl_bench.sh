@@ -23,7 +23,8 @@
 #   SDPA_MODEL=none: without it; SDPA_BATCH: the A B rows' batch (default 16: 145 GB; 4 fits an 80 GB H100)
 # SET=tune: one GPU, Inductor's coordinate-descent tuning of its own Triton kernels (the GroupNorms, SiLUs and
 #   other fused pointwise and reduction kernels: runtime coordinate_descent_tuning=true) against the default
-#   under compile=blocks at TUNE_BATCH (default 16), in the order A B A B (the second A and B from their caches)
+#   under compile=blocks at TUNE_BATCH (default 16), in the order A B A B (the second A and B from their caches;
+#   TUNE_PROFILE=1: their first steps under cProfile, $OUT/first-step-*.txt and .prof)
 # Every row is its own process with a timeout; each lane stops starting rows at its deadline.
 # Results: $OUT/bench_sdxl.jsonl, the table in $OUT/bench_sdxl.txt. Wheels for simpy/diffusers/
 # importlib_metadata come in .whl/; torchao for SET=fp8 in .whl-fp8/ (an older one in .whl-fp8/alt for an older torch).
@@ -168,9 +169,12 @@ tune() {
   local c=/tmp/inductor g="--runtime compile=blocks --runtime gc_every=50 --runtime expandable_segments=true"
   local batch=${TUNE_BATCH:-16} round
   for round in cold warm; do
-    TORCHINDUCTOR_CACHE_DIR=$c-auto row 0 200 runner --batch "$batch" $g --label "compile=blocks ($round)"
-    TORCHINDUCTOR_CACHE_DIR=$c-cd row 0 320 runner --batch "$batch" $g --runtime coordinate_descent_tuning=true \
-      --label "compile=blocks coordinate descent ($round)"
+    local profile=""   # TUNE_PROFILE=1: the warm rows' first step under cProfile (scripts/profile_diff.py)
+    [[ $round == warm && -n ${TUNE_PROFILE:-} ]] && profile=$OUT/first-step
+    COSTSIM_PROFILE_FIRST_STEP=${profile:+$profile-default.txt} TORCHINDUCTOR_CACHE_DIR=$c-auto row 0 200 \
+      runner --batch "$batch" $g --label "compile=blocks ($round)"
+    COSTSIM_PROFILE_FIRST_STEP=${profile:+$profile-cd.txt} TORCHINDUCTOR_CACHE_DIR=$c-cd row 0 320 \
+      runner --batch "$batch" $g --runtime coordinate_descent_tuning=true --label "compile=blocks coordinate descent ($round)"
   done
 }
 
