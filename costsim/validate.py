@@ -19,7 +19,8 @@ ensemble misdescribes the group.
 
 A window of a long trace starts every `stride` and runs as long as the job's horizon; a bundle's
 windows are replayed as they are. A gang of n nodes runs while each of n windows of the group, spread
-evenly over them, has capacity. A window is judged on what its trace saw (`judged`): one whose trace ended
+evenly over them, has capacity; told the recent capacity, n windows of the same bin (told the same past, as
+nodes of one market at one time share theirs). A window is judged on what its trace saw (`judged`): one whose trace ended
 before its job says whether the deadline was met only if it saw the deadline, and nothing of cost or finish.
 """
 
@@ -468,19 +469,16 @@ def validate_group_recent(workload: Workload, profile: Profile, offerings: list[
         chosen: Ranked = result.chosen or result.ranked[0]
         config, c = chosen.configured.config, chosen.configured.candidate
         stated = chosen.samples
-        key = (c.nodes, config.params.horizon_s)
-        if key not in replays:   # every window, as the bins' plans' gangs meet them (the same for most bins)
-            gang, draws = ensemble.for_gang(group_spec, c.nodes)
-            replays[key] = replay_windows(gang, config.params.horizon_s, stride_s, draws, starts)
-        timelines, seen = replays[key]
+        timelines, seen = _told_replays(group_spec, c.nodes, config.params.horizon_s, stride_s, starts, members,
+                                        replays)
         deadline = result.deadline_s
-        f, k, m = realised(config, [timelines[i] for i in members.tolist()], options.seed, indexes=members.tolist())
+        f, k, m = realised(config, timelines, options.seed, indexes=members.tolist())
         finish[members], cost[members], met[members] = f, k, m
-        known[members], met_known[members] = judged(f, seen[members], deadline, config.params.horizon_s)
+        known[members], met_known[members] = judged(f, seen, deadline, config.params.horizon_s)
         stated_p[members], stated_cost[members] = chosen.stats.p_deadline, chosen.stats.cost_mean
         cost_in[members], finish_in[members] = coverage_each(stated.cost, k), coverage_each(stated.makespan_s, f)
         scores[members] = crps_each(stated.cost, k)
-        pairs += reliability_pairs(stated.makespan_s, f, seen[members], deadline)
+        pairs += reliability_pairs(stated.makespan_s, f, seen, deadline)
         labels[c.label] = labels.get(c.label, 0) + len(members)
     blocks = window_blocks(held_out, horizon_s, stride_s)
     c = chosen_blind.configured.candidate
@@ -498,6 +496,25 @@ def validate_group_recent(workload: Workload, profile: Profile, offerings: list[
         no_past=int(np.sum(~has)),
         **_judged_figures(met[has], cost[has], cost_in[has], finish_in[has], scores[has], blocks[has], known,
                           met_known))
+
+
+def _told_replays(group_spec: ensemble.GroupSpec, nodes: int, horizon_s: float, stride_s: float,
+                  starts: list[tuple[int, float]], members: np.ndarray,
+                  cache: dict[tuple[int, float], tuple[list[ArrayTimeline], np.ndarray]]
+                  ) -> tuple[list[ArrayTimeline], np.ndarray]:
+    """The bin's windows (`members` of `starts`) as a gang of `nodes` meets them, and how much of each its trace
+    saw. One node a window: the group's windows, made once (`cache`) for every bin. A gang of independent nodes
+    on one-node traces: each other node replays another window of the same bin, spread evenly over the bin's
+    windows, so that every node of the gang had the past the plan was told, as nodes of one market at one time
+    have, where the group's windows spread evenly over the whole group would give the other nodes any past. A
+    count trace's gang is its own (ensemble.for_gang): one draw, as one node."""
+    gang, draws = ensemble.for_gang(group_spec, nodes)
+    if draws > 1:
+        return replay_windows(gang, horizon_s, stride_s, draws, [starts[i] for i in members.tolist()])
+    if (nodes, horizon_s) not in cache:
+        cache[(nodes, horizon_s)] = replay_windows(gang, horizon_s, stride_s, draws, starts)
+    timelines, seen = cache[(nodes, horizon_s)]
+    return [timelines[i] for i in members.tolist()], seen[members]
 
 
 def _mean_state(states: list) -> ensemble.State:

@@ -959,3 +959,34 @@ def test_plan_weighs_the_offerings_region_and_validate_the_held_out_groups(run_c
                         "go with --workload/--offering")):
         refused = run_cli("simulate", "--home-weight", "2", *args)
         assert refused.exit_code == 2 and says in refused.stderr and "Traceback" not in refused.stderr, refused.stderr
+
+
+def test_a_told_gangs_other_nodes_replay_windows_told_the_same_past(tmp_path):
+    """`costsim validate --recent-past` at 2 nodes: the plan told a window's past weighs both nodes' windows by
+    it, so the replay's other node meets another window of the same bin (another time with the past the plan was
+    told), spread evenly over the bin, not any window of the group. A trace without capacity for its first 1,000
+    ticks and with capacity after: a gang in the second half's bin has capacity throughout, where the group-wide
+    spread pairs every such window with one from the first half and the gang never runs."""
+    from costsim.validate import _told_replays, replay_windows, window_starts
+
+    folder = tmp_path / "zone"
+    folder.mkdir()
+    _trace(folder / "z_v100_1.json", [1] * 1000 + [0] * 1000)
+    (spec,) = ensemble.groups_from_paths([str(folder / "z_v100_1.json")])
+    group = ensemble.build_group(spec)
+    horizon, stride = 100 * GAP, 50 * GAP
+    starts = window_starts(group, horizon, stride)
+    later = np.array([i for i, (_, offset) in enumerate(starts) if offset >= 1000 * GAP])
+    assert 0 < len(later) < len(starts)
+    told, seen = _told_replays(spec, 2, horizon, stride, starts, later, {})
+    assert len(told) == len(seen) == len(later)
+    for timeline in told:   # both nodes in the second half: capacity for the whole window
+        assert timeline.available(0.0) and timeline.available(horizon - 1.0)
+    anywhere, _ = replay_windows(group, horizon, stride, 2, starts)
+    assert not any(anywhere[i].available(t) for i in later.tolist() for t in np.arange(0.0, horizon, GAP))
+    one, one_seen = _told_replays(spec, 1, horizon, stride, starts, later, {})   # one node: the window itself
+    alone, alone_seen = replay_windows(group, horizon, stride, 1, starts)
+    grid = np.arange(0.0, horizon, GAP / 2)
+    assert [[t.available(x) for x in grid] for t in one] == [[alone[i].available(x) for x in grid]
+                                                             for i in later.tolist()]
+    assert one_seen.tolist() == alone_seen[later].tolist()
