@@ -908,6 +908,10 @@ def validate_command(workload, gpus, policies_, nodes, deadline, risk, trials, s
                    "is not judged; windows with less past than that cannot be told it and are left out "
                    f"({sum(r.no_past for r in results)}, JSON: no_past; validate without --recent-past judges them)."
                    if recent_past else "")
+                + (" A gang of n nodes runs while each of n windows of the group has capacity, spread evenly over "
+                   "the group's windows" + (" with the same past, binned as above (nodes of one market at one time "
+                                            "share theirs)" if recent_past else "")
+                   + "; a count trace's gang meets its one window." if max(nodes, default=2) > 1 else "")
                 + _cut_short_note(results)))
             click.echo()
             click.echo(report.table(["stated P(finish by t)", "pairs", "mean stated", "realised"],

@@ -221,6 +221,7 @@ def test_validate_leaves_each_group_out_and_finds_the_promise_a_bad_zone_breaks(
                     "--market", "traces", "--market-trace", str(groups), "--group", "zones/bad")
     assert table.exit_code == 0 and "zones/bad" in table.stdout and "\npooled " in table.stdout
     assert "zones/good " not in table.stdout   # only the group asked for is left out
+    assert "A gang of n nodes runs while each of n windows" in " ".join(table.stdout.split())   # nodes 1, 2, 4 ...
     for args, says in ((("--market", "fit"), "no capacity groups"), (("--group", "nowhere"), "unknown 'nowhere'")):
         refused = run_cli("validate", "--workload", "sdxl", "--gpu", "H200", "--trials", "40", "--market-trace",
                           str(groups), *args)
