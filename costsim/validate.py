@@ -20,8 +20,9 @@ ensemble misdescribes the group.
 A window of a long trace starts every `stride` and runs as long as the job's horizon; a bundle's
 windows are replayed as they are. A gang of n nodes runs while each of n windows of the group, spread
 evenly over them, has capacity; told the recent capacity, n windows of the same bin (told the same past, as
-nodes of one market at one time share theirs). A window is judged on what its trace saw (`judged`): one whose trace ended
-before its job says whether the deadline was met only if it saw the deadline, and nothing of cost or finish.
+nodes of one market at one time share theirs) that share no hour where the bin allows (`apart_partners`). A
+window is judged on what its trace saw (`judged`): one whose trace ended before its job says whether the deadline
+was met only if it saw the deadline, and nothing of cost or finish.
 """
 
 from __future__ import annotations
@@ -186,10 +187,12 @@ def replay_timelines(group: Group, horizon_s: float, stride_s: float, nodes: int
 
 
 def replay_windows(group: Group, horizon_s: float, stride_s: float, nodes: int,
-                   starts: list[tuple[int, float]] | None = None) -> tuple[list[ArrayTimeline], np.ndarray]:
+                   starts: list[tuple[int, float]] | None = None,
+                   partners: list[list[int]] | None = None) -> tuple[list[ArrayTimeline], np.ndarray]:
     """`replay_timelines`, and how much of each window its trace saw: `horizon_s`, or less where the trace
     ends first (a trace shorter than the horizon, a bundle's window near its trace's end). Past that the replay
-    has no capacity, which nobody saw: see `judged`."""
+    has no capacity, which nobody saw: see `judged`. `partners`: each window's other nodes' windows (indexes into
+    the windows), in place of windows spread evenly over them."""
     windows: list[tuple[np.ndarray, np.ndarray]] = []
     seen: list[float] = []
     for index, offset in (starts if starts is not None else window_starts(group, horizon_s, stride_s)):
@@ -202,8 +205,9 @@ def replay_windows(group: Group, horizon_s: float, stride_s: float, nodes: int,
     out, saw = [], []
     for index in range(len(windows)):
         stretches, seen_s = windows[index], seen[index]
-        for node in range(1, nodes):   # the other nodes: windows spread evenly over the group
-            other = (index + node * len(windows) // nodes) % len(windows)
+        others = partners[index] if partners is not None else [   # else windows spread evenly over the group
+            (index + node * len(windows) // nodes) % len(windows) for node in range(1, nodes)]
+        for other in others:
             stretches, seen_s = intersect(stretches, windows[other]), min(seen_s, seen[other])
         out.append(ArrayTimeline(*stretches))
         saw.append(seen_s)
@@ -504,17 +508,42 @@ def _told_replays(group_spec: ensemble.GroupSpec, nodes: int, horizon_s: float, 
                   ) -> tuple[list[ArrayTimeline], np.ndarray]:
     """The bin's windows (`members` of `starts`) as a gang of `nodes` meets them, and how much of each its trace
     saw. One node a window: the group's windows, made once (`cache`) for every bin. A gang of independent nodes
-    on one-node traces: each other node replays another window of the same bin, spread evenly over the bin's
-    windows, so that every node of the gang had the past the plan was told, as nodes of one market at one time
-    have, where the group's windows spread evenly over the whole group would give the other nodes any past. A
-    count trace's gang is its own (ensemble.for_gang): one draw, as one node."""
+    on one-node traces: each other node replays another window of the same bin (`apart_partners`: spread evenly
+    over the bin's windows, none sharing an hour with the others where the bin allows), so that every node of the
+    gang had the past the plan was told, as nodes of one market at one time have, where the group's windows spread
+    evenly over the whole group would give the other nodes any past. A count trace's gang is its own
+    (ensemble.for_gang): one draw, as one node."""
     gang, draws = ensemble.for_gang(group_spec, nodes)
     if draws > 1:
-        return replay_windows(gang, horizon_s, stride_s, draws, [starts[i] for i in members.tolist()])
+        told = [starts[i] for i in members.tolist()]
+        return replay_windows(gang, horizon_s, stride_s, draws, told, apart_partners(gang, told, horizon_s, draws))
     if (nodes, horizon_s) not in cache:
         cache[(nodes, horizon_s)] = replay_windows(gang, horizon_s, stride_s, draws, starts)
     timelines, seen = cache[(nodes, horizon_s)]
     return [timelines[i] for i in members.tolist()], seen[members]
+
+
+def apart_partners(group: Group, starts: list[tuple[int, float]], horizon_s: float, nodes: int) -> list[list[int]]:
+    """For each of `starts`, the windows (indexes into `starts`) its gang's other nodes replay: spread evenly over
+    them, each moved on to the next that shares no hour with the gang's windows so far (on another trace, or a
+    horizon or more away on the same one), so that the nodes are independent as the plan draws them; where none
+    is that far (the windows all lie close together on one trace), the evenly spread one."""
+    def trace(index: int) -> int:   # a stitched bundle's windows share their trace's stretches (ensemble.Window)
+        return id(group.windows[starts[index][0]].starts)
+
+    def apart(a: int, b: int) -> bool:
+        return trace(a) != trace(b) or abs(starts[a][1] - starts[b][1]) >= horizon_s
+
+    n = len(starts)
+    out = []
+    for index in range(n):
+        gang = [index]
+        for node in range(1, nodes):
+            first = (index + node * n // nodes) % n
+            gang.append(next((k for k in ((first + step) % n for step in range(n))
+                              if all(apart(k, member) for member in gang)), first))
+        out.append(gang[1:])
+    return out
 
 
 def _mean_state(states: list) -> ensemble.State:

@@ -991,3 +991,24 @@ def test_a_told_gangs_other_nodes_replay_windows_told_the_same_past(tmp_path):
     assert [[t.available(x) for x in grid] for t in one] == [[alone[i].available(x) for x in grid]
                                                              for i in later.tolist()]
     assert one_seen.tolist() == alone_seen[later].tolist()
+
+
+def test_a_gangs_partner_shares_no_hour_with_it_where_the_bin_allows():
+    """apart_partners: the evenly spread partner, moved on to the next window that shares no hour with the gang's
+    windows so far (a horizon or more away on the same trace, or on another trace); a stitched bundle's windows
+    share one trace; where every window is close, the evenly spread one."""
+    from costsim.validate import apart_partners
+
+    h = 3600.0
+    up = (np.array([0.0]), np.array([1000 * h]))
+    long = ensemble.Window(starts=up[0], ends=up[1], length_s=1000 * h, slide=True)
+    group = ensemble.Group(name="g", period="p", windows=(long,), fit=None)
+    starts = [(0, 0.0), (0, 6 * h), (0, 12 * h), (0, 300 * h)]
+    assert apart_partners(group, starts, 144 * h, 2) == [[3], [3], [3], [1]]
+    assert apart_partners(group, starts[:2], 144 * h, 2) == [[1], [0]]   # none apart: the evenly spread one
+    three = [(0, 0.0), (1, 6 * h), (2, 300 * h)]
+    stitched = tuple(replace(long, origin=o, slide=False) for o in (0.0, 6 * h, 300 * h))   # one trace's stretches
+    separate = tuple(ensemble.Window(starts=up[0].copy(), ends=up[1].copy(), length_s=1000 * h) for _ in range(3))
+    for windows, partners in ((stitched, [[2], [2], [0]]), (separate, [[1], [2], [0]])):
+        g = ensemble.Group(name="b", period="p", windows=windows, fit=None)
+        assert apart_partners(g, three, 144 * h, 2) == partners
