@@ -32,6 +32,7 @@ class Runtime:
     compile_mode: str = "default"         # torch.compile mode
     # compiled graphs only: Inductor times its own Triton kernels' block sizes and warps around its heuristic's
     # choice, one coordinate at a time, the first time each kernel runs, and keeps the fastest in the compile cache
+    # (SDXL on an H200: no gain, and torch 2.11 tunes again at every start: docs/runner-speed.md)
     coordinate_descent_tuning: bool = False
     channels_last: bool = False           # NHWC memory format for convolution models
     sdpa: str = "auto"                    # scaled-dot-product attention backend
