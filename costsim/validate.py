@@ -205,8 +205,7 @@ def replay_windows(group: Group, horizon_s: float, stride_s: float, nodes: int,
     out, saw = [], []
     for index in range(len(windows)):
         stretches, seen_s = windows[index], seen[index]
-        others = partners[index] if partners is not None else [   # else windows spread evenly over the group
-            (index + node * len(windows) // nodes) % len(windows) for node in range(1, nodes)]
+        others = partners[index] if partners is not None else spread_partners(index, len(windows), nodes)
         for other in others:
             stretches, seen_s = intersect(stretches, windows[other]), min(seen_s, seen[other])
         out.append(ArrayTimeline(*stretches))
@@ -538,12 +537,16 @@ def apart_partners(group: Group, starts: list[tuple[int, float]], horizon_s: flo
     out = []
     for index in range(n):
         gang = [index]
-        for node in range(1, nodes):
-            first = (index + node * n // nodes) % n
+        for first in spread_partners(index, n, nodes):
             gang.append(next((k for k in ((first + step) % n for step in range(n))
                               if all(apart(k, member) for member in gang)), first))
         out.append(gang[1:])
     return out
+
+
+def spread_partners(index: int, n: int, nodes: int) -> list[int]:
+    """The windows (of `n`) that window `index`'s gang of `nodes` meets beside it, spread evenly over them."""
+    return [(index + node * n // nodes) % n for node in range(1, nodes)]
 
 
 def _mean_state(states: list) -> ensemble.State:

@@ -54,7 +54,7 @@ def main() -> None:
         for b in np.unique(bins[bins >= 0]).tolist():
             members = np.flatnonzero(bins == b).tolist()
             told = [starts[i] for i in members]
-            paired = {"even": [[(j + len(told) // 2) % len(told)] for j in range(len(told))],
+            paired = {"even": [V.spread_partners(j, len(told), 2) for j in range(len(told))],
                       "apart": V.apart_partners(group, told, horizon, 2)}
             for way, partners in paired.items():
                 for j, (k,) in enumerate(partners):
