@@ -12,8 +12,14 @@ or a compiler failure costs only that row) and appends one JSON line to RESULTS:
                             world size 1) in this process; first-step time = build + compile (cold or warm cache);
                             with N micro-batches of B a step (a plan's global batch on fewer GPUs: the
                             optimizer's step then comes once every N micro-batches)
+                            --kernels FILE: then --kernel-steps more steps under torch.profiler,
+                            every kernel's count and GPU time written to FILE (JSON)
   report RESULTS            the table: samples/s per GPU, ratio to the bare loop at the same batch,
                             MFU (model FLOPs / peak), peak memory, first-step time
+  kernels FILE [--flops]    where a profiled step's GPU time goes: convolutions, matrix multiplies,
+                            attention, Inductor's fused kernels, the optimizer, copies; and the
+                            GPU's idle share of the steps' wall time; --flops: each compute kind's
+                            FLOPs (the model's step on the meta device: no GPU) and its rate
 
 Usage on the device: scripts/gpu_sdxl_bench.sh; on CPU, with a tiny config, for testing:
   python3 scripts/bench_sdxl.py bare --batch 2 --config tests/data/tiny_unet_config.json --results r.jsonl
@@ -175,6 +181,9 @@ def runner(args) -> dict:
     _sync(device)
     seconds = time.perf_counter() - t0
     collections, gc_s = trainer.garbage.collections, trainer.garbage.seconds
+    if args.kernels:
+        _profile_kernels(trainer, device, args.kernel_steps, Path(args.kernels),
+                         label=args.label or trainer.runtime.describe(), batch=args.batch * args.accumulation)
     memory = speed.memory_report(device)
     trainer.close()
     dist.destroy_process_group()
@@ -186,6 +195,106 @@ def runner(args) -> dict:
             "peak_memory_gb": _peak_memory_gb(device), "build_s": built_s, "first_step_s": first_s,
             "compile_cache": _cache_state(trainer.runtime, work), "gc_collections": collections, "gc_s": gc_s,
             "alloc_retries": memory.get("alloc_retries")}
+
+
+def _profile_kernels(trainer, device, steps: int, path: Path, **about) -> None:
+    """`steps` more steps under torch.profiler: each kernel's (or, on CPU, each op's) count and self time."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    activities = [ProfilerActivity.CUDA] if device.type == "cuda" else [ProfilerActivity.CPU]
+    with profile(activities=activities) as prof:
+        started = time.perf_counter()
+        trainer.total_steps += steps
+        trainer.train()
+        _sync(device)
+        wall_s = time.perf_counter() - started
+    kernels = []
+    for event in prof.key_averages():
+        us = event.self_device_time_total if device.type == "cuda" else event.self_cpu_time_total
+        if us > 0:
+            kernels.append({"name": event.key, "count": event.count, "us": us})
+    kernels.sort(key=lambda k: -k["us"])
+    record = {**about, "steps": steps, "wall_s": wall_s, "device": str(device), "torch": torch.__version__,
+              "kernels": kernels}
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(record, indent=1))
+    tmp.replace(path)
+
+
+# kernel name -> kind, first match wins: cuDNN's attention kernels say "sdpa" and "fprop" (before convolutions);
+# cuDNN's convolutions are implicit GEMMs (before matrix multiplies); cuDNN's layout changes (NCHW <-> NHWC around
+# each convolution) are copies; Inductor's generated kernels (triton_poi/red/per_...) name the ops they fuse
+# (before the eager kinds); its GEMM templates are triton_tem_ (matrix multiplies)
+KERNEL_KINDS = (
+    ("attention", r"sdpa|flash|fmha|attention|softmax_warp"),
+    ("layout change (cuDNN)", r"nchwToNhwc|nhwcToNchw"),
+    ("convolution", r"conv|fprop|dgrad|wgrad|implicit_gemm|cudnn"),
+    ("matrix multiply", r"gemm|nvjet|cutlass|cublas|matmul|triton_tem_|bmm|addmm|::mm$|::linear"),
+    ("optimizer", r"multi_tensor|adam|fused_optim"),
+    ("Inductor fused (triton)", r"^triton_"),
+    ("copy / fill", r"memcpy|memset|copy|fill"),
+    ("norm / activation (eager)", r"norm|silu|gelu|elementwise|vectorized|reduce"),
+)
+
+
+def kernel_kinds(record: dict) -> list[tuple[str, float, int]]:
+    """(kind, seconds per step, kernels per step) for a `--kernels` record, largest first."""
+    import re
+    totals: dict[str, list[float]] = {}
+    for k in record["kernels"]:
+        kind = next((name for name, pattern in KERNEL_KINDS if re.search(pattern, k["name"], re.I)), "other")
+        entry = totals.setdefault(kind, [0.0, 0])
+        entry[0] += k["us"] / 1e6 / record["steps"]
+        entry[1] += k["count"] / record["steps"]
+    return sorted(((kind, s, int(n)) for kind, (s, n) in totals.items()), key=lambda r: -r[1])
+
+
+def flops_by_kind(batch: int, config: str | None = None) -> dict[str, float]:
+    """FLOPs of one training step's forward and backward at `batch`, by kind, counted on the meta device (shapes
+    only: no memory, no GPU). Attention on the meta device takes the math path: its batched matrix multiplies are
+    the useful FLOPs (forward 2, backward 4), not a fused kernel's recomputation."""
+    import torch
+    from diffusers import UNet2DConditionModel
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from runner.workloads.sdxl import load_config
+    cfg = load_config(config)
+    size, text_dim = cfg["sample_size"], cfg["cross_attention_dim"]
+    pooled = cfg["projection_class_embeddings_input_dim"] - 6 * cfg["addition_time_embed_dim"]
+    with torch.device("meta"):
+        model = UNet2DConditionModel.from_config(cfg)
+        with FlopCounterMode(display=False) as counter:
+            out = model(torch.randn(batch, 4, size, size), torch.randint(0, 1000, (batch,)),
+                        encoder_hidden_states=torch.randn(batch, 77, text_dim),
+                        added_cond_kwargs={"text_embeds": torch.randn(batch, pooled),
+                                           "time_ids": torch.randn(batch, 6)}).sample
+            out.float().pow(2).mean().backward()
+    kinds = {"mm": "matrix multiply", "addmm": "matrix multiply", "convolution": "convolution",
+             "convolution_backward": "convolution", "bmm": "attention"}
+    totals: dict[str, float] = {}
+    for op, flops in counter.get_flop_counts()["Global"].items():
+        kind = kinds.get(getattr(op, "__name__", str(op)).split(".")[0], "other")
+        totals[kind] = totals.get(kind, 0.0) + flops
+    return totals
+
+
+def kernels_report(path: Path, top: int = 15, flops: bool = False) -> str:
+    record = json.loads(Path(path).read_text())
+    rows = kernel_kinds(record)
+    busy = sum(s for _, s, _ in rows)
+    step = record["wall_s"] / record["steps"]
+    counted = flops_by_kind(record["batch"]) if flops else {}
+    lines = [f"{record.get('label', '')}, batch {record.get('batch')}: {record['steps']} profiled steps on "
+             f"{record.get('device')}, {step:.3f} s a step, the device busy {busy:.3f} s of it ({busy / step:.1%}; "
+             "on a CPU the ops' self times)",
+             f"{'kind':<28}{'s/step':>9}{'share':>8}{'kernels':>9}" + (f"{'TFLOP':>8}{'TFLOP/s':>9}" if flops else "")]
+    for kind, s, n in rows:
+        rate = f"{counted[kind] / 1e12:>8.1f}{counted[kind] / s / 1e12:>9.0f}" if kind in counted else ""
+        lines.append(f"{kind:<28}{s:>9.3f}{s / busy:>8.1%}{n:>9}{rate}")
+    lines.append(f"the {top} longest kernels (s/step, count/step):")
+    for k in record["kernels"][:top]:
+        lines.append(f"  {k['us'] / 1e6 / record['steps']:8.4f} {k['count'] / record['steps']:6.0f}  {k['name'][:100]}")
+    return "\n".join(lines)
 
 
 def _cache_state(runtime, work: Path) -> str | None:
@@ -270,7 +379,7 @@ def best(path: Path, batch: int) -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("part", choices=["peak", "bare", "runner", "report", "best"])
+    parser.add_argument("part", choices=["peak", "bare", "runner", "report", "best", "kernels"])
     parser.add_argument("path", nargs="?", help="report: the results file")
     parser.add_argument("--results", default="bench_sdxl.jsonl", help="JSON lines, appended")
     parser.add_argument("--batch", type=int, default=8)
@@ -283,7 +392,13 @@ def main() -> None:
     parser.add_argument("--runtime", action="append", default=[])
     parser.add_argument("--option", action="append", default=[])
     parser.add_argument("--label")
+    parser.add_argument("--kernels", help="runner: profile --kernel-steps more steps, the kernels to this JSON file")
+    parser.add_argument("--kernel-steps", type=int, default=2)
+    parser.add_argument("--flops", action="store_true", help="kernels: each compute kind's FLOPs and rate")
     args = parser.parse_args()
+    if args.part == "kernels":
+        print(kernels_report(Path(args.path), flops=args.flops))
+        return
     if args.part == "report":
         print(report(Path(args.path or args.results)))
         return

@@ -25,6 +25,16 @@
 #   other fused pointwise and reduction kernels: runtime coordinate_descent_tuning=true) against the default
 #   under compile=blocks at TUNE_BATCH (default 16), in the order A B A B (the second A and B from their caches;
 #   TUNE_PROFILE=1: their first steps under cProfile, $OUT/first-step-*.txt and .prof)
+# SET=kernels: one GPU, where the step goes and whether Inductor's GEMM templates beat cuBLAS. KERNELS_PART=1: the
+#   fastest configuration (compile=model at KERNEL_BATCH, default 16, an empty cache) with 2 steps under torch.profiler
+#   ($OUT/kernels-model.json; `python3 scripts/bench_sdxl.py kernels FILE` reads it), then compile=blocks (cold);
+#   KERNELS_PART=2, on the same warm machine: compile=blocks with its matrix multiplies autotuned
+#   (TORCHINDUCTOR_MAX_AUTOTUNE_GEMM=1: cuBLAS against Inductor's Triton templates, the fastest kept; blocks hold
+#   every linear layer the step runs but the few outside the transformer blocks), cold, then both again from their
+#   caches (A B A B over the two calls), each warm row profiled ($OUT/kernels-blocks*.json).
+#   KERNELS_PART=flash: torch 2.11's `auto` attention is cuDNN's (the profile's kernels), so FlashAttention-2 was never
+#   measured: compile=blocks with sdpa=auto and sdpa=flash in the order A B A B (the first two profiled), then the
+#   whole model compiled with flash (cold, profiled) where the time allows
 # Every row is its own process with a timeout; each lane stops starting rows at its deadline.
 # Results: $OUT/bench_sdxl.jsonl, the table in $OUT/bench_sdxl.txt. Wheels for simpy/diffusers/
 # importlib_metadata come in .whl/; torchao for SET=fp8 in .whl-fp8/ (an older one in .whl-fp8/alt for an older torch).
@@ -178,6 +188,34 @@ tune() {
   done
 }
 
+kernels() {
+  local c=/tmp/inductor g="--runtime gc_every=50 --runtime expandable_segments=true" batch=${KERNEL_BATCH:-16}
+  if [[ ${KERNELS_PART:-1} == flash ]]; then
+    local round
+    for round in cold warm; do
+      local k=""; [[ $round == cold ]] && k=1
+      TORCHINDUCTOR_CACHE_DIR=$c-blocks row 0 150 runner --batch "$batch" --runtime compile=blocks $g \
+        ${k:+--kernels "$OUT/kernels-blocks-auto.json"} --label "compile=blocks ($round)"
+      TORCHINDUCTOR_CACHE_DIR=$c-blocks-flash row 0 150 runner --batch "$batch" --runtime compile=blocks $g \
+        --runtime sdpa=flash ${k:+--kernels "$OUT/kernels-blocks-flash.json"} --label "compile=blocks sdpa=flash ($round)"
+    done
+    TORCHINDUCTOR_CACHE_DIR=$c-model-flash row 0 420 runner --batch "$batch" --runtime compile=model $g \
+      --runtime sdpa=flash --kernels "$OUT/kernels-model-flash.json" --label "compile=model sdpa=flash (cold)"
+  elif [[ ${KERNELS_PART:-1} == 1 ]]; then
+    TORCHINDUCTOR_CACHE_DIR=$c-model row 0 420 runner --batch "$batch" --runtime compile=model $g \
+      --kernels "$OUT/kernels-model.json" --label "compile=model (cold)"
+    TORCHINDUCTOR_CACHE_DIR=$c-blocks row 0 150 runner --batch "$batch" --runtime compile=blocks $g \
+      --label "compile=blocks (cold)"
+  else
+    TORCHINDUCTOR_MAX_AUTOTUNE_GEMM=1 TORCHINDUCTOR_CACHE_DIR=$c-blocks-gemm row 0 330 runner --batch "$batch" \
+      --runtime compile=blocks $g --label "compile=blocks, GEMMs autotuned (cold)"
+    TORCHINDUCTOR_CACHE_DIR=$c-blocks row 0 110 runner --batch "$batch" --runtime compile=blocks $g \
+      --kernels "$OUT/kernels-blocks.json" --label "compile=blocks (warm)"
+    TORCHINDUCTOR_MAX_AUTOTUNE_GEMM=1 TORCHINDUCTOR_CACHE_DIR=$c-blocks-gemm row 0 110 runner --batch "$batch" \
+      --runtime compile=blocks $g --kernels "$OUT/kernels-blocks-gemm.json" --label "compile=blocks, GEMMs autotuned (warm)"
+  fi
+}
+
 export -f row; export START BUDGET STEPS RESULTS OUT CONFIG
 if [[ "$SET" == next ]]; then next0 & next1 & wait
 elif [[ "$SET" == fp8 ]]; then fp8
@@ -186,6 +224,9 @@ elif [[ "$SET" == fp8large ]]; then fp8large
 elif [[ "$SET" == cl ]]; then channels_last
 elif [[ "$SET" == sdpa ]]; then sdpa
 elif [[ "$SET" == tune ]]; then tune
+elif [[ "$SET" == kernels ]]; then kernels
 else lane0 & lane1 & wait; fi
+[[ -f /tmp/bench_sdxl.jsonl && ${KERNELS_PART:-} == 2 ]] && cat /tmp/bench_sdxl.jsonl "$RESULTS" > /tmp/both.jsonl \
+  && cp /tmp/both.jsonl "$RESULTS"   # the table over both calls
 cp "$RESULTS" /tmp/bench_sdxl.jsonl   # a follow-up call on the same (warm) machine reads it; $OUT is emptied
 python3 scripts/bench_sdxl.py report "$RESULTS" | tee "$OUT/bench_sdxl.txt"

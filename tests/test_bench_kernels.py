@@ -1,0 +1,71 @@
+"""scripts/bench_sdxl.py's kernel breakdown: the H200 profile's kernel names sorted into kinds, and the step's FLOPs
+counted on the meta device as on real tensors."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+
+def _bench():
+    path = Path(__file__).resolve().parents[1] / "scripts" / "bench_sdxl.py"
+    spec = importlib.util.spec_from_file_location("bench_sdxl", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# kernel names from the SDXL step profiled on an H200 (data/measurements/2026-12-05-h200-kernels), torch 2.11
+NAMES = {
+    "cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma_f16_knob_26_64x64x64_1x4x1_cga1x1x1_kernel0_0": "attention",
+    "cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7_64x128x64_4x1x1_cga1x1x1_kernel0_0": "attention",
+    "void pytorch_flash::flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel<Flash_bwd_kernel_traits<64, 128, 128>>": "attention",
+    "void cudnn::engines_precompiled::nchwToNhwcKernel<__nv_bfloat16, __nv_bfloat16, float>": "layout change (cuDNN)",
+    "sm90_xmma_dgrad_implicit_gemm_bf16bf16_bf16f32_f32_nhwckrsc_nhwc_tilesize128x128x64": "convolution",
+    "sm90_xmma_fprop_implicit_gemm_bf16bf16_bf16f32_f32_nhwckrsc_nhwc_tilesize256x128x64": "convolution",
+    "nvjet_sm90_tst_320x128_64x3_1x2_h_bz_coopB_NNT": "matrix multiply",
+    "triton_tem_fused__to_copy_mm_t_transpose_view_10": "matrix multiply",
+    "triton_poi_fused_cat_gelu_gelu_backward_mul_split_view_75": "Inductor fused (triton)",
+    "triton_red_fused__to_copy_add_div_native_layer_norm_view_64": "Inductor fused (triton)",
+    "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<FusedAdamMathFunctor>": "optimizer",
+    "Memset (Device)": "copy / fill",
+}
+
+
+def test_profiled_kernels_sort_into_their_kinds():
+    bench = _bench()
+    record = {"steps": 2, "kernels": [{"name": name, "count": 2, "us": 2e6} for name in NAMES]}
+    kinds = {kind: n for kind, _, n in bench.kernel_kinds(record)}
+    expected: dict[str, int] = {}
+    for kind in NAMES.values():
+        expected[kind] = expected.get(kind, 0) + 1
+    assert kinds == expected
+    one = {"steps": 4, "kernels": [{"name": "nvjet_x", "count": 8, "us": 2e6}, {"name": "something", "count": 4, "us": 1e6}]}
+    assert bench.kernel_kinds(one) == [("matrix multiply", 0.5, 2), ("other", 0.25, 1)]   # per step, largest first
+
+
+def test_meta_device_flops_are_the_real_steps():
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("diffusers")
+    from diffusers import UNet2DConditionModel
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from runner.workloads.sdxl import load_config
+    from tests.sdxl_tiny import TINY_UNET
+
+    counted = _bench().flops_by_kind(2, str(TINY_UNET))
+    cfg = load_config(str(TINY_UNET))
+    size = cfg["sample_size"]
+    pooled = cfg["projection_class_embeddings_input_dim"] - 6 * cfg["addition_time_embed_dim"]
+    model = UNet2DConditionModel.from_config(cfg)
+    with FlopCounterMode(display=False) as counter:
+        out = model(torch.randn(2, 4, size, size), torch.randint(0, 1000, (2,)),
+                    encoder_hidden_states=torch.randn(2, 77, cfg["cross_attention_dim"]),
+                    added_cond_kwargs={"text_embeds": torch.randn(2, pooled), "time_ids": torch.randn(2, 6)}).sample
+        out.float().pow(2).mean().backward()
+    real = {str(op).split(".")[1] if "." in str(op) else str(op): flops
+            for op, flops in counter.get_flop_counts()["Global"].items()}
+    assert counted["matrix multiply"] == real.get("mm", 0) + real.get("addmm", 0) > 0
+    assert counted["convolution"] == real["convolution"] + real["convolution_backward"] > 0
+    assert counted["attention"] > 0   # the math path's batched multiplies (a CPU run counts its fused kernel)
