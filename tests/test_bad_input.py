@@ -274,3 +274,13 @@ def test_an_os_error_is_bad_input_only_when_it_is_about_a_path_the_user_named(ca
     with pytest.raises(SystemExit) as done:
         run(group, "costsim", ["go"])
     assert done.value.code == code and capsys.readouterr().err.strip() == line
+
+
+def test_a_recent_past_longer_than_every_trace_is_refused(run_cli):
+    """Every window was left out and the table judged none, without a word of why beyond its legend."""
+    result = run_cli("validate", "--workload", "sdxl", "--gpu", "H200", "--policy", "spot-only", "--trials", "10",
+                     "--group", "2023/us-east-1a", "--recent-past", "1000d")
+    assert result.exit_code == 2 and "Traceback" not in result.stderr, result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert "--recent-past 1000.0d: no held-out window has that much trace before it" in last, last
+    assert "left out" in last and "stated" not in result.stdout
