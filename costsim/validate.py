@@ -192,7 +192,8 @@ def replay_windows(group: Group, horizon_s: float, stride_s: float, nodes: int,
     """`replay_timelines`, and how much of each window its trace saw: `horizon_s`, or less where the trace
     ends first (a trace shorter than the horizon, a bundle's window near its trace's end). Past that the replay
     has no capacity, which nobody saw: see `judged`. `partners`: each window's other nodes' windows (indexes into
-    the windows), in place of windows spread evenly over them."""
+    the windows), in place of windows spread evenly over them; with fewer lists than windows, only the first
+    windows' gangs are replayed (the rest are partners only)."""
     windows: list[tuple[np.ndarray, np.ndarray]] = []
     seen: list[float] = []
     for index, offset in (starts if starts is not None else window_starts(group, horizon_s, stride_s)):
@@ -203,7 +204,7 @@ def replay_windows(group: Group, horizon_s: float, stride_s: float, nodes: int,
                         np.minimum(window.ends[first:last_i] - offset, horizon_s)))
         seen.append(min(horizon_s, window.length_s - offset))
     out, saw = [], []
-    for index in range(len(windows)):
+    for index in range(len(partners) if partners is not None else len(windows)):
         stretches, seen_s = windows[index], seen[index]
         others = partners[index] if partners is not None else spread_partners(index, len(windows), nodes)
         for other in others:
@@ -473,7 +474,7 @@ def validate_group_recent(workload: Workload, profile: Profile, offerings: list[
         config, c = chosen.configured.config, chosen.configured.candidate
         stated = chosen.samples
         timelines, seen = _told_replays(group_spec, c.nodes, config.params.horizon_s, stride_s, starts, members,
-                                        replays)
+                                        replays, _likeness(told, shares, states))
         deadline = result.deadline_s
         f, k, m = realised(config, timelines, options.seed, indexes=members.tolist())
         finish[members], cost[members], met[members] = f, k, m
@@ -503,43 +504,79 @@ def validate_group_recent(workload: Workload, profile: Profile, offerings: list[
 
 def _told_replays(group_spec: ensemble.GroupSpec, nodes: int, horizon_s: float, stride_s: float,
                   starts: list[tuple[int, float]], members: np.ndarray,
-                  cache: dict[tuple[int, float], tuple[list[ArrayTimeline], np.ndarray]]
-                  ) -> tuple[list[ArrayTimeline], np.ndarray]:
+                  cache: dict[tuple[int, float], tuple[list[ArrayTimeline], np.ndarray]],
+                  likeness: np.ndarray | None = None) -> tuple[list[ArrayTimeline], np.ndarray]:
     """The bin's windows (`members` of `starts`) as a gang of `nodes` meets them, and how much of each its trace
     saw. One node a window: the group's windows, made once (`cache`) for every bin. A gang of independent nodes
     on one-node traces: each other node replays another window of the same bin (`apart_partners`: spread evenly
     over the bin's windows, none sharing an hour with the others where the bin allows), so that every node of the
     gang had the past the plan was told, as nodes of one market at one time have, where the group's windows spread
-    evenly over the whole group would give the other nodes any past. A count trace's gang is its own
-    (ensemble.for_gang): one draw, as one node."""
+    evenly over the whole group would give the other nodes any past. A bin with fewer windows than the gang lends
+    it the windows whose past the told plan weighs most (`likeness`, `_partner_pool`) before a window is replayed
+    twice. A count trace's gang is its own (ensemble.for_gang): one draw, as one node."""
     gang, draws = ensemble.for_gang(group_spec, nodes)
     if draws > 1:
-        told = [starts[i] for i in members.tolist()]
-        return replay_windows(gang, horizon_s, stride_s, draws, told, apart_partners(gang, told, horizon_s, draws))
+        pool, rank = _partner_pool(members, likeness, draws)
+        told = [starts[i] for i in pool]
+        return replay_windows(gang, horizon_s, stride_s, draws, told,
+                              apart_partners(gang, told, horizon_s, draws, heads=len(members), rank=rank))
     if (nodes, horizon_s) not in cache:
         cache[(nodes, horizon_s)] = replay_windows(gang, horizon_s, stride_s, draws, starts)
     timelines, seen = cache[(nodes, horizon_s)]
     return [timelines[i] for i in members.tolist()], seen[members]
 
 
-def apart_partners(group: Group, starts: list[tuple[int, float]], horizon_s: float, nodes: int) -> list[list[int]]:
-    """For each of `starts`, the windows (indexes into `starts`) its gang's other nodes replay: spread evenly over
-    them, each moved on to the next that shares no hour with the gang's windows so far (on another trace, or a
-    horizon or more away on the same one), so that the nodes are independent as the plan draws them; where none
-    is that far (the windows all lie close together on one trace), the evenly spread one."""
-    def trace(index: int) -> int:   # a stitched bundle's windows share their trace's stretches (ensemble.Window)
-        return id(group.windows[starts[index][0]].starts)
+def _likeness(told: ensemble.Recent, shares: np.ndarray, states: list[ensemble.State | None] | None) -> np.ndarray:
+    """How much the plan told `told` weighs each window's past (ensemble.Recent.kernel); 0 where it has none."""
+    has = ~np.isnan(shares)
+    if states is None:
+        return np.where(has, told.kernel(np.nan_to_num(shares)), 0.0)
+    has &= np.array([s is not None for s in states], dtype=bool)
+    ups = np.array([bool(s is not None and s.up) for s in states], dtype=bool)
+    ages = np.array([(s.age_s or 0.0) if s is not None else 0.0 for s in states], dtype=float)
+    return np.where(has, told.kernel(np.nan_to_num(shares), ups, ages), 0.0)
 
-    def apart(a: int, b: int) -> bool:
-        return trace(a) != trace(b) or abs(starts[a][1] - starts[b][1]) >= horizon_s
 
+def _partner_pool(members: np.ndarray, likeness: np.ndarray | None, nodes: int) -> tuple[list[int], np.ndarray]:
+    """The windows a bin's gangs may replay: the bin's own (`members`, rank 0), and where there are fewer than
+    `nodes`, the other windows whose past the told plan weighs at all (`likeness` > 0), the most like it first
+    (rank 1, 2, ...)."""
+    pool = members.tolist()
+    if len(pool) >= nodes or likeness is None:
+        return pool, np.zeros(len(pool), dtype=int)
+    have = set(pool)
+    others = [i for i in np.argsort(-likeness, kind="stable").tolist() if likeness[i] > 0 and i not in have]
+    return pool + others, np.array([0] * len(pool) + list(range(1, len(others) + 1)), dtype=int)
+
+
+def apart_partners(group: Group, starts: list[tuple[int, float]], horizon_s: float, nodes: int,
+                   heads: int | None = None, rank: np.ndarray | None = None) -> list[list[int]]:
+    """For each of the first `heads` of `starts` (default: all), the windows (indexes into `starts`) its gang's
+    other nodes replay: spread evenly over the heads, each moved on to the next that shares no hour with the gang's
+    windows so far (on another trace, or a horizon or more away on the same one), so that the nodes are independent
+    as the plan draws them. Where none is that far (the windows lie close together on one trace), the one that
+    shares the fewest hours with them. A window of a higher `rank` (default 0 for all; lent to a bin with fewer
+    windows than the gang, _partner_pool) comes after every one of rank 0: the lowest rank that shares no hour
+    with the gang, else the lowest rank. A window the gang replays already comes last."""
     n = len(starts)
+    heads = n if heads is None else heads
+    rank = np.zeros(n, dtype=int) if rank is None else rank
+    trace = np.array([id(group.windows[index].starts) for index, _ in starts])   # a stitched bundle's windows
+    at = np.array([offset for _, offset in starts], dtype=float)                  # share their trace's stretches
     out = []
-    for index in range(n):
+    for index in range(heads):
         gang = [index]
-        for first in spread_partners(index, n, nodes):
-            gang.append(next((k for k in ((first + step) % n for step in range(n))
-                              if all(apart(k, member) for member in gang)), first))
+        for first in spread_partners(index, heads, nodes):
+            order = (first + np.arange(n)) % n   # the evenly spread window first, then the next ones
+            shared = np.zeros(n)
+            for member in gang:
+                shared = np.maximum(shared, np.where(trace[order] == trace[member],
+                                                     np.clip(horizon_s - np.abs(at[order] - at[member]), 0.0, None),
+                                                     0.0))
+            repeat = np.isin(order, gang)
+            lent = rank[order]
+            best = np.lexsort((np.arange(n), shared, lent, shared > 0, lent > 0, repeat))[0]   # last key first
+            gang.append(int(order[best]))
         out.append(gang[1:])
     return out
 

@@ -1012,3 +1012,47 @@ def test_a_gangs_partner_shares_no_hour_with_it_where_the_bin_allows():
     for windows, partners in ((stitched, [[2], [2], [0]]), (separate, [[1], [2], [0]])):
         g = ensemble.Group(name="b", period="p", windows=windows, fit=None)
         assert apart_partners(g, three, 144 * h, 2) == partners
+
+
+def test_a_gang_of_four_replays_distinct_windows_sharing_the_fewest_hours():
+    """apart_partners at 4 nodes: where no window is a horizon from the gang's, the partner is the one sharing the
+    fewest hours with it, never a window the gang replays already (that repeated it: two nodes of the 'independent'
+    gang on the very same hours), unless the bin has fewer windows than the gang."""
+    from costsim.validate import apart_partners
+
+    h = 3600.0
+    long = ensemble.Window(starts=np.array([0.0]), ends=np.array([1000 * h]), length_s=1000 * h, slide=True)
+    group = ensemble.Group(name="g", period="p", windows=(long,), fit=None)
+    starts = [(0, 0.0), (0, 6 * h), (0, 12 * h), (0, 300 * h), (0, 306 * h)]
+    gangs = apart_partners(group, starts, 144 * h, 4)
+    assert gangs[0] == [3, 2, 4]   # 300 h shares nothing; then 12 h (132 h shared) before 306 h and 6 h (138 h)
+    for index, partners in enumerate(gangs):
+        assert len({index, *partners}) == 4, (index, partners)
+    assert apart_partners(group, [(0, 0.0), (0, 300 * h)], 144 * h, 4) == [[1, 1, 1], [0, 0, 0]]   # two windows
+
+
+def test_a_bin_with_fewer_windows_than_the_gang_borrows_the_pasts_the_plan_weighs_most():
+    """_partner_pool and apart_partners(heads=, rank=): a told bin of 2 windows and a gang of 4 replays the bin's
+    2 windows and 2 lent ones, those whose past the told plan weighs most, one sharing no hour with the gang before
+    a nearer past that does; never a window twice while the pool has another."""
+    from costsim.validate import _likeness, _partner_pool, apart_partners
+
+    told = ensemble.Recent(share=0.9, past_s=72 * 3600.0, bandwidth=0.1,
+                           state=ensemble.State(up=True, age_s=48 * 3600.0))
+    shares = np.array([0.9, 0.5, 0.85, 0.9, np.nan, 0.9])
+    states = [ensemble.State(up=True, age_s=48 * 3600.0), ensemble.State(up=True, age_s=48 * 3600.0),
+              ensemble.State(up=True, age_s=40 * 3600.0), ensemble.State(up=True, age_s=48 * 3600.0), None,
+              ensemble.State(up=False, age_s=48 * 3600.0)]
+    like = _likeness(told, shares, states)
+    assert like[0] == like[3] == pytest.approx(1.0) and like[4] == like[5] == 0.0   # no past; the other state
+    assert 0 < like[1] < like[2] < 1
+    pool, rank = _partner_pool(np.array([0, 3]), like, 4)
+    assert pool == [0, 3, 2, 1] and rank.tolist() == [0, 0, 1, 2]   # the nearer past first; none without a past
+    assert _partner_pool(np.array([0, 3]), like, 2)[0] == [0, 3]   # enough in the bin: nothing lent
+    h = 3600.0
+    long = ensemble.Window(starts=np.array([0.0]), ends=np.array([1000 * h]), length_s=1000 * h, slide=True)
+    group = ensemble.Group(name="g", period="p", windows=(long,), fit=None)
+    starts = [(0, 0.0), (0, 300 * h), (0, 10 * h), (0, 600 * h)]   # the bin's two, then the lent two
+    gangs = apart_partners(group, starts, 144 * h, 4, heads=2, rank=np.array([0, 0, 1, 2]))
+    assert gangs[0] == [1, 3, 2]   # the bin's other; the lent one sharing no hour (rank 2) before the nearer (10 h)
+    assert gangs[1] == [0, 3, 2]   # 10 h shares hours with the gang's window at 0 h
