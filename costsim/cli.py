@@ -854,10 +854,11 @@ def validate_command(workload, gpus, policies_, nodes, deadline, risk, trials, s
                        progress=lambda done, total, name: report_progress(done, total), recent_past_s=recent_past,
                        recent_bandwidth=recent_bandwidth or DEFAULT_RECENT_BANDWIDTH,
                        recent_state=recent_state is not False)
-    if recent_past and results and not any(r.windows for r in results):
-        from costsim.units import format_duration
+    longest = [r.longest_past_s for r in results if r.longest_past_s is not None]
+    if recent_past and results and not any(r.windows for r in results) and longest:
         raise click.UsageError(f"--recent-past {format_duration(recent_past)}: no held-out window has that much trace "
-                               f"before it (all {sum(r.no_past for r in results)} left out); give a shorter past")
+                               f"before it (all {sum(r.no_past for r in results)} left out; the most any has is "
+                               f"{format_duration(max(longest))}); give a shorter past")
     table = reliability(results)
     overall = pooled(results)
     honest = [r for r in results if r.honest]

@@ -63,6 +63,7 @@ class GroupResult:
     cut_short: int = 0                 # of them, those whose trace ended before the job: P(deadline) only
     not_judged: int = 0                # windows whose trace ended before the deadline and the job's end
     no_past: int = 0                   # told the recent capacity: windows with less past than that, left out
+    longest_past_s: float | None = None   # where every window was left out: the most past one has (None: none has any)
     stated_p: float | None = None
     realised_p: float | None = None
     realised_se: float | None = None   # standard errors over blocks of overlapping windows (window_blocks)
@@ -118,7 +119,7 @@ class GroupResult:
         return {"group": self.group, "period": self.period, "chosen": self.chosen, "policy": self.policy,
                 "meets_target": self.meets_target,
                 "windows": self.windows, "cut_short": self.cut_short, "not_judged": self.not_judged,
-                "no_past": self.no_past,
+                "no_past": self.no_past, "longest_past_s": self.longest_past_s,
                 "stated_p_deadline": self.stated_p, "realised_p_deadline": self.realised_p,
                 "realised_se": self.realised_se, "blocks": self.blocks, "p_error": self.p_error,
                 "cost_p10_p90": list(self.cost_band) if self.cost_band else None,
@@ -487,9 +488,12 @@ def validate_group_recent(workload: Workload, profile: Profile, offerings: list[
     blocks = window_blocks(held_out, horizon_s, stride_s)
     c = chosen_blind.configured.candidate
     has = bins >= 0
-    if not has.any():
+    if not has.any():   # how much past its windows do have (none: a bundle that cannot be stitched into a trace)
+        placed = ~np.isnan(window_past_shares(reading, horizon_s, stride_s, 1.0, starts))
+        longest = max((offset for (_, offset), ok in zip(starts, placed.tolist()) if ok), default=None)
         return GroupResult(group=name, period=held_out.period, chosen=c.label, policy=c.policy,
-                           meets_target=chosen_blind.meets_target, windows=0, no_past=len(bins))
+                           meets_target=chosen_blind.meets_target, windows=0, no_past=len(bins),
+                           longest_past_s=longest)
     most = max(labels, key=lambda label: labels[label])
     known, met_known = known[has], met_known[has]
     return GroupResult(

@@ -283,4 +283,5 @@ def test_a_recent_past_longer_than_every_trace_is_refused(run_cli):
     assert result.exit_code == 2 and "Traceback" not in result.stderr, result.stderr
     last = result.stderr.strip().splitlines()[-1]
     assert "--recent-past 1000.0d: no held-out window has that much trace before it" in last, last
+    assert "the most any has is 39.2d" in last, last   # the last window on 45 days of trace starts a horizon before its end
     assert "left out" in last and "stated" not in result.stdout
