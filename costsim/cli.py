@@ -915,9 +915,9 @@ def validate_command(workload, gpus, policies_, nodes, deadline, risk, trials, s
                    if recent_past else "")
                 + (" A gang of n nodes runs while each of n windows of the group has capacity, spread evenly over "
                    "the group's windows" + (" with the same past, binned as above (nodes of one market at one time "
-                                            "share theirs; none sharing an hour where the bin allows, and a bin "
-                                            "with fewer windows than the gang lends it those of the same share and "
-                                            "state at other ages)" if recent_past else "")
+                                            "share theirs; distinct, none sharing an hour where the bin allows, "
+                                            "and a bin with fewer windows than the gang borrows those whose past "
+                                            "the plan weighs most)" if recent_past else "")
                    + "; a count trace's gang meets its one window." if max(nodes, default=2) > 1 else "")
                 + _cut_short_note(results)))
             click.echo()
