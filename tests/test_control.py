@@ -396,9 +396,12 @@ def test_local_drill_meets_its_deadline_and_bills_what_the_as_known_replay_predi
     lived = _runner_lives(tmp_path / "run", doc["time_scale"])
     slack = {m: sum(1 for i in doc["instances"] if i["market"] == m) * (3.0 * doc["time_scale"] + doc["notice_s"])
              / 3600 for m in lived}
+    # A reclaimed runner may write its exit a moment after the reclaim, where the bill ends, before the kill lands
+    # (CI once: 3.5 ms of wall time, 2 s of trace): 0.1 s of wall time an instance
+    late = {m: sum(1 for i in doc["instances"] if i["market"] == m) * 0.1 * doc["time_scale"] / 3600 for m in lived}
     billed = {m: e["hours"] for m, e in doc["bill"]["markets"].items()}
     assert set(billed) == set(lived) == {"spot", "on-demand"}
-    assert all(lived[m] <= billed[m] <= lived[m] + slack[m] for m in lived), (billed, lived, slack)
+    assert all(lived[m] - late[m] <= billed[m] <= lived[m] + slack[m] for m in lived), (billed, lived, slack)
 
 
 def _runner_lives(run_dir: Path, time_scale: float) -> dict[str, float]:
