@@ -1016,8 +1016,8 @@ def test_a_gangs_partner_shares_no_hour_with_it_where_the_bin_allows():
 
 def test_a_gang_of_four_replays_distinct_windows_sharing_the_fewest_hours():
     """apart_partners at 4 nodes: where no window is a horizon from the gang's, the partner is the one sharing the
-    fewest hours with it, never a window the gang replays already (that repeated it: two nodes of the 'independent'
-    gang on the very same hours), unless the bin has fewer windows than the gang."""
+    fewest hours with it, never a window the gang replays already unless the bin has fewer windows than the gang
+    (the fallback to the evenly spread window repeated one: two 'independent' nodes on the very same hours)."""
     from costsim.validate import apart_partners
 
     h = 3600.0
