@@ -34,6 +34,10 @@ class Runtime:
     # choice, one coordinate at a time, the first time each kernel runs, and keeps the fastest in the compile cache
     # (SDXL on an H200: no gain, and torch 2.11 tunes again at every start: docs/runner-speed.md)
     coordinate_descent_tuning: bool = False
+    # compiled graphs only: Inductor may compute a concatenation's inputs inside the kernel that writes it, every
+    # element evaluating each input's expression under a mask (its pointwise cat: SDXL's GEGLU backward then
+    # computes the gelu and its derivative for both halves); false writes each input into its slice of the output
+    pointwise_cat: bool = True
     channels_last: bool = False           # NHWC memory format for convolution models
     sdpa: str = "auto"                    # scaled-dot-product attention backend
     activation_checkpointing: bool = False
@@ -97,7 +101,7 @@ def parse_runtime(raw, source: str, prefix: str = "runtime", base: Runtime | Non
         elif key == "gc_every":
             values[key] = _count(value, source, where)
         elif key in ("channels_last", "activation_checkpointing", "cudnn_benchmark", "expandable_segments",
-                     "coordinate_descent_tuning"):
+                     "coordinate_descent_tuning", "pointwise_cat"):
             values[key] = _boolean(value, source, where)
         elif key == "ddp_bucket_mb":
             values[key] = _positive(value, source, where)
@@ -110,6 +114,9 @@ def parse_runtime(raw, source: str, prefix: str = "runtime", base: Runtime | Non
     if values["coordinate_descent_tuning"] and values["compile"] == "off":
         raise InputError(source, f"{prefix}.coordinate_descent_tuning", "tunes compiled kernels: set compile=blocks "
                          "or compile=model, or leave it at false")
+    if not values["pointwise_cat"] and values["compile"] == "off":
+        raise InputError(source, f"{prefix}.pointwise_cat", "chooses how compiled graphs concatenate: set "
+                         "compile=blocks or compile=model, or leave it at true")
     if values["fp8_select"] != "all" and values["fp8"] == "off":
         raise InputError(source, f"{prefix}.fp8_select", "chooses among fp8's layers: set fp8=blocks or fp8=model, "
                          "or leave fp8_select at all")

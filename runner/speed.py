@@ -149,12 +149,26 @@ def configure_backends(runtime: Runtime) -> None:
 
     activation_memory_budget: below 1, AOTAutograd's partitioner keeps that share of a compiled graph's
     activations for the backward and recomputes the rest, choosing what is cheapest to recompute
-    (pointwise before matrix multiplies): selective checkpointing for compiled models, to fit larger batches."""
+    (pointwise before matrix multiplies): selective checkpointing for compiled models, to fit larger batches.
+
+    pointwise_cat=false: Inductor lowers every concatenation as a kernel that writes each input into its slice of
+    the output (a ConcatKernel) instead of one kernel whose every element evaluates each input under a mask."""
     torch.backends.cudnn.benchmark = runtime.cudnn_benchmark
     import torch._functorch.config as functorch_config
     functorch_config.activation_memory_budget = runtime.activation_memory_budget
     import torch._dynamo as dynamo
     dynamo.config.optimize_ddp = "no_optimization" if runtime.ddp_graph == "whole" else "ddp_optimizer"
+    if runtime.compile != "off" or _INDUCTOR_AS_FOUND:
+        import torch._inductor.config as inductor_config
+        # Inductor lowers a concatenation of up to this many inputs pointwise (torch 2.13 also has the `complex`
+        # limit; 2.11 the one): 1 lowers none so
+        for key in ("max_pointwise_cat_inputs", "max_complex_pointwise_cat_inputs"):
+            if hasattr(inductor_config, key):
+                found = _INDUCTOR_AS_FOUND.setdefault(key, getattr(inductor_config, key))
+                setattr(inductor_config, key, found if runtime.pointwise_cat else 1)
+
+
+_INDUCTOR_AS_FOUND: dict[str, int] = {}   # Inductor's settings as this process found them, before any change
 
 
 def configure_ddp(model, runtime: Runtime) -> None:

@@ -34,7 +34,11 @@
 #   caches (A B A B over the two calls), each warm row profiled ($OUT/kernels-blocks*.json).
 #   KERNELS_PART=flash: torch 2.11's `auto` attention is cuDNN's (the profile's kernels), so FlashAttention-2 was never
 #   measured: compile=blocks with sdpa=auto and sdpa=flash in the order A B A B (the first two profiled), then the
-#   whole model compiled with flash (cold, profiled) where the time allows
+#   whole model compiled with flash (cold, profiled) where the time allows.
+#   KERNELS_PART=cat1: SDXL's feed-forward alone, three ways (scripts/bench_geglu.py: Inductor's pointwise
+#   concatenation in the GEGLU's backward, or none, or the projection split; $OUT/geglu.json), then the fastest
+#   configuration (compile=model at KERNEL_BATCH) cold and profiled (GEGLU_BATCH: the feed-forward's, default the same); KERNELS_PART=cat2, on the same warm machine: the same with
+#   pointwise_cat=false (cold, profiled), then both again from their caches (A B A B over the two calls)
 # Every row is its own process with a timeout; each lane stops starting rows at its deadline.
 # Results: $OUT/bench_sdxl.jsonl, the table in $OUT/bench_sdxl.txt. Wheels for simpy/diffusers/
 # importlib_metadata come in .whl/; torchao for SET=fp8 in .whl-fp8/ (an older one in .whl-fp8/alt for an older torch).
@@ -190,7 +194,19 @@ tune() {
 
 kernels() {
   local c=/tmp/inductor g="--runtime gc_every=50 --runtime expandable_segments=true" batch=${KERNEL_BATCH:-16}
-  if [[ ${KERNELS_PART:-1} == flash ]]; then
+  if [[ ${KERNELS_PART:-1} == cat1 ]]; then
+    echo "[geglu, $(( $(date +%s) - START ))s]"
+    timeout -k 10 200 python3 scripts/bench_geglu.py --batch "${GEGLU_BATCH:-$batch}" --out "$OUT/geglu.json" > "$OUT/geglu.txt" 2>&1
+    cat "$OUT/geglu.txt"
+    TORCHINDUCTOR_CACHE_DIR=$c-model row 0 420 runner --batch "$batch" --runtime compile=model $g \
+      --kernels "$OUT/kernels-model.json" --label "compile=model (cold)"
+  elif [[ ${KERNELS_PART:-1} == cat2 ]]; then
+    TORCHINDUCTOR_CACHE_DIR=$c-model-concat row 0 420 runner --batch "$batch" --runtime compile=model $g \
+      --runtime pointwise_cat=false --kernels "$OUT/kernels-model-concat.json" --label "compile=model pointwise_cat=false (cold)"
+    TORCHINDUCTOR_CACHE_DIR=$c-model row 0 120 runner --batch "$batch" --runtime compile=model $g --label "compile=model (warm)"
+    TORCHINDUCTOR_CACHE_DIR=$c-model-concat row 0 120 runner --batch "$batch" --runtime compile=model $g \
+      --runtime pointwise_cat=false --label "compile=model pointwise_cat=false (warm)"
+  elif [[ ${KERNELS_PART:-1} == flash ]]; then
     local round
     for round in cold warm; do
       local k=""; [[ $round == cold ]] && k=1

@@ -69,3 +69,19 @@ def test_meta_device_flops_are_the_real_steps():
     assert counted["matrix multiply"] == real.get("mm", 0) + real.get("addmm", 0) > 0
     assert counted["convolution"] == real["convolution"] + real["convolution_backward"] > 0
     assert counted["attention"] > 0   # the math path's batched multiplies (a CPU run counts its fused kernel)
+
+
+def test_feed_forward_ways_compute_what_diffusers_geglu_computes(tmp_path):
+    """scripts/bench_geglu.py's three compiled ways against eager diffusers: Inductor's setting changes no value,
+    the split projection only bf16's rounding (on CPU; the device run prints the same figures at SDXL's shapes)."""
+    import json
+    import subprocess
+    import sys
+    pytest.importorskip("diffusers")
+    script = Path(__file__).resolve().parents[1] / "scripts" / "bench_geglu.py"
+    out = tmp_path / "geglu.json"
+    subprocess.run([sys.executable, str(script), "--tiny", "--out", str(out)], check=True, timeout=300)
+    difference = json.loads(out.read_text())["shapes"]["tiny"]["difference"]
+    assert difference["concat"]["default"] == 0.0
+    assert 0 < difference["split"]["default"] < 2 ** -6   # bf16 keeps 8 bits: a few roundings apart
+    assert all(d["eager"] < 2 ** -5 for d in difference.values())

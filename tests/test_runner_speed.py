@@ -168,6 +168,21 @@ def test_activation_memory_budget_keeps_fewer_activations_for_the_backward():
     assert functorch_config.activation_memory_budget == 1.0   # the default is back
 
 
+def test_pointwise_cat_false_lowers_no_concatenation_pointwise_and_the_default_comes_back():
+    """Inductor's limit on a pointwise concatenation's inputs (CUDA's lowering; CPU's never lowers one so): 1 lowers
+    none pointwise, and a compiled run's default setting restores what the process found."""
+    import torch._inductor.config as inductor_config
+    keys = [k for k in ("max_pointwise_cat_inputs", "max_complex_pointwise_cat_inputs") if hasattr(inductor_config, k)]
+    found = {k: getattr(inductor_config, k) for k in keys}
+    assert keys and all(v > 1 for v in found.values())
+    try:
+        speed.configure_backends(Runtime(compile="blocks", pointwise_cat=False))
+        assert {k: getattr(inductor_config, k) for k in keys} == dict.fromkeys(keys, 1)
+    finally:
+        speed.configure_backends(Runtime())
+    assert {k: getattr(inductor_config, k) for k in keys} == found
+
+
 class Chain(torch.nn.Module):
     """Four 1 MB layers: four gradient buckets at DDP's 1 MB, one graph each when split."""
 

@@ -71,6 +71,8 @@ def test_pairs_override_a_base():
     ({"activation_memory_budget": 0.5}, "runtime.activation_memory_budget", "applies to compiled graphs"),
     ({"coordinate_descent_tuning": True}, "runtime.coordinate_descent_tuning", "set compile=blocks"),
     ({"compile": "blocks", "coordinate_descent_tuning": "always"}, "runtime.coordinate_descent_tuning", "true or false"),
+    ({"pointwise_cat": False}, "runtime.pointwise_cat", "set compile=blocks"),
+    ({"compile": "model", "pointwise_cat": "never"}, "runtime.pointwise_cat", "true or false"),
     ({"shell": "rm -rf /"}, "runtime.shell", "allowed: compile"),
 ])
 def test_bad_settings_name_the_field_and_what_is_allowed(raw, field, allowed):
