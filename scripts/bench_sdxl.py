@@ -91,24 +91,25 @@ def bare(args) -> dict:
     from diffusers import UNet2DConditionModel
     from torch.utils.flop_counter import FlopCounterMode
 
+    from runner.workloads.latents import expected_shapes
     from runner.workloads.sdxl import TRAIN_TIMESTEPS, load_config
 
     device, b = _device(), args.batch
     config = load_config(args.config)
+    shapes = expected_shapes(config)
+    (channels, size, _), text_dim, pooled = shapes["latents"], shapes["text"][1], shapes["pooled"][0]
     built_at = time.perf_counter()
     with device:
         model = UNet2DConditionModel.from_config(config)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5, weight_decay=1e-2,
                                   **({"fused": True} if device.type == "cuda" else {}))
     alphas = torch.cumprod(1 - torch.linspace(0.00085 ** 0.5, 0.012 ** 0.5, TRAIN_TIMESTEPS) ** 2, 0).to(device)
-    size, text_dim = config["sample_size"], config["cross_attention_dim"]
-    pooled = config["projection_class_embeddings_input_dim"] - 6 * config["addition_time_embed_dim"]
     time_ids = torch.tensor([[size * 8.0] * 2 + [0.0] * 2 + [size * 8.0] * 2], device=device).expand(b, 6)
     dtype = torch.bfloat16
 
     def step():
-        latents = torch.randn(b, 4, size, size, device=device)
-        noise = torch.randn(b, 4, size, size, device=device)
+        latents = torch.randn(b, channels, size, size, device=device)
+        noise = torch.randn(b, channels, size, size, device=device)
         t = torch.randint(0, TRAIN_TIMESTEPS, (b,), device=device)
         a = alphas[t].view(-1, 1, 1, 1)
         with torch.autocast(device.type, dtype=dtype):
@@ -257,14 +258,15 @@ def flops_by_kind(batch: int, config: str | None = None) -> dict[str, float]:
     from diffusers import UNet2DConditionModel
     from torch.utils.flop_counter import FlopCounterMode
 
+    from runner.workloads.latents import expected_shapes
     from runner.workloads.sdxl import load_config
     cfg = load_config(config)
-    size, text_dim = cfg["sample_size"], cfg["cross_attention_dim"]
-    pooled = cfg["projection_class_embeddings_input_dim"] - 6 * cfg["addition_time_embed_dim"]
+    shapes = expected_shapes(cfg)
+    text_dim, pooled = shapes["text"][1], shapes["pooled"][0]
     with torch.device("meta"):
         model = UNet2DConditionModel.from_config(cfg)
         with FlopCounterMode(display=False) as counter:
-            out = model(torch.randn(batch, 4, size, size), torch.randint(0, 1000, (batch,)),
+            out = model(torch.randn(batch, *shapes["latents"]), torch.randint(0, 1000, (batch,)),
                         encoder_hidden_states=torch.randn(batch, 77, text_dim),
                         added_cond_kwargs={"text_embeds": torch.randn(batch, pooled),
                                            "time_ids": torch.randn(batch, 6)}).sample
