@@ -36,9 +36,10 @@
 #   measured: compile=blocks with sdpa=auto and sdpa=flash in the order A B A B (the first two profiled), then the
 #   whole model compiled with flash (cold, profiled) where the time allows.
 #   KERNELS_PART=cat1: SDXL's feed-forward alone, three ways (scripts/bench_geglu.py: Inductor's pointwise
-#   concatenation in the GEGLU's backward, or none, or the projection split; $OUT/geglu.json), then the fastest
-#   configuration (compile=model at KERNEL_BATCH) cold and profiled (GEGLU_BATCH: the feed-forward's, default the same); KERNELS_PART=cat2, on the same warm machine: the same with
-#   pointwise_cat=false (cold, profiled), then both again from their caches (A B A B over the two calls)
+#   concatenation in the GEGLU's backward, or none, or the projection split; $OUT/geglu.json; GEGLU_BATCH: its batch,
+#   default KERNEL_BATCH), then compile=blocks with pointwise_cat=false and without, A B A B (the cold pair profiled);
+#   KERNELS_PART=cat2: the fastest configuration (compile=model at KERNEL_BATCH) with pointwise_cat=false, cold
+#   (profiled: its kernels against data/measurements/2026-12-05-h200-kernels' default) and warm
 # Every row is its own process with a timeout; each lane stops starting rows at its deadline.
 # Results: $OUT/bench_sdxl.jsonl, the table in $OUT/bench_sdxl.txt. Wheels for simpy/diffusers/
 # importlib_metadata come in .whl/; torchao for SET=fp8 in .whl-fp8/ (an older one in .whl-fp8/alt for an older torch).
@@ -198,12 +199,18 @@ kernels() {
     echo "[geglu, $(( $(date +%s) - START ))s]"
     timeout -k 10 200 python3 scripts/bench_geglu.py --batch "${GEGLU_BATCH:-$batch}" --out "$OUT/geglu.json" > "$OUT/geglu.txt" 2>&1
     cat "$OUT/geglu.txt"
-    TORCHINDUCTOR_CACHE_DIR=$c-model row 0 420 runner --batch "$batch" --runtime compile=model $g \
-      --kernels "$OUT/kernels-model.json" --label "compile=model (cold)"
+    local round
+    for round in cold warm; do
+      local k=""; [[ $round == cold ]] && k=1
+      TORCHINDUCTOR_CACHE_DIR=$c-blocks-concat row 0 170 runner --batch "$batch" --runtime compile=blocks $g \
+        --runtime pointwise_cat=false ${k:+--kernels "$OUT/kernels-blocks-concat.json"} \
+        --label "compile=blocks pointwise_cat=false ($round)"
+      TORCHINDUCTOR_CACHE_DIR=$c-blocks row 0 170 runner --batch "$batch" --runtime compile=blocks $g \
+        ${k:+--kernels "$OUT/kernels-blocks.json"} --label "compile=blocks ($round)"
+    done
   elif [[ ${KERNELS_PART:-1} == cat2 ]]; then
     TORCHINDUCTOR_CACHE_DIR=$c-model-concat row 0 420 runner --batch "$batch" --runtime compile=model $g \
       --runtime pointwise_cat=false --kernels "$OUT/kernels-model-concat.json" --label "compile=model pointwise_cat=false (cold)"
-    TORCHINDUCTOR_CACHE_DIR=$c-model row 0 120 runner --batch "$batch" --runtime compile=model $g --label "compile=model (warm)"
     TORCHINDUCTOR_CACHE_DIR=$c-model-concat row 0 120 runner --batch "$batch" --runtime compile=model $g \
       --runtime pointwise_cat=false --label "compile=model pointwise_cat=false (warm)"
   elif [[ ${KERNELS_PART:-1} == flash ]]; then
