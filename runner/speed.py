@@ -160,12 +160,28 @@ def configure_backends(runtime: Runtime) -> None:
     dynamo.config.optimize_ddp = "no_optimization" if runtime.ddp_graph == "whole" else "ddp_optimizer"
     if runtime.compile != "off" or _INDUCTOR_AS_FOUND:
         import torch._inductor.config as inductor_config
-        # Inductor lowers a concatenation of up to this many inputs pointwise (torch 2.13 also has the `complex`
-        # limit; 2.11 the one): 1 lowers none so
-        for key in ("max_pointwise_cat_inputs", "max_complex_pointwise_cat_inputs"):
+        changed = inductor_options(runtime)
+        for key in POINTWISE_CAT_LIMITS:
             if hasattr(inductor_config, key):
                 found = _INDUCTOR_AS_FOUND.setdefault(key, getattr(inductor_config, key))
-                setattr(inductor_config, key, found if runtime.pointwise_cat else 1)
+                setattr(inductor_config, key, changed.get(key, found))
+
+
+# Inductor lowers a concatenation of up to this many computed inputs pointwise (a later torch added the second, for
+# inputs that are not trivial; where a torch lacks one it is left out): a concatenation has two inputs or more, so at 1
+# it lowers none so. torchtitan's compile config lowers every concatenation so by default (both at 0).
+POINTWISE_CAT_LIMITS = ("max_pointwise_cat_inputs", "max_complex_pointwise_cat_inputs")
+
+
+def inductor_options(runtime: Runtime) -> dict[str, int]:
+    """The Inductor settings these runner settings change, as `torch.compile(options=...)` takes them (empty at
+    Inductor's own). configure_backends sets them process-wide, for the worker's one configuration; a process that
+    compiles several configurations must pass them to each compilation instead, since Dynamo reuses one module's
+    compiled graph for another instance of its class whatever Inductor's settings say."""
+    if runtime.pointwise_cat:
+        return {}
+    import torch._inductor.config as inductor_config
+    return {key: 1 for key in POINTWISE_CAT_LIMITS if hasattr(inductor_config, key)}
 
 
 _INDUCTOR_AS_FOUND: dict[str, int] = {}   # Inductor's settings as this process found them, before any change

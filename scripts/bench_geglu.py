@@ -11,11 +11,13 @@ both halves. The ways, each compiled afresh, side by side in one run (medians of
 
   default   Inductor as it is
   concat    Inductor writes each input of a concatenation into its slice of the output (runtime
-            pointwise_cat=false: max_pointwise_cat_inputs 1), one kernel computing both halves' gradients
+            pointwise_cat=false: its pointwise-cat limits at 1, given to this compilation as options), one kernel
+            computing both halves' gradients
   split     the projection as two linear layers on the weight's halves (the same parameters, no concatenation
             in the backward; not a runner setting, for comparison)
 
-Every way's output and gradients are compared with the eager module's, and the largest kernels of one step each
+Every way's output and gradients are compared with the eager module's, each way is checked to have compiled a
+graph of its own (Dynamo reuses one module's graph for another of its class), and the largest kernels of one step each
 are listed (torch.profiler). On the device (bf16 autocast, SDXL's shapes at --batch):
     python3 scripts/bench_geglu.py --batch 16 [--out FILE.json]
 On CPU it checks the ways agree (tiny shapes; CPU's Inductor never lowers a concatenation pointwise):
@@ -70,17 +72,21 @@ def _step(module, x, dtype):
     return out
 
 
-def compiled_ways(dim: int, x, dtype) -> dict[str, torch.nn.Module]:
-    """Each way compiled under its own setting (Inductor reads it at the first call) and warmed up."""
-    modules = {}
+def compiled_ways(dim: int, x, dtype) -> tuple[dict[str, torch.nn.Module], dict[str, int]]:
+    """Each way compiled with its own Inductor options and warmed up, and how many graphs each compiled: Dynamo would
+    reuse one FeedForward's compiled graph for another whatever Inductor's process-wide settings, so the settings go
+    to each compilation (runner.speed.inductor_options, what pointwise_cat=false sets in a worker)."""
+    from torch._dynamo.utils import counters
+    modules, graphs = {}, {}
     for way in WAYS:
-        speed.configure_backends(Runtime(compile="model", pointwise_cat=(way != "concat")))
+        options = speed.inductor_options(Runtime(compile="model", pointwise_cat=(way != "concat")))
         modules[way] = feed_forward(dim, way, x.device)
-        modules[way].compile()
+        modules[way].compile(**({"options": options} if options else {}))
+        before = counters["stats"]["unique_graphs"]
         for _ in range(3):
             _step(modules[way], x, dtype)
-    speed.configure_backends(Runtime())
-    return modules
+        graphs[way] = counters["stats"]["unique_graphs"] - before
+    return modules, graphs
 
 
 def check(modules, dim: int, x0, dtype) -> dict[str, dict[str, float]]:
@@ -146,11 +152,11 @@ def main() -> None:
         rows = tokens * (args.batch if cuda else 1)
         torch.manual_seed(1)
         x = torch.randn(rows, dim, device=device, requires_grad=True)
-        modules = compiled_ways(dim, x, dtype)
-        entry: dict = {"dim": dim, "rows": rows, "difference": check(modules, dim, x.detach(), dtype)}
+        modules, graphs = compiled_ways(dim, x, dtype)
+        entry: dict = {"dim": dim, "rows": rows, "graphs": graphs, "difference": check(modules, dim, x.detach(), dtype)}
         print(f"{name}: {rows} rows x {dim}; largest difference, relative, from eager / from the default way: "
-              + ", ".join(f"{w} {e['eager']:.2e} / {e['default']:.2e}" for w, e in entry["difference"].items()),
-              flush=True)
+              + ", ".join(f"{w} {e['eager']:.2e} / {e['default']:.2e}" for w, e in entry["difference"].items())
+              + "; graphs compiled: " + ", ".join(f"{w} {n}" for w, n in graphs.items()), flush=True)
         if cuda:
             times = timed(modules, x, dtype, args.repeats, args.steps)
             entry["ms"] = times

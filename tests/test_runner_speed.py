@@ -175,6 +175,8 @@ def test_pointwise_cat_false_lowers_no_concatenation_pointwise_and_the_default_c
     keys = [k for k in ("max_pointwise_cat_inputs", "max_complex_pointwise_cat_inputs") if hasattr(inductor_config, k)]
     found = {k: getattr(inductor_config, k) for k in keys}
     assert keys and all(v > 1 for v in found.values())
+    assert speed.inductor_options(Runtime(compile="blocks")) == {}
+    assert speed.inductor_options(Runtime(compile="blocks", pointwise_cat=False)) == dict.fromkeys(keys, 1)
     try:
         speed.configure_backends(Runtime(compile="blocks", pointwise_cat=False))
         assert {k: getattr(inductor_config, k) for k in keys} == dict.fromkeys(keys, 1)
