@@ -168,9 +168,10 @@ def test_activation_memory_budget_keeps_fewer_activations_for_the_backward():
     assert functorch_config.activation_memory_budget == 1.0   # the default is back
 
 
-def test_pointwise_cat_false_lowers_no_concatenation_pointwise_and_the_default_comes_back():
-    """Inductor's limit on a pointwise concatenation's inputs (CUDA's lowering; CPU's never lowers one so): 1 lowers
-    none pointwise, and a compiled run's default setting restores what the process found."""
+def test_pointwise_cat_false_sets_inductors_concatenation_limits_and_the_default_comes_back():
+    """Inductor's limits on a pointwise concatenation's inputs (CUDA's lowering; CPU's never lowers one so, so what the
+    kernels become is measured on the device: scripts/bench_geglu.py): false sets them to 1, which lowers none
+    pointwise, both process-wide and as compile options; a later run at the default gets back what the process found."""
     import torch._inductor.config as inductor_config
     keys = [k for k in ("max_pointwise_cat_inputs", "max_complex_pointwise_cat_inputs") if hasattr(inductor_config, k)]
     found = {k: getattr(inductor_config, k) for k in keys}
