@@ -149,9 +149,10 @@ def main() -> None:
     result: dict = {"torch": torch.__version__, "device": torch.cuda.get_device_name() if cuda else "cpu",
                     "batch": args.batch, "shapes": {}}
     for name, (tokens, dim) in shapes.items():
-        rows = tokens * (args.batch if cuda else 1)
+        batch = args.batch if cuda else 1
+        rows = batch * tokens
         torch.manual_seed(1)
-        x = torch.randn(rows, dim, device=device, requires_grad=True)
+        x = torch.randn(batch, tokens, dim, device=device, requires_grad=True)   # as the blocks see it
         modules, graphs = compiled_ways(dim, x, dtype)
         entry: dict = {"dim": dim, "rows": rows, "graphs": graphs, "difference": check(modules, dim, x.detach(), dtype)}
         print(f"{name}: {rows} rows x {dim}; largest difference, relative, from eager / from the default way: "
