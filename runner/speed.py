@@ -135,6 +135,14 @@ def fp8_layers(model: torch.nn.Module) -> int:
     return sum(type(m).__name__ == "Float8Linear" for m in model.modules())
 
 
+# Inductor lowers a concatenation of up to this many computed inputs pointwise (a later torch added the second, for
+# inputs that are not trivial; where a torch lacks one it is left out): a concatenation has two inputs or more, so at 1
+# it lowers none so. torchtitan's compile config lowers every concatenation so by default (both at 0).
+POINTWISE_CAT_LIMITS = ("max_pointwise_cat_inputs", "max_complex_pointwise_cat_inputs")
+
+_INDUCTOR_AS_FOUND: dict[str, int] = {}   # Inductor's settings as this process found them, before any change
+
+
 def configure_backends(runtime: Runtime) -> None:
     """Process-wide settings. cuDNN's benchmark mode picks convolution algorithms by timing them, so a
     restarted process may pick others: its results then differ in the last bits from an uninterrupted
@@ -167,12 +175,6 @@ def configure_backends(runtime: Runtime) -> None:
                 setattr(inductor_config, key, changed.get(key, found))
 
 
-# Inductor lowers a concatenation of up to this many computed inputs pointwise (a later torch added the second, for
-# inputs that are not trivial; where a torch lacks one it is left out): a concatenation has two inputs or more, so at 1
-# it lowers none so. torchtitan's compile config lowers every concatenation so by default (both at 0).
-POINTWISE_CAT_LIMITS = ("max_pointwise_cat_inputs", "max_complex_pointwise_cat_inputs")
-
-
 def inductor_options(runtime: Runtime) -> dict[str, int]:
     """The Inductor settings these runner settings change, as `torch.compile(options=...)` takes them (empty at
     Inductor's own). configure_backends sets them process-wide, for the worker's one configuration; a process that
@@ -182,9 +184,6 @@ def inductor_options(runtime: Runtime) -> dict[str, int]:
         return {}
     import torch._inductor.config as inductor_config
     return {key: 1 for key in POINTWISE_CAT_LIMITS if hasattr(inductor_config, key)}
-
-
-_INDUCTOR_AS_FOUND: dict[str, int] = {}   # Inductor's settings as this process found them, before any change
 
 
 def configure_ddp(model, runtime: Runtime) -> None:

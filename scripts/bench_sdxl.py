@@ -16,7 +16,7 @@ or a compiler failure costs only that row) and appends one JSON line to RESULTS:
                             every kernel's count and GPU time written to FILE (JSON)
   report RESULTS            the table: samples/s per GPU, ratio to the bare loop at the same batch,
                             MFU (model FLOPs / peak), peak memory, first-step time
-  kernels FILE [--flops]    where a profiled step's GPU time goes: convolutions, matrix multiplies,
+  kernels FILE [--flops] [--top N]  where a profiled step's GPU time goes: convolutions, matrix multiplies,
                             attention, Inductor's fused kernels, the optimizer, copies; and the
                             GPU's idle share of the steps' wall time; --flops: each compute kind's
                             FLOPs (the model's step on the meta device: no GPU) and its rate
@@ -397,9 +397,10 @@ def main() -> None:
     parser.add_argument("--kernels", help="runner: profile --kernel-steps more steps, the kernels to this JSON file")
     parser.add_argument("--kernel-steps", type=int, default=2)
     parser.add_argument("--flops", action="store_true", help="kernels: each compute kind's FLOPs and rate")
+    parser.add_argument("--top", type=int, default=15, help="kernels: how many of the longest kernels to list")
     args = parser.parse_args()
     if args.part == "kernels":
-        print(kernels_report(Path(args.path), flops=args.flops))
+        print(kernels_report(Path(args.path), top=args.top, flops=args.flops))
         return
     if args.part == "report":
         print(report(Path(args.path or args.results)))
