@@ -22,6 +22,7 @@ DDP_COMM = ("fp32", "bf16")
 DDP_GRAPH = ("split", "whole")
 FP8 = ("off", "blocks", "model")
 FP8_SELECT = ("all", "large")
+GEGLU = ("fused", "split")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -38,6 +39,10 @@ class Runtime:
     # element evaluating each input's expression under a mask (its pointwise cat: SDXL's GEGLU backward then
     # computes the gelu and its derivative for both halves); false writes each input into its slice of the output
     pointwise_cat: bool = True
+    # a GEGLU feed-forward (diffusers', SDXL's transformer blocks): its projection to twice the width as one
+    # linear layer whose output is split in two (fused), or two linear layers on the weight's halves (split: the
+    # same parameters and checkpoint, and no concatenation of the halves' gradients in the backward)
+    geglu: str = "fused"
     channels_last: bool = False           # NHWC memory format for convolution models
     sdpa: str = "auto"                    # scaled-dot-product attention backend
     activation_checkpointing: bool = False
@@ -96,6 +101,8 @@ def parse_runtime(raw, source: str, prefix: str = "runtime", base: Runtime | Non
             values[key] = _choice(value, FP8, source, where)
         elif key == "fp8_select":
             values[key] = _choice(value, FP8_SELECT, source, where)
+        elif key == "geglu":
+            values[key] = _choice(value, GEGLU, source, where)
         elif key == "activation_memory_budget":
             values[key] = _fraction(value, source, where)
         elif key == "gc_every":
@@ -117,6 +124,9 @@ def parse_runtime(raw, source: str, prefix: str = "runtime", base: Runtime | Non
     if not values["pointwise_cat"] and values["compile"] == "off":
         raise InputError(source, f"{prefix}.pointwise_cat", "chooses how compiled graphs concatenate: set "
                          "compile=blocks or compile=model, or leave it at true")
+    if values["geglu"] == "split" and values["fp8"] != "off":
+        raise InputError(source, f"{prefix}.geglu", "split multiplies the projection's halves itself, outside fp8's "
+                         "layers: leave geglu at fused with fp8, or set fp8=off")
     if values["fp8_select"] != "all" and values["fp8"] == "off":
         raise InputError(source, f"{prefix}.fp8_select", "chooses among fp8's layers: set fp8=blocks or fp8=model, "
                          "or leave fp8_select at all")

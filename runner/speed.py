@@ -14,9 +14,11 @@ import contextlib
 import gc
 import os
 import time
+import types
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 
 from costsim.runtime import Runtime
 from runner import gcstart
@@ -55,6 +57,8 @@ def prepare_model(model: torch.nn.Module, runtime: Runtime) -> int:
         enable()
     if runtime.fp8 != "off":
         to_fp8(model, runtime.fp8, runtime.fp8_select)
+    if runtime.geglu == "split":
+        split_geglu(model)
     if runtime.channels_last:
         # parameters keep their identity: the optimizer is unaffected (Module.to accepts it; its stubs do not say so)
         model.to(memory_format=torch.channels_last)   # type: ignore[call-overload]
@@ -82,6 +86,32 @@ def _blocks(model: torch.nn.Module, setting: str) -> list[torch.nn.Module]:
                                  "`_repeated_blocks` list of class names, as diffusers models have); use "
                                  f"{setting}=model")
     return blocks
+
+
+def split_geglu(model: torch.nn.Module) -> int:
+    """geglu=split: every GEGLU feed-forward (diffusers' `GEGLU`: a linear projection to twice the width, whose
+    output's first half is multiplied by the gelu of its second) computes the two halves as two linear layers on
+    its one weight's halves. The parameters, their names and the checkpoint stay as they are, and the values are
+    the same but for rounding; the backward then sums two input gradients instead of concatenating the halves'
+    output gradients, a concatenation Inductor writes as one kernel computing the gelu and its derivative for
+    every element of both halves (runtime.pointwise_cat). Returns how many were changed."""
+    changed = 0
+    for module in model.modules():
+        if type(module).__name__ == "GEGLU" and type(getattr(module, "proj", None)) is torch.nn.Linear:
+            # a method bound to the module: a deep copy of the model binds it to the copy
+            module.forward = types.MethodType(_split_geglu_forward, module)
+            changed += 1
+    if not changed:
+        raise RuntimeConfigError("runtime.geglu=split: this model has no GEGLU feed-forward with a plain linear "
+                                 "projection (diffusers' GEGLU, as SDXL's transformer blocks have); leave geglu at fused")
+    return changed
+
+
+def _split_geglu_forward(self, hidden_states: torch.Tensor, *args, **kwargs) -> torch.Tensor:
+    # diffusers' GEGLU.forward takes (and ignores) a deprecated `scale`; so does this
+    w_h, w_g = self.proj.weight.chunk(2, dim=0)
+    b_h, b_g = self.proj.bias.chunk(2, dim=0) if self.proj.bias is not None else (None, None)
+    return F.linear(hidden_states, w_h, b_h) * F.gelu(F.linear(hidden_states, w_g, b_g))
 
 
 FP8_MULTIPLE = 16   # fp8 matrix multiplies need both of a weight's dimensions divisible by 16

@@ -13,8 +13,8 @@ both halves. The ways, each compiled afresh, side by side in one run (medians of
   concat    Inductor writes each input of a concatenation into its slice of the output (runtime
             pointwise_cat=false: its pointwise-cat limits at 1, given to this compilation as options), one kernel
             computing both halves' gradients
-  split     the projection as two linear layers on the weight's halves (the same parameters, no concatenation
-            in the backward; not a runner setting, for comparison)
+  split     the projection as two linear layers on the weight's halves (runtime geglu=split: the same
+            parameters, no concatenation in the backward)
 
 Every way's output and gradients are compared with the eager module's, each way is checked to have compiled a
 graph of its own (Dynamo reuses one module's graph for another of its class), and the largest kernels of one step each
@@ -33,7 +33,6 @@ import sys
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -47,21 +46,12 @@ WAYS = ("default", "concat", "split")
 SHAPES = {"640": (4096, 640), "1280": (1024, 1280)}
 
 
-def split_forward(geglu):
-    """diffusers' GEGLU.forward with its projection as two linear layers on the halves of its one weight."""
-    def forward(hidden_states, *args, **kwargs):
-        w_h, w_g = geglu.proj.weight.chunk(2, dim=0)
-        b_h, b_g = geglu.proj.bias.chunk(2, dim=0) if geglu.proj.bias is not None else (None, None)
-        return F.linear(hidden_states, w_h, b_h) * F.gelu(F.linear(hidden_states, w_g, b_g))
-    return forward
-
-
 def feed_forward(dim: int, way: str, device) -> torch.nn.Module:
     from diffusers.models.attention import FeedForward
     torch.manual_seed(0)
     ff = FeedForward(dim, dim_out=dim, activation_fn="geglu").to(device)
     if way == "split":
-        ff.net[0].forward = split_forward(ff.net[0])
+        speed.split_geglu(ff)
     return ff
 
 

@@ -37,7 +37,8 @@
 #   whole model compiled with flash (cold, profiled) where the time allows.
 #   KERNELS_PART=cat1: SDXL's feed-forward alone, three ways (scripts/bench_geglu.py: Inductor's pointwise
 #   concatenation in the GEGLU's backward, or none, or the projection split; $OUT/geglu.json; GEGLU_BATCH: its batch,
-#   default KERNEL_BATCH), then compile=blocks with pointwise_cat=false and without, A B A B (the cold pair profiled);
+#   default KERNEL_BATCH), then compile=blocks as it is, with pointwise_cat=false and with geglu=split, A B C A B C
+#   (the cold three profiled, their kernels in $OUT/kernels.tgz);
 #   KERNELS_PART=cat2: the fastest configuration (compile=model at KERNEL_BATCH) with pointwise_cat=false, cold
 #   (profiled: its kernels against data/measurements/2026-12-05-h200-kernels' default) and warm
 # Every row is its own process with a timeout; each lane stops starting rows at its deadline.
@@ -197,17 +198,21 @@ kernels() {
   local c=/tmp/inductor g="--runtime gc_every=50 --runtime expandable_segments=true" batch=${KERNEL_BATCH:-16}
   if [[ ${KERNELS_PART:-1} == cat1 ]]; then
     echo "[geglu, $(( $(date +%s) - START ))s]"
-    timeout -k 10 200 python3 scripts/bench_geglu.py --batch "${GEGLU_BATCH:-$batch}" --out "$OUT/geglu.json" > "$OUT/geglu.txt" 2>&1
-    cat "$OUT/geglu.txt"
+    timeout -k 10 200 python3 scripts/bench_geglu.py --batch "${GEGLU_BATCH:-$batch}" --out "$OUT/geglu.json" 2>&1 \
+      | tee -a "$OUT/lane0.log"
     local round
-    for round in cold warm; do
+    for round in cold warm; do   # A B C A B C: Inductor's default, pointwise_cat=false, geglu=split
       local k=""; [[ $round == cold ]] && k=1
+      TORCHINDUCTOR_CACHE_DIR=$c-blocks row 0 170 runner --batch "$batch" --runtime compile=blocks $g \
+        ${k:+--kernels "$OUT/kernels-blocks.json"} --label "compile=blocks ($round)"
       TORCHINDUCTOR_CACHE_DIR=$c-blocks-concat row 0 170 runner --batch "$batch" --runtime compile=blocks $g \
         --runtime pointwise_cat=false ${k:+--kernels "$OUT/kernels-blocks-concat.json"} \
         --label "compile=blocks pointwise_cat=false ($round)"
-      TORCHINDUCTOR_CACHE_DIR=$c-blocks row 0 170 runner --batch "$batch" --runtime compile=blocks $g \
-        ${k:+--kernels "$OUT/kernels-blocks.json"} --label "compile=blocks ($round)"
+      TORCHINDUCTOR_CACHE_DIR=$c-blocks-split row 0 170 runner --batch "$batch" --runtime compile=blocks $g \
+        --runtime geglu=split ${k:+--kernels "$OUT/kernels-blocks-split.json"} \
+        --label "compile=blocks geglu=split ($round)"
     done
+    (cd "$OUT" && tar czf kernels.tgz kernels-*.json && rm kernels-*.json)   # $OUT brings back 8 files at most
   elif [[ ${KERNELS_PART:-1} == cat2 ]]; then
     TORCHINDUCTOR_CACHE_DIR=$c-model-concat row 0 420 runner --batch "$batch" --runtime compile=model $g \
       --runtime pointwise_cat=false --kernels "$OUT/kernels-model-concat.json" --label "compile=model pointwise_cat=false (cold)"

@@ -101,6 +101,37 @@ def test_fp8_blocks_converts_the_blocks_linear_layers_and_keeps_the_checkpoint_k
                if type(m).__name__ == "Float8Linear")
 
 
+def test_geglu_split_computes_the_same_with_the_same_parameters_and_a_copy_uses_its_own():
+    import copy
+
+    model, reference = _tiny_unet().double(), _tiny_unet().double()   # float64: only the split's rounding differs
+    keys = list(model.state_dict())
+    geglus = [m for m in model.modules() if type(m).__name__ == "GEGLU"]
+    assert geglus and speed.prepare_model(model, Runtime(geglu="split")) == 0   # nothing compiled
+    assert all("forward" in vars(m) for m in geglus) and list(model.state_dict()) == keys
+    inputs = (torch.randn(2, 4, 16, 16, dtype=torch.float64), torch.tensor([10, 500]),
+              torch.randn(2, 7, 64, dtype=torch.float64))
+    added = {"added_cond_kwargs": {"text_embeds": torch.randn(2, 32, dtype=torch.float64),
+                                   "time_ids": torch.randn(2, 6, dtype=torch.float64)}}
+    out, expected = model(*inputs, **added).sample, reference(*inputs, **added).sample
+    assert torch.allclose(out, expected, rtol=1e-10, atol=1e-12)
+    out.square().mean().backward()
+    expected.square().mean().backward()
+    grads = dict(reference.named_parameters())
+    for name, p in model.named_parameters():
+        assert p.grad is not None and torch.allclose(p.grad, grads[name].grad, rtol=1e-8, atol=1e-12), name
+    # a deep copy (an EMA's, say) runs the copy's weights, not the original's
+    twin = copy.deepcopy(model)
+    with torch.no_grad():
+        for m in twin.modules():
+            if type(m).__name__ == "GEGLU":
+                m.proj.weight.zero_()
+    assert not torch.allclose(twin(*inputs, **added).sample, out)
+    assert torch.allclose(model(*inputs, **added).sample, out)
+    with pytest.raises(speed.RuntimeConfigError, match="no GEGLU feed-forward"):
+        speed.prepare_model(torch.nn.Sequential(torch.nn.Linear(2, 2)), Runtime(geglu="split"))
+
+
 def test_fp8_select_large_leaves_the_small_layers_in_their_precision():
     pytest.importorskip("torchao")
     # torchao's tensor-wise threshold: converted when out_features > 4096 or in_features > 1024

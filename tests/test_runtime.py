@@ -73,6 +73,8 @@ def test_pairs_override_a_base():
     ({"compile": "blocks", "coordinate_descent_tuning": "always"}, "runtime.coordinate_descent_tuning", "true or false"),
     ({"pointwise_cat": False}, "runtime.pointwise_cat", "set compile=blocks"),
     ({"compile": "model", "pointwise_cat": "never"}, "runtime.pointwise_cat", "true or false"),
+    ({"geglu": "halves"}, "runtime.geglu", "fused, split"),
+    ({"geglu": "split", "fp8": "blocks"}, "runtime.geglu", "fp8=off"),
     ({"shell": "rm -rf /"}, "runtime.shell", "allowed: compile"),
 ])
 def test_bad_settings_name_the_field_and_what_is_allowed(raw, field, allowed):
