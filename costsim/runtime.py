@@ -35,10 +35,6 @@ class Runtime:
     # choice, one coordinate at a time, the first time each kernel runs, and keeps the fastest in the compile cache
     # (SDXL on an H200: no gain, and torch 2.11 tunes again at every start: docs/runner-speed.md)
     coordinate_descent_tuning: bool = False
-    # compiled graphs only: Inductor may compute a concatenation's inputs inside the kernel that writes it, every
-    # element evaluating each input's expression under a mask (its pointwise cat: SDXL's GEGLU backward then
-    # computes the gelu and its derivative for both halves); false writes each input into its slice of the output
-    pointwise_cat: bool = True
     # a GEGLU feed-forward (diffusers', SDXL's transformer blocks): its projection to twice the width as one
     # linear layer whose output is split in two (fused), or two linear layers on the weight's halves (split: the
     # same parameters and checkpoint, and no concatenation of the halves' gradients in the backward)
@@ -108,7 +104,7 @@ def parse_runtime(raw, source: str, prefix: str = "runtime", base: Runtime | Non
         elif key == "gc_every":
             values[key] = _count(value, source, where)
         elif key in ("channels_last", "activation_checkpointing", "cudnn_benchmark", "expandable_segments",
-                     "coordinate_descent_tuning", "pointwise_cat"):
+                     "coordinate_descent_tuning"):
             values[key] = _boolean(value, source, where)
         elif key == "ddp_bucket_mb":
             values[key] = _positive(value, source, where)
@@ -121,9 +117,6 @@ def parse_runtime(raw, source: str, prefix: str = "runtime", base: Runtime | Non
     if values["coordinate_descent_tuning"] and values["compile"] == "off":
         raise InputError(source, f"{prefix}.coordinate_descent_tuning", "tunes compiled kernels: set compile=blocks "
                          "or compile=model, or leave it at false")
-    if not values["pointwise_cat"] and values["compile"] == "off":
-        raise InputError(source, f"{prefix}.pointwise_cat", "chooses how compiled graphs concatenate: set "
-                         "compile=blocks or compile=model, or leave it at true")
     if values["geglu"] == "split" and values["fp8"] != "off":
         raise InputError(source, f"{prefix}.geglu", "split multiplies the projection's halves itself, outside fp8's "
                          "layers: leave geglu at fused with fp8, or set fp8=off")

@@ -94,7 +94,8 @@ def split_geglu(model: torch.nn.Module) -> int:
     its one weight's halves. The parameters, their names and the checkpoint stay as they are, and the values are
     the same but for rounding; the backward then sums two input gradients instead of concatenating the halves'
     output gradients, a concatenation Inductor writes as one kernel computing the gelu and its derivative for
-    every element of both halves (runtime.pointwise_cat). Returns how many were changed."""
+    every element of both halves (1.033x the step under whole-model compilation on an H200:
+    data/measurements/2026-12-06-h200-geglu-split). Returns how many were changed."""
     changed = 0
     for module in model.modules():
         if type(module).__name__ == "GEGLU" and type(getattr(module, "proj", None)) is torch.nn.Linear:
@@ -165,14 +166,6 @@ def fp8_layers(model: torch.nn.Module) -> int:
     return sum(type(m).__name__ == "Float8Linear" for m in model.modules())
 
 
-# Inductor lowers a concatenation of up to this many computed inputs pointwise (a later torch added the second, for
-# inputs that are not trivial; where a torch lacks one it is left out): a concatenation has two inputs or more, so at 1
-# it lowers none so. torchtitan's compile config lowers every concatenation so by default (both at 0).
-POINTWISE_CAT_LIMITS = ("max_pointwise_cat_inputs", "max_complex_pointwise_cat_inputs")
-
-_INDUCTOR_AS_FOUND: dict[str, int] = {}   # Inductor's settings as this process found them, before any change
-
-
 def configure_backends(runtime: Runtime) -> None:
     """Process-wide settings. cuDNN's benchmark mode picks convolution algorithms by timing them, so a
     restarted process may pick others: its results then differ in the last bits from an uninterrupted
@@ -187,33 +180,12 @@ def configure_backends(runtime: Runtime) -> None:
 
     activation_memory_budget: below 1, AOTAutograd's partitioner keeps that share of a compiled graph's
     activations for the backward and recomputes the rest, choosing what is cheapest to recompute
-    (pointwise before matrix multiplies): selective checkpointing for compiled models, to fit larger batches.
-
-    pointwise_cat=false: Inductor lowers every concatenation as a kernel that writes each input into its slice of
-    the output (a ConcatKernel) instead of one kernel whose every element evaluates each input under a mask."""
+    (pointwise before matrix multiplies): selective checkpointing for compiled models, to fit larger batches."""
     torch.backends.cudnn.benchmark = runtime.cudnn_benchmark
     import torch._functorch.config as functorch_config
     functorch_config.activation_memory_budget = runtime.activation_memory_budget
     import torch._dynamo as dynamo
     dynamo.config.optimize_ddp = "no_optimization" if runtime.ddp_graph == "whole" else "ddp_optimizer"
-    if runtime.compile != "off" or _INDUCTOR_AS_FOUND:
-        import torch._inductor.config as inductor_config
-        changed = inductor_options(runtime)
-        for key in POINTWISE_CAT_LIMITS:
-            if hasattr(inductor_config, key):
-                found = _INDUCTOR_AS_FOUND.setdefault(key, getattr(inductor_config, key))
-                setattr(inductor_config, key, changed.get(key, found))
-
-
-def inductor_options(runtime: Runtime) -> dict[str, int]:
-    """The Inductor settings these runner settings change, as `torch.compile(options=...)` takes them (empty at
-    Inductor's own). configure_backends sets them process-wide, for the worker's one configuration; a process that
-    compiles several configurations must pass them to each compilation instead, since Dynamo reuses one module's
-    compiled graph for another instance of its class whatever Inductor's settings say."""
-    if runtime.pointwise_cat:
-        return {}
-    import torch._inductor.config as inductor_config
-    return {key: 1 for key in POINTWISE_CAT_LIMITS if hasattr(inductor_config, key)}
 
 
 def configure_ddp(model, runtime: Runtime) -> None:

@@ -1,26 +1,25 @@
 #!/usr/bin/env python3
-"""SDXL's feed-forward (diffusers' GEGLU and its output projection), forward and backward, compiled, three ways.
+"""SDXL's feed-forward (diffusers' GEGLU and its output projection), forward and backward, compiled, two ways.
 
 The whole-model profile (data/measurements/2026-12-05-h200-kernels) found the GEGLU's backward the largest of
 Inductor's kernels: `triton_poi_fused_cat_gelu_gelu_backward_mul_split_view`, 0.63 ms a launch where the bytes it
 moves take about 0.2 ms. diffusers' GEGLU projects to twice the width and splits the result in two (`chunk`), so
-the backward concatenates the two halves' gradients. Inductor lowers a concatenation of computed inputs as one
-pointwise kernel with masked loads (`pointwise_cat`): every output element evaluates every input's expression
-and keeps one (a `where`), so the gelu's derivative and the gelu itself are both computed for every element of
-both halves. The ways, each compiled afresh, side by side in one run (medians of CUDA-event times, alternating):
+the backward concatenates the two halves' gradients, and Inductor computes that concatenation in one kernel that
+evaluates the gelu and its derivative for every element. The ways, each compiled afresh, side by side in one run
+(medians of CUDA-event times, alternating):
 
-  default   Inductor as it is
-  concat    Inductor writes each input of a concatenation into its slice of the output (runtime
-            pointwise_cat=false: its pointwise-cat limits at 1, given to this compilation as options), one kernel
-            computing both halves' gradients
+  default   diffusers' GEGLU as it is
   split     the projection as two linear layers on the weight's halves (runtime geglu=split: the same
             parameters, no concatenation in the backward)
 
-Every way's output and gradients are compared with the eager module's, each way is checked to have compiled a
-graph of its own (Dynamo reuses one module's graph for another of its class), and the largest kernels of one step each
-are listed (torch.profiler). On the device (bf16 autocast, SDXL's shapes at --batch):
+Measured on an H200 (data/measurements/2026-12-06-h200-geglu-split): split 0.865x the default's time at 640
+channels and 0.940x at 1,280, its gelu backward 2.8-2.9x faster; Inductor's pointwise-cat limits at 1 (a third way
+then, `pointwise_cat=false`) left the kernel as it was. Every way's output and gradients are compared with the eager
+module's, each way is checked to have compiled a graph of its own (Dynamo reuses one module's graph for another of
+its class where its guards allow), and the largest kernels of one step each are listed (torch.profiler). On the
+device (bf16 autocast, SDXL's shapes at --batch):
     python3 scripts/bench_geglu.py --batch 16 [--out FILE.json]
-On CPU it checks the ways agree (tiny shapes; CPU's Inductor never lowers a concatenation pointwise):
+On CPU it checks the ways agree (tiny shapes):
     python3 scripts/bench_geglu.py --tiny
 """
 
@@ -37,10 +36,9 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from costsim.runtime import Runtime  # noqa: E402
 from runner import speed  # noqa: E402
 
-WAYS = ("default", "concat", "split")
+WAYS = ("default", "split")
 # SDXL at 1024 px (128 x 128 latents): its transformer blocks run at 64 x 64 tokens, 640 channels (4 blocks), and
 # at 32 x 32, 1,280 channels (66 blocks, 60 of them in the profile's step)
 SHAPES = {"640": (4096, 640), "1280": (1024, 1280)}
@@ -63,15 +61,13 @@ def _step(module, x, dtype):
 
 
 def compiled_ways(dim: int, x, dtype) -> tuple[dict[str, torch.nn.Module], dict[str, int]]:
-    """Each way compiled with its own Inductor options and warmed up, and how many graphs each compiled: Dynamo would
-    reuse one FeedForward's compiled graph for another whatever Inductor's process-wide settings, so the settings go
-    to each compilation (runner.speed.inductor_options, what pointwise_cat=false sets in a worker)."""
+    """Each way compiled and warmed up, and how many graphs each compiled (a way that compiled none would be
+    running another's graph)."""
     from torch._dynamo.utils import counters
     modules, graphs = {}, {}
     for way in WAYS:
-        options = speed.inductor_options(Runtime(compile="model", pointwise_cat=(way != "concat")))
         modules[way] = feed_forward(dim, way, x.device)
-        modules[way].compile(**({"options": options} if options else {}))
+        modules[way].compile()
         before = counters["stats"]["unique_graphs"]
         for _ in range(3):
             _step(modules[way], x, dtype)

@@ -35,12 +35,12 @@
 #   KERNELS_PART=flash: torch 2.11's `auto` attention is cuDNN's (the profile's kernels), so FlashAttention-2 was never
 #   measured: compile=blocks with sdpa=auto and sdpa=flash in the order A B A B (the first two profiled), then the
 #   whole model compiled with flash (cold, profiled) where the time allows.
-#   KERNELS_PART=cat1: SDXL's feed-forward alone, three ways (scripts/bench_geglu.py: Inductor's pointwise
-#   concatenation in the GEGLU's backward, or none, or the projection split; $OUT/geglu.json; GEGLU_BATCH: its batch,
-#   default KERNEL_BATCH), then compile=blocks as it is, with pointwise_cat=false and with geglu=split, A B C A B C
-#   (the cold three profiled, their kernels in $OUT/kernels.tgz);
-#   KERNELS_PART=cat2: the fastest configuration (compile=model at KERNEL_BATCH) with pointwise_cat=false, cold
-#   (profiled: its kernels against data/measurements/2026-12-05-h200-kernels' default) and warm
+#   KERNELS_PART=cat1: SDXL's feed-forward alone, two ways (scripts/bench_geglu.py: diffusers' GEGLU, or its
+#   projection split, runtime geglu=split; $OUT/geglu.json; GEGLU_BATCH: its batch, default KERNEL_BATCH), then
+#   compile=blocks as it is and with geglu=split, A B A B (the cold two profiled, their kernels in $OUT/kernels.tgz;
+#   data/measurements/2026-12-06-h200-geglu-split ran it with a third way, since removed);
+#   KERNELS_PART=cat2: the fastest configuration (compile=model at KERNEL_BATCH) with geglu=split and without, each
+#   from an empty cache, then from the caches A B A B (what 2026-12-06-h200-geglu-split's model/ rows ran by hand)
 # Every row is its own process with a timeout; each lane stops starting rows at its deadline.
 # Results: $OUT/bench_sdxl.jsonl, the table in $OUT/bench_sdxl.txt. Wheels for simpy/diffusers/
 # importlib_metadata come in .whl/; torchao for SET=fp8 in .whl-fp8/ (an older one in .whl-fp8/alt for an older torch).
@@ -201,23 +201,27 @@ kernels() {
     timeout -k 10 200 python3 scripts/bench_geglu.py --batch "${GEGLU_BATCH:-$batch}" --out "$OUT/geglu.json" 2>&1 \
       | tee -a "$OUT/lane0.log"
     local round
-    for round in cold warm; do   # A B C A B C: Inductor's default, pointwise_cat=false, geglu=split
+    for round in cold warm; do   # A B A B: diffusers' GEGLU as it is, and geglu=split
       local k=""; [[ $round == cold ]] && k=1
       TORCHINDUCTOR_CACHE_DIR=$c-blocks row 0 170 runner --batch "$batch" --runtime compile=blocks $g \
         ${k:+--kernels "$OUT/kernels-blocks.json"} --label "compile=blocks ($round)"
-      TORCHINDUCTOR_CACHE_DIR=$c-blocks-concat row 0 170 runner --batch "$batch" --runtime compile=blocks $g \
-        --runtime pointwise_cat=false ${k:+--kernels "$OUT/kernels-blocks-concat.json"} \
-        --label "compile=blocks pointwise_cat=false ($round)"
       TORCHINDUCTOR_CACHE_DIR=$c-blocks-split row 0 170 runner --batch "$batch" --runtime compile=blocks $g \
         --runtime geglu=split ${k:+--kernels "$OUT/kernels-blocks-split.json"} \
         --label "compile=blocks geglu=split ($round)"
     done
     (cd "$OUT" && tar czf kernels.tgz kernels-*.json && rm kernels-*.json)   # $OUT brings back 8 files at most
   elif [[ ${KERNELS_PART:-1} == cat2 ]]; then
-    TORCHINDUCTOR_CACHE_DIR=$c-model-concat row 0 420 runner --batch "$batch" --runtime compile=model $g \
-      --runtime pointwise_cat=false --kernels "$OUT/kernels-model-concat.json" --label "compile=model pointwise_cat=false (cold)"
-    TORCHINDUCTOR_CACHE_DIR=$c-model-concat row 0 120 runner --batch "$batch" --runtime compile=model $g \
-      --runtime pointwise_cat=false --label "compile=model pointwise_cat=false (warm)"
+    local way
+    for way in split fused; do   # each from an empty cache (142-333 s to the first step), then A B A B from the caches
+      TORCHINDUCTOR_CACHE_DIR=$c-model-$way row 0 420 runner --batch "$batch" --runtime compile=model $g \
+        --runtime geglu=$way --label "compile=model geglu=$way (cold)"
+    done
+    for round in 1 2; do
+      for way in fused split; do
+        TORCHINDUCTOR_CACHE_DIR=$c-model-$way row 0 120 runner --batch "$batch" --runtime compile=model $g \
+          --runtime geglu=$way --label "compile=model geglu=$way (warm $round)"
+      done
+    done
   elif [[ ${KERNELS_PART:-1} == flash ]]; then
     local round
     for round in cold warm; do

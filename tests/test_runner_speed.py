@@ -199,24 +199,6 @@ def test_activation_memory_budget_keeps_fewer_activations_for_the_backward():
     assert functorch_config.activation_memory_budget == 1.0   # the default is back
 
 
-def test_pointwise_cat_false_sets_inductors_concatenation_limits_and_the_default_comes_back():
-    """Inductor's limits on a pointwise concatenation's inputs (CUDA's lowering; CPU's never lowers one so, so what the
-    kernels become is measured on the device: scripts/bench_geglu.py): false sets them to 1, which lowers none
-    pointwise, both process-wide and as compile options; a later run at the default gets back what the process found."""
-    import torch._inductor.config as inductor_config
-    keys = [k for k in ("max_pointwise_cat_inputs", "max_complex_pointwise_cat_inputs") if hasattr(inductor_config, k)]
-    found = {k: getattr(inductor_config, k) for k in keys}
-    assert keys and all(v > 1 for v in found.values())
-    assert speed.inductor_options(Runtime(compile="blocks")) == {}
-    assert speed.inductor_options(Runtime(compile="blocks", pointwise_cat=False)) == dict.fromkeys(keys, 1)
-    try:
-        speed.configure_backends(Runtime(compile="blocks", pointwise_cat=False))
-        assert {k: getattr(inductor_config, k) for k in keys} == dict.fromkeys(keys, 1)
-    finally:
-        speed.configure_backends(Runtime())
-    assert {k: getattr(inductor_config, k) for k in keys} == found
-
-
 class Chain(torch.nn.Module):
     """Four 1 MB layers: four gradient buckets at DDP's 1 MB, one graph each when split."""
 
