@@ -16,6 +16,15 @@ python3 -c 'import torch, diffusers; print("torch", torch.__version__, "diffuser
 date +%T
 python3 -m costsim plan --workload sdxl --gpu H200 --jobs 4 --out /tmp/plan.json > "$OUT/plan.txt" 2>&1
 echo "plan exit $?"; cp /tmp/plan.json "$OUT/plan.json"; date +%T
+# a card under 100 GB (an H100) does not hold the plan's micro-batch of 8 under compile=blocks: 4 there, the global
+# batch kept by accumulation (MICRO_BATCH sets it; the plan's own on an H200)
+mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
+if [[ -z ${MICRO_BATCH:-} ]] && (( mib < 100000 )); then MICRO_BATCH=4; fi
+if [[ -n ${MICRO_BATCH:-} ]]; then
+  python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); d["prediction"]["per_gpu_batch"] = int(sys.argv[2])
+json.dump(d, open(sys.argv[1], "w"), indent=1)' /tmp/plan.json "$MICRO_BATCH"
+  echo "micro-batch $MICRO_BATCH (GPU memory $mib MiB)" | tee -a "$OUT/gpus.txt"
+fi
 timeout -k 30 420 python3 -m runner execute /tmp/plan.json --run-dir /tmp/run --steps "$STEPS" \
   --inject-preemptions "term@$NOTICE" > "$OUT/execute.txt" 2>&1
 echo "execute exit $?"; date +%T
