@@ -11,7 +11,7 @@ STEPS=${STEPS:-60}
 prepare_machine() {   # the wheels from .whl/ (scripts/device_wheels.sh makes them here), the environment, a clean
   # run folder and compile cache (a warm machine keeps an earlier call's); prints what the machine is
   export PYTHONUNBUFFERED=1
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+  source scripts/gpu_site.sh
   export PYTHONPATH=/tmp/site:$PWD NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
   export TORCHINDUCTOR_CACHE_DIR=/tmp/inductor-warm
   rm -rf "$RUN_DIR" "$TORCHINDUCTOR_CACHE_DIR"

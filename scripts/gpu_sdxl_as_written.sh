@@ -8,7 +8,7 @@
 set -uo pipefail
 STEPS=${STEPS:-24}; NOTICE=${NOTICE:-12}; OUT=${OUT:-/tmp/out}
 export PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+source scripts/gpu_site.sh
 export PYTHONPATH=/tmp/site:$PWD NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export TORCHINDUCTOR_CACHE_DIR=/tmp/inductor
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > "$OUT/gpus.txt"
@@ -32,5 +32,5 @@ python3 -m runner report /tmp/run > "$OUT/report.txt" 2>&1
 python3 -m costsim calibrate /tmp/run --out /tmp/calibrated.yaml > "$OUT/calibrate.txt" 2>&1
 echo "calibrate exit $?"
 # the run folder less its checkpoints and export: plan.json (the effective plan), telemetry, summary
-tar czf "$OUT/run.tgz" -C /tmp/run --exclude=checkpoints --exclude=final .
+tar czf "$OUT/run.tgz" -C /tmp/run --exclude=checkpoints --exclude=final --exclude=pycache .
 date +%T

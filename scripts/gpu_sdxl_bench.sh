@@ -49,10 +49,7 @@
 set -uo pipefail
 SET=${SET:-main}; OUT=${OUT:-/tmp/out}; BUDGET=${BUDGET:-540}; STEPS=${STEPS:-12}; CONFIG=${CONFIG:-}   # CONFIG: a tiny UNet, to try it on CPU
 export PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-# boto3 without its botocore breaks diffusers' import (accelerate imports boto3 when it is there): the carried
-# botocore too, where .whl has it (the object store's wheels since 2026-12-02)
-if [[ -f .whl/botocore-s3.tgz ]]; then tar xzf .whl/botocore-s3.tgz -C /tmp/site; fi
+source scripts/gpu_site.sh
 export PYTHONPATH=/tmp/site:$PWD NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader > "$OUT/gpus.txt"
 python3 -c "import torch, diffusers, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda, 'cudnn', torch.backends.cudnn.version(), 'diffusers', diffusers.__version__)" >> "$OUT/gpus.txt"

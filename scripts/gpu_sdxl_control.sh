@@ -10,7 +10,7 @@
 set -uo pipefail
 STEPS=${STEPS:-60}; DEADLINE=${DEADLINE:-42m}; LIMIT=${LIMIT:-500}; OUT=${OUT:-/tmp/out}; RUN=/tmp/control-run
 export PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+source scripts/gpu_site.sh
 export PYTHONPATH=/tmp/site:$PWD NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee "$OUT/setup.txt"   # 8 files come back: keep to 8
 python3 -m costsim plan --workload sdxl --gpu H200 --trials 100 --jobs 4 --out /tmp/plan.json >> "$OUT/setup.txt" 2>&1

@@ -29,7 +29,7 @@
 set -uo pipefail
 SET=${SET:-main}; OUT=${OUT:-/tmp/out}; BATCH=${BATCH:-8}; STEPS=${STEPS:-40}; BUDGET=${BUDGET:-560}; GPU=${GPU:-H200}; CONFIG=${CONFIG:-}
 export PYTHONUNBUFFERED=1
-[[ -d .whl ]] && python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+[[ -d .whl ]] && source scripts/gpu_site.sh
 D=/tmp/ddp-detail; rm -rf "$D"; mkdir -p "$OUT" "$D"
 export PYTHONPATH=/tmp/site:$PWD NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export TORCHINDUCTOR_CACHE_DIR=/tmp/inductor-blocks

@@ -11,7 +11,7 @@ set -uo pipefail
 STEPS=${STEPS:-140}; INTERVAL=${INTERVAL:-40}; KILL=${KILL:-90}; BATCH=${BATCH:-8}; LIMIT=${LIMIT:-330}
 PROFILE=${PROFILE:-1}; OUT=${OUT:-/tmp/out}; RUN=${RUN:-/tmp/sdxl-run}
 export PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+source scripts/gpu_site.sh
 export PYTHONPATH=/tmp/site:$PWD NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 if [[ -z "${RUNTIME+x}" ]]; then
   RUNTIME=$([[ -f /tmp/bench_sdxl.jsonl ]] && python3 scripts/bench_sdxl.py best /tmp/bench_sdxl.jsonl --batch "$BATCH")

@@ -16,7 +16,7 @@
 set -uo pipefail
 PART=${PART:-1}; STEPS=${STEPS:-40}; FT_STEPS=${FT_STEPS:-20}; EMA_BATCHES=${EMA_BATCHES:-}; OUT=${OUT:-/tmp/out}
 export PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+source scripts/gpu_site.sh
 export PYTHONPATH=/tmp/site:$PWD NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export TORCHINDUCTOR_CACHE_DIR=/tmp/inductor   # one compile cache for every run on this machine
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > "$OUT/gpus-$PART.txt"

@@ -7,8 +7,7 @@
 set -uo pipefail
 STEPS=${STEPS:-12}; NOTICE=${NOTICE:-6}; OUT=${OUT:-/tmp/out}
 export PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-tar xzf .whl/botocore-s3.tgz -C /tmp/site   # as the other calls: the one call without it had its workers fail at start
+source scripts/gpu_site.sh
 export PYTHONPATH=/tmp/site:$PWD NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 TORCHINDUCTOR_CACHE_DIR=/tmp/inductor
 python3 -m costsim plan --workload sdxl --gpu H200 --jobs 4 --out /tmp/plan.json > /dev/null 2>&1
 df -h /tmp | tail -1 > "$OUT/notes.txt"

@@ -25,7 +25,6 @@ set -uo pipefail
 OUT=${OUT:-/tmp/out}; PART=${PART:-lives}; GB=${GB:-20}; BLOCKS=${BLOCKS:-}
 source scripts/gpu_lives.sh
 prepare_machine > "$OUT/machine.txt" 2>&1
-tar xzf .whl/botocore-s3.tgz -C /tmp/site
 export PATH=/tmp/site/bin:$PATH
 unset TORCHINDUCTOR_CACHE_DIR   # each run folder's own cache (RUN/compile-cache): a new node's is empty
 df -h /tmp /dev/shm >> "$OUT/machine.txt"

@@ -16,7 +16,7 @@ PART=${PART:-rescale}; STEPS=${STEPS:-30}; MORE=${MORE:-15}; LONG=${LONG:-150}; 
 LIMIT=${LIMIT:-540}   # PART=long: then SIGTERM (the spot notice: an emergency checkpoint), SIGKILL 60 s later
 OUT=${OUT:-/tmp/out}
 export PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+source scripts/gpu_site.sh
 export PYTHONPATH=/tmp/site:$PWD NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export TORCHINDUCTOR_CACHE_DIR=/tmp/inductor   # one compile cache for every run of the call
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpus.txt"

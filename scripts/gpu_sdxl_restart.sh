@@ -17,7 +17,7 @@ PART=${PART:-1}; OUT=${OUT:-/tmp/out}
 SETTINGS="--runtime compile=model --runtime ddp_graph=whole --runtime gc_every=50 --runtime expandable_segments=true --runtime ddp_bucket_mb=200"
 mkdir -p "$OUT"
 if [[ "$PART" == 1 ]]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+  source scripts/gpu_site.sh
   CUDA_VISIBLE_DEVICES=0 PYTHONPATH=/tmp/site:$PWD timeout -k 10 120 python3 scripts/bench_load.py --gb 8 \
     --device cuda --threads 1,8 --rounds 2 --dir /tmp/bench-load 2>&1 | tee "$OUT/load.txt"
   SET=whole2 OUT=$OUT BATCH=16 STEPS=30 BUDGET=440 bash scripts/gpu_sdxl_ddp.sh

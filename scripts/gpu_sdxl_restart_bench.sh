@@ -26,7 +26,6 @@ set -uo pipefail
 OUT=${OUT:-/tmp/out}
 source scripts/gpu_lives.sh
 prepare_machine > "$OUT/notes.txt" 2>&1
-tar xzf .whl/botocore-s3.tgz -C /tmp/site
 export PATH=/tmp/site/bin:$PATH PYTHONPYCACHEPREFIX=/tmp/pycache-image
 unset TORCHINDUCTOR_CACHE_DIR PYTHONDONTWRITEBYTECODE   # each run folder's own compile cache; the image's bytecode
 export AWS_ACCESS_KEY_ID=costsim AWS_SECRET_ACCESS_KEY=costsim-secret AWS_REGION=us-east-1

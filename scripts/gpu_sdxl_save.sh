@@ -15,7 +15,7 @@
 set -uo pipefail
 STEPS=${STEPS:-30}; NOTICE=${NOTICE:-10}; RESUME=${RESUME:-14}; PART=${PART:-all}; OUT=${OUT:-/tmp/out}
 export PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+source scripts/gpu_site.sh
 export PYTHONPATH=/tmp/site:$PWD NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 export TORCHINDUCTOR_CACHE_DIR=/tmp/inductor
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader; df -h /tmp; nproc

@@ -8,7 +8,7 @@ set -uo pipefail
 GPUS=${GPUS:-1,2,4,8}; BATCH=${BATCH:-8}; STEPS=${STEPS:-30}; RUNTIME=${RUNTIME:---runtime compile=blocks}; OUT=${OUT:-/tmp/out}; ROOT=${ROOT:-/tmp/sdxl-scaling}
 export PYTHONUNBUFFERED=1
 trap 'python3 scripts/scaling_report.py "$ROOT" > "$OUT/scaling.txt" 2>&1; python3 scripts/scaling_report.py "$ROOT" --json > "$OUT/scaling.json" 2>/dev/null; tar czf "$OUT/runs.tgz" -C "$ROOT" --exclude checkpoints . 2>/dev/null' EXIT
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+source scripts/gpu_site.sh
 export PYTHONPATH=/tmp/site:$PWD NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpus.txt"
 rm -rf "$ROOT"

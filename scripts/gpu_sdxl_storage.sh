@@ -12,8 +12,7 @@
 set -uo pipefail
 STEPS=${STEPS:-12}; NOTICE=${NOTICE:-6}; OUT=${OUT:-/tmp/out}
 export PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-tar xzf .whl/botocore-s3.tgz -C /tmp/site
+source scripts/gpu_site.sh
 export PYTHONPATH=/tmp/site:$PWD PATH=/tmp/site/bin:$PATH NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 export TORCHINDUCTOR_CACHE_DIR=/tmp/inductor
 export AWS_ACCESS_KEY_ID=costsim AWS_SECRET_ACCESS_KEY=costsim-secret AWS_REGION=us-east-1
