@@ -17,6 +17,7 @@ from costsim.errors import InputError
 
 COMPILE = ("off", "blocks", "model")
 COMPILE_MODES = ("default", "max-autotune-no-cudagraphs", "reduce-overhead", "max-autotune")
+CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")   # the modes that replay the compiled graphs as CUDA graphs
 SDPA = ("auto", "flash", "efficient", "cudnn", "math")
 DDP_COMM = ("fp32", "bf16")
 DDP_GRAPH = ("split", "whole")
@@ -55,6 +56,11 @@ class Runtime:
     cudnn_benchmark: bool = False         # time cuDNN's convolution algorithms once per shape, keep the fastest
     expandable_segments: bool = False     # CUDA caching allocator grows segments instead of adding new ones
     gc_every: int = 0                     # 0: Python's automatic garbage collection; N: only every N steps
+
+    @property
+    def cuda_graphs(self) -> bool:
+        """Whether the compiled graphs replay as CUDA graphs (Inductor's graph trees)."""
+        return self.compile != "off" and self.compile_mode in CUDA_GRAPH_MODES
 
     def as_dict(self) -> dict:
         return asdict(self)

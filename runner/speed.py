@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from costsim.runtime import Runtime
+from costsim.runtime import CUDA_GRAPH_MODES, Runtime
 from runner import gcstart
 
 
@@ -42,7 +42,7 @@ def check_device(runtime: Runtime, device: torch.device) -> None:
         name = torch.cuda.get_device_name(device)
         raise RuntimeConfigError(f"runtime.fp8={runtime.fp8} needs fp8 matrix units (compute capability 8.9 or "
                                  f"later: L4, L40, H100, H200, B200); {name} has none: use fp8=off")
-    if device.type != "cuda" and runtime.compile_mode in ("reduce-overhead", "max-autotune"):
+    if device.type != "cuda" and runtime.compile_mode in CUDA_GRAPH_MODES:
         raise RuntimeConfigError(f"runtime.compile_mode={runtime.compile_mode} uses CUDA graphs; on CPU use "
                                  "default or max-autotune-no-cudagraphs")
 

@@ -298,7 +298,11 @@ class Trainer:
         buffers_when = checkpoint_reader.buffers_when()   # a bad value stops any start
         if self.resume_step and buffers_when == "ahead":
             checkpoint_reader.reserve_buffers()   # page-locked while the state is sized and the read planned
-        want_warm = warm_step.enabled() and bool(self.resume_step) and self.compiled   # a bad value stops any start
+        # Not under CUDA graphs: Inductor's graph trees live per thread, so a forward on another thread cannot warm
+        # them (torch 2.11's fail there: their thread-local state is the importing thread's), and one that made a
+        # tree of its own would hold a second memory pool beside the step's.
+        want_warm = (warm_step.enabled() and bool(self.resume_step) and self.compiled   # a bad value stops any start
+                     and not self.runtime.cuda_graphs)
         if want_warm:
             self.wait_compile_cache()
         warm = self.make_warm_step(self.resume_step) if want_warm else None

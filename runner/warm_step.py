@@ -25,6 +25,8 @@ thread while the read uses the process group), inside DDP's marker of an active 
 the frames as under DDP (its DDPOptimizer) and finds them in the same cache entries. The batch it used is the
 first real micro-batch (the same indices), handed to the first step so that the data is read once.
 
+Not under CUDA graphs (`runtime.compile_mode` reduce-overhead or max-autotune): Inductor's graph trees live per
+thread, so a forward on this thread would not warm the step's (runner.prewarm runs instead, as below).
 `COSTSIM_WARM_STEP=0` turns it off (then runner.prewarm imports the recorded modules beside the read instead);
 `COSTSIM_WARM_STEP=early` starts it at the restore's start instead, beside sizing the optimizer's state and
 planning the read (about 1.5 s on the H200, interpreter work that then shares the lock with it) and the reader's

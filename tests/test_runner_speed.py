@@ -336,7 +336,9 @@ def test_the_warm_step_started_early_resumes_exactly(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("setting, message", [("sdpa=flash", "runtime.sdpa=flash needs a CUDA GPU"),
-                                              ("ddp_comm=bf16", "runtime.ddp_comm=bf16 needs CUDA GPUs")])
+                                              ("ddp_comm=bf16", "runtime.ddp_comm=bf16 needs CUDA GPUs"),
+                                              ("compile_mode=reduce-overhead",
+                                               "runtime.compile_mode=reduce-overhead uses CUDA graphs")])
 def test_a_setting_the_device_cannot_honour_stops_without_restarts(tmp_path, setting, message):
     plan = tiny_plan(tmp_path)
     result = execute(plan, tmp_path / "run", "--steps", "5", "--runtime", setting)

@@ -39,6 +39,15 @@ def test_defaults_are_the_plain_eager_loop():
     assert Runtime().describe() == "eager defaults"
 
 
+def test_cuda_graphs_are_the_compiled_modes_that_replay_graphs():
+    # what keeps a resume's warm step (a forward on another thread) off CUDA graph trees, which live per thread
+    assert Runtime(compile="model", compile_mode="reduce-overhead").cuda_graphs
+    assert Runtime(compile="blocks", compile_mode="max-autotune").cuda_graphs
+    assert not Runtime(compile="model", compile_mode="max-autotune-no-cudagraphs").cuda_graphs
+    assert not Runtime(compile="model").cuda_graphs
+    assert not Runtime(compile="off", compile_mode="reduce-overhead").cuda_graphs   # nothing compiled, no graphs
+
+
 def test_pairs_and_mappings_parse_to_the_same_settings():
     pairs = parse_pairs(["compile=blocks", "channels_last=true", "sdpa=cudnn", "ddp_bucket_mb=100",
                          "ddp_comm=bf16", "cudnn_benchmark=on", "fp8=blocks", "activation_memory_budget=0.5"])
