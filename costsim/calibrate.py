@@ -5,7 +5,9 @@ plan.json, summary.json); never imports the runner."""
 from __future__ import annotations
 
 import datetime
+import re
 import statistics
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -44,6 +46,12 @@ class Run:
     damaged_lines: tuple[int, ...] = ()   # telemetry lines passed over (the contract's rule for damage)
     job_wall_s: float | None = None       # the sum of its lives' wall times, where it lived more than once
     steady_s: list[float] = field(default_factory=list)   # its steady steps at `point`'s split, in order
+    device: str | None = None             # what rank 0 trained on, as the driver names it (runners since 2026-12-06)
+    gpu: str = ""                         # the GPU type it ran on (`calibrate` resolves it; else the plan's)
+
+    @property
+    def ran_on_plans_gpu(self) -> bool:
+        return self.gpu in ("", self.plan.resources.gpu)
 
     @property
     def name(self) -> str:
@@ -57,12 +65,13 @@ class Run:
     @property
     def ran_as_priced(self) -> bool:
         """Whether its steps ran the plan's batch split (GPUs, nodes, micro-batch, accumulation): only
-        then is the plan's step time a prediction of this run's."""
+        then is the plan's step time a prediction of this run's. On the GPU type its plan priced, too."""
         r, p = self.plan.resources, self.plan.prediction
         world = r.gpus_per_node * r.nodes
         micro = p.per_gpu_batch or self.plan.workload.global_batch // (world * p.accumulation)   # older plans lack it
         priced = (world, r.nodes, micro, p.accumulation)
-        return (self.point.gpus, self.point.nodes, self.point.micro_batch, self.point.accumulation) == priced
+        return self.ran_on_plans_gpu and (self.point.gpus, self.point.nodes, self.point.micro_batch,
+                                          self.point.accumulation) == priced
 
 
 def load_run(ref: str) -> Run:
@@ -105,9 +114,38 @@ def load_run(ref: str) -> Run:
     run.damaged_lines = events.damaged
     job = lives(events)
     run.job_wall_s = job.wall_s if len(job.lives) > 1 else None
-    settings = next((e.get("settings") for e in events if e["event"] == "runtime" and e.get("rank") == 0), None)
+    started: dict = next((e for e in events if e["event"] == "runtime" and e.get("rank") == 0), {})
+    settings = started.get("settings")
     run.runtime = parse_runtime(settings, telemetry) if settings is not None else plan.runtime
+    run.device = started.get("device") if isinstance(started.get("device"), str) else None
     return run
+
+
+def gpu_type(device: str | None, known: Iterable[str]) -> str | None:
+    """The GPU type among `known` (a profile's names: H100, A100-80GB, cpu) that a device's name says ("NVIDIA
+    A100-SXM4-80GB" is A100-80GB: every dash-separated part of the type is a word of the name); the most specific
+    where several do; None for no name, or one that names none of them (a GH200 is no H200)."""
+    if not device:
+        return None
+    words = {w.casefold() for w in re.split(r"[^A-Za-z0-9]+", device) if w}
+    said = [k for k in known if all(part.casefold() in words for part in k.split("-"))]
+    return max(sorted(said), key=lambda k: len(k.split("-")), default=None)
+
+
+def resolve_gpus(runs: list[Run], profile: Profile, notes: list[str]) -> None:
+    """Each run's GPU type: the one its device's name says, else (older runs, or a name the profile has no type
+    for) its plan's."""
+    known = set(profile.gpus) | {r.plan.resources.gpu for r in runs}
+    for run in runs:
+        planned = run.plan.resources.gpu
+        said = gpu_type(run.device, known)
+        run.gpu = said or planned
+        if run.device and said is None:
+            notes.append(f"{run.name} ran on {run.device}, which names no GPU type of {profile.path} "
+                         f"({', '.join(sorted(known))}): taken as its plan's {planned}")
+        elif said and said != planned:
+            notes.append(f"{run.name} ran on {run.device} ({said}), its plan priced {planned}: it refits {said}'s "
+                         f"figures, and none of its figures is compared with the plan's")
 
 
 def plan_profile(run: Run) -> Profile:
@@ -125,11 +163,12 @@ def plan_profile(run: Run) -> Profile:
 
 
 def check_compatible(runs: list[Run]) -> None:
-    """One fit is for one workload on one GPU type."""
+    """One fit is for one workload on one GPU type (the one each ran on: resolve_gpus)."""
     first = runs[0]
     for run in runs[1:]:
         for key, label, a, b in (("workload.model", "workload", first.plan.workload.model, run.plan.workload.model),
-                                 ("resources.gpu", "GPU type", first.plan.resources.gpu, run.plan.resources.gpu)):
+                                 ("resources.gpu", "GPU type", first.gpu or first.plan.resources.gpu,
+                                  run.gpu or run.plan.resources.gpu)):
             if a != b:
                 raise InputError(str(run.path), key, f"{label} {b!r} differs from {first.name}'s {a!r}; "
                                  "calibrate one workload on one GPU type at a time")
@@ -152,12 +191,13 @@ class Calibration:
 
 def calibrate(runs: list[Run], profile: Profile) -> Calibration:
     """Refit the GPU's step-time model, checkpoint, start-up and restart figures from the runs."""
+    notes: list[str] = []
+    resolve_gpus(runs, profile, notes)
     check_compatible(runs)
-    gpu = runs[0].plan.resources.gpu
+    gpu = runs[0].gpu
     if gpu not in profile.gpus:
         raise InputError(profile.path, f"gpus.{gpu}", "no prior figures for this GPU type to start the fit from")
     before = next((g for g in profile.configurations(gpu) if g.runtime == runs[0].runtime), None)
-    notes = []
     if before is None:   # settings the profile has no figures for: start from the GPU's main configuration
         before = profile.gpus[gpu]
         notes.append(f"no {gpu} configuration of {profile.path} ran {runs[0].runtime.describe()}: "
@@ -172,16 +212,16 @@ def calibrate(runs: list[Run], profile: Profile) -> Calibration:
         notes.append(f"max_batch_per_gpu raised from {after.max_batch_per_gpu} to {trained}: a run trained at it")
         after = replace(after, max_batch_per_gpu=trained)
     for run in runs:
-        if not run.ran_as_priced:
+        if run.ran_on_plans_gpu and not run.ran_as_priced:
             r = run.plan.resources
             notes.append(f"{run.name} ran {run.point.gpus} GPU(s) on {run.point.nodes} node(s) at micro-batch "
                          f"{run.point.micro_batch} x accumulation {run.point.accumulation}, not the "
                          f"{r.gpus_per_node * r.nodes} GPU(s) on {r.nodes} node(s) its plan priced: its step time "
                          "and wall time are not compared with the plan's")
-        if run.steps != run.plan.job_steps:
+        if run.ran_on_plans_gpu and run.steps != run.plan.job_steps:
             notes.append(f"{run.name} ran {run.steps} of its plan's {run.plan.job_steps} steps: "
                          "its wall time is not compared with the plan's")
-        if run.restart_s and not restarts_as_priced(run):
+        if run.restart_s and run.ran_on_plans_gpu and not restarts_as_priced(run):
             notes.append(f"{run.name}'s plan prices a restart with the checkpoint's fetch from its object store, "
                          "which a run's restart leaves out (the fetch is compared as the store's read rate): its "
                          "restart is not compared with the plan's")
@@ -278,7 +318,7 @@ def restarts_as_priced(run: Run) -> bool:
     """Whether a run's measured restarts are what its plan's restart prices. With object storage the plan
     prices a new node's restart with the checkpoint's fetch (costsim.storage), and a run's restart leaves any
     fetch out (costsim.contract.timing; the fetches are compared as the store's read rate)."""
-    return run.plan.checkpoint.storage_kind != "object"
+    return run.ran_on_plans_gpu and run.plan.checkpoint.storage_kind != "object"
 
 
 def report_rows(c: Calibration) -> list[dict]:
@@ -302,7 +342,8 @@ def report_rows(c: Calibration) -> list[dict]:
                        "measured": measured_wall},
             # like with like: an async plan's stall against async saves' stalls (a run's final
             # synchronous save is no measurement of it), a synchronous plan's save against sync saves
-            "checkpoint_stall_s": {"plan": pred.checkpoint_stall_s if async_mode else pred.checkpoint_save_s,
+            "checkpoint_stall_s": {"plan": None if not run.ran_on_plans_gpu
+                                   else pred.checkpoint_stall_s if async_mode else pred.checkpoint_save_s,
                                    "measured": _median(run.async_cost_s if async_mode else run.sync_save_s)},
             "restart_s": {"plan": pred.restart_s if restarts_as_priced(run) else None,
                           "measured": _median(run.restart_s)},

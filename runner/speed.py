@@ -232,6 +232,12 @@ class GarbageCollection:
             gc.callbacks.remove(self._timed)
 
 
+def device_name(device: torch.device) -> str:
+    """What the process trains on, as the driver names it ("NVIDIA H100 80GB HBM3"), or "cpu": the runtime event
+    records it, and `costsim calibrate` refits the figures of the GPU type a run ran on, not only the plan's."""
+    return "cpu" if device.type == "cpu" else torch.cuda.get_device_name(device)
+
+
 def memory_report(device: torch.device) -> dict:
     """Peak memory and how often the CUDA caching allocator had to free its cache and retry (each
     retry synchronises the device: a stalled step)."""

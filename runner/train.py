@@ -113,7 +113,8 @@ class Trainer:
                                                  gradient_as_bucket_view=True, bucket_cap_mb=self.runtime.ddp_bucket_mb)
             speed.configure_ddp(self.model, self.runtime)
         marks["wrap"] = time.time()
-        self.telemetry.event("runtime", settings=self.runtime.as_dict(), compiled_modules=compiled,
+        self.telemetry.event("runtime", settings=self.runtime.as_dict(), device=speed.device_name(self.device),
+                             compiled_modules=compiled,
                              fp8_layers=speed.fp8_layers(built.model),
                              compile_cache_bytes=speed.cache_bytes(), build=build_kind, **self.split.as_dict(),
                              nodes=max(1, world_size // int(os.environ.get("LOCAL_WORLD_SIZE", world_size))),
@@ -132,8 +133,8 @@ class Trainer:
         cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
         if store is None or not compile_share.enabled() or self.runtime.compile == "off" or not cache:
             return None
-        device = "cpu" if self.device.type == "cpu" else torch.cuda.get_device_name(self.device)
-        share = CompileCacheShare(store, Path(cache), compile_share.cache_key(torch.__version__, device),
+        share = CompileCacheShare(store, Path(cache),
+                                  compile_share.cache_key(torch.__version__, speed.device_name(self.device)),
                                   on_event=self.telemetry.event, warn=self.warn)
         if local_rank == 0:
             share.start_fetch()

@@ -168,6 +168,7 @@ def test_a_real_run_writes_only_contract_events_and_fields(tmp_path):
     for e in lines:
         assert set(e) <= fields_of(e["event"]), (e["event"], sorted(set(e) - fields_of(e["event"])))
     assert {e["reason"] for e in lines if e["event"] == "checkpoint_save"} == set(SAVE_REASONS)
+    assert {e["device"] for e in lines if e["event"] == "runtime"} == {"cpu"}   # what calibrate reads the GPU type from
 
 
 def test_every_reader_passes_a_damaged_telemetry_line_over_and_counts_it(tmp_path):

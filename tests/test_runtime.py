@@ -390,3 +390,65 @@ def test_a_restart_is_not_compared_with_a_plans_restart_that_includes_the_object
     assert shared.plan.checkpoint.storage_kind != "object" and shared.restart_s
     row, = report_rows(calibrate([shared], profile))
     assert row["restart_s"]["plan"] == shared.plan.prediction.restart_s
+
+
+@pytest.mark.parametrize("device, known, said", [
+    ("NVIDIA H100 80GB HBM3", ("H100", "H200", "B200"), "H100"),
+    ("NVIDIA H200", ("H100", "H200"), "H200"),
+    ("NVIDIA A100-SXM4-80GB", ("A100-80GB", "A100-40GB", "A100"), "A100-80GB"),
+    ("NVIDIA A100-PCIE-40GB", ("A100-80GB", "A100-40GB"), "A100-40GB"),
+    ("NVIDIA L40", ("L40S",), None),
+    ("NVIDIA GH200 480GB", ("H200",), None),
+    ("cpu", ("cpu", "H100"), "cpu"),
+    (None, ("H100",), None),
+])
+def test_a_device_name_says_the_gpu_type(device, known, said):
+    from costsim.calibrate import gpu_type
+    assert gpu_type(device, known) == said
+
+
+def with_device(src: Path, dst: Path, device: str) -> Path:
+    """A copy of a measured run folder whose workers said what they trained on, as runners since 2026-12-06 do."""
+    dst.mkdir(parents=True)
+    for name in ("plan.json", "summary.json"):
+        (dst / name).write_bytes((src / name).read_bytes())
+    lines = []
+    for line in (src / "telemetry.jsonl").read_text().splitlines():
+        event = json.loads(line)
+        if event.get("event") == "runtime":
+            event["device"] = device
+        lines.append(json.dumps(event))
+    (dst / "telemetry.jsonl").write_text("\n".join(lines) + "\n")
+    return dst
+
+
+def test_a_run_on_another_gpu_than_its_plan_priced_refits_that_gpus_figures(tmp_path):
+    """The H200 plan run on an H100: its figures are the H100's. They refit the H100's entry, and none is compared
+    with the plan's H200 prediction; a name no profile GPU has is taken as the plan's, with a note."""
+    from costsim.calibrate import report_rows, updated_profile_document
+    profile = cio.load_profile("sdxl-unet")
+    src = FINETUNE / "eager" / "data-1"   # ran as its H200 plan priced: compared when the device agrees
+    h200 = load_run(str(with_device(src, tmp_path / "h200", "NVIDIA H200")))
+    row, = report_rows(calibrate([h200], profile))
+    assert h200.gpu == "H200" and row["step_s"]["plan"] == h200.plan.prediction.step_time_s
+
+    h100 = load_run(str(with_device(src, tmp_path / "h100", "NVIDIA H100 80GB HBM3")))
+    result = calibrate([h100], profile)
+    assert result.gpu == "H100" and h100.plan.resources.gpu == "H200"
+    row, = report_rows(result)
+    assert all(row[k]["plan"] is None for k in ("step_s", "samples_per_s", "wall_s", "checkpoint_stall_s",
+                                                  "restart_s"))
+    assert row["step_s"]["measured"] == h100.point.step_s
+    assert any("ran on NVIDIA H100 80GB HBM3 (H100), its plan priced H200" in n for n in result.notes)
+    doc = updated_profile_document(profile.path, result)
+    assert doc["gpus"]["H100"]["source"].startswith("measured")
+    assert doc["gpus"]["H200"] == yaml.safe_load(Path(profile.path).read_text())["gpus"]["H200"]   # untouched
+
+    mixed = [h200, load_run(str(tmp_path / "h100"))]
+    with pytest.raises(InputError, match="GPU type 'H100' differs from h200's 'H200'"):
+        calibrate(mixed, profile)
+
+    odd = load_run(str(with_device(src, tmp_path / "odd", "NVIDIA RTX 6000 Ada Generation")))
+    result = calibrate([odd], profile)
+    assert result.gpu == "H200" and any("names no GPU type of" in n and "taken as its plan's H200" in n
+                                        for n in result.notes)
