@@ -63,6 +63,9 @@ def measure(run_dir: Path, skip: int = WARMUP_STEPS) -> dict:
         "restart_cost_s": [round(v, 3) for v in restart_costs_s(events, step_s)] if steady else [],
         "restart_phases_s": restart_phases(events, median_s, skip),
         "runtime": next((e.get("settings") for e in events if e["event"] == "runtime" and e.get("rank") == 0), None),
+        # what rank 0 trained on at each start, each name once (a job's lives may run on different GPUs)
+        "devices": list(dict.fromkeys(e["device"] for e in events
+                                      if e["event"] == "runtime" and e.get("rank") == 0 and e.get("device"))),
         "compile_cache_bytes_at_start": [e.get("compile_cache_bytes") for e in events
                                          if e["event"] == "runtime" and e.get("rank") == 0],
         # each start's torch.compile report after its first step (runner.speed.compile_report)
@@ -228,6 +231,8 @@ def table(figures: dict) -> str:
         rows.append((f"restart {i}", f"{_duration(total)} to the first step" + _phases(phases)))
     for i, report in enumerate(f["compile_at_start"], start=1):
         rows.append((f"compile, start {i}", _compile_line(report)))
+    if f["devices"]:
+        rows.append(("device", ", ".join(f["devices"])))
     if f["runtime"]:
         rows.append(("runner settings", ", ".join(f"{k}={v}" for k, v in f["runtime"].items())))
     end = f["end_of_run"]

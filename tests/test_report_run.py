@@ -28,6 +28,7 @@ def test_first_start_and_restart_are_split_into_their_phases(tmp_path):
     restart_at = killed + 7.0
     second = attempt(restart_at, build=9.0, load=6.0, first=3.0, step=0.5, steps=range(20, 40))
     second[1].update(process_start_t=restart_at + 2.5, start_phases_s={"imports": 4.0, "build": 2.5})
+    first[1]["device"], second[1]["device"] = "NVIDIA H200", "NVIDIA H100 80GB HBM3"   # lives on two kinds of GPU
     events = first + [{"t": killed, "event": "preempted", "rank": 0, "step": 30},
                       {"t": restart_at, "event": "restart"}] + second
     (tmp_path / "telemetry.jsonl").write_text("\n".join(json.dumps(e) for e in events) + "\n")
@@ -44,6 +45,7 @@ def test_first_start_and_restart_are_split_into_their_phases(tmp_path):
     assert (restart["to_worker_process_s"], restart["worker_start_s"]) == (2.5, {"imports": 4.0, "build": 2.5})
     assert start["to_worker_process_s"] is None and start["worker_start_s"] is None
     assert report["restart_to_first_step_s"] == [18.0]
+    assert report["devices"] == ["NVIDIA H200", "NVIDIA H100 80GB HBM3"]
 
 
 def test_an_async_saves_cost_is_its_stalled_step_and_the_slower_steps_beside_its_write(tmp_path):
