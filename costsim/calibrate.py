@@ -132,15 +132,27 @@ def gpu_type(device: str | None, known: Iterable[str]) -> str | None:
     return max(sorted(said), key=lambda k: len(k.split("-")), default=None)
 
 
-def resolve_gpus(runs: list[Run], profile: Profile, notes: list[str]) -> None:
-    """Each run's GPU type: the one its device's name says, else (older runs, or a name the profile has no type
-    for) its plan's."""
+def resolve_gpus(runs: list[Run], profile: Profile, notes: list[str], given: str | None = None) -> None:
+    """Each run's GPU type: the one its device's name says, else `given` (calibrate --gpu: runs whose telemetry
+    does not name their device), else (a name the profile has no type for) its plan's."""
     known = set(profile.gpus) | {r.plan.resources.gpu for r in runs}
+    if given is not None:
+        spelled = {k.casefold(): k for k in profile.gpus}
+        if given.casefold() not in spelled:
+            raise InputError("--gpu", "gpu", f"{given!r} is no GPU type of {profile.path}; allowed: "
+                             f"{', '.join(sorted(profile.gpus))}")
+        given = spelled[given.casefold()]
     for run in runs:
         planned = run.plan.resources.gpu
         said = gpu_type(run.device, known)
-        run.gpu = said or planned
-        if run.device and said is None:
+        if given is not None and said not in (None, given):
+            raise InputError(str(run.path), "runtime.device", f"its workers ran on {run.device} ({said}), not the "
+                             f"--gpu {given} given: leave --gpu out, or calibrate its GPU's runs apart")
+        run.gpu = said or given or planned
+        if run.gpu != planned and not said:
+            notes.append(f"{run.name} ran on {given} (--gpu), its plan priced "
+                         f"{planned}: it refits {given}'s figures, and none of its figures is compared with the plan's")
+        elif run.device and said is None:
             notes.append(f"{run.name} ran on {run.device}, which names no GPU type of {profile.path} "
                          f"({', '.join(sorted(known))}): taken as its plan's {planned}")
         elif said and said != planned:
@@ -189,10 +201,11 @@ class Calibration:
     store: dict | None = None     # the object store's measured bandwidth: name, write/read GB/s, counts
 
 
-def calibrate(runs: list[Run], profile: Profile) -> Calibration:
-    """Refit the GPU's step-time model, checkpoint, start-up and restart figures from the runs."""
+def calibrate(runs: list[Run], profile: Profile, gpu: str | None = None) -> Calibration:
+    """Refit the GPU's step-time model, checkpoint, start-up and restart figures from the runs (on the GPU they
+    ran on: resolve_gpus; `gpu` for runs whose telemetry does not name it)."""
     notes: list[str] = []
-    resolve_gpus(runs, profile, notes)
+    resolve_gpus(runs, profile, notes, gpu)
     check_compatible(runs)
     gpu = runs[0].gpu
     if gpu not in profile.gpus:

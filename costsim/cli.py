@@ -658,17 +658,22 @@ def _fractions(text: str | None) -> tuple[float, ...]:
               "time until capacity is back, with 95% intervals")
 @click.option("--offering", help="with --market: only this offering (an id, or a label for traces, which name none; "
               "default label `traces`)")
+@click.option("--gpu", help="the GPU type the runs ran on, a type of the profile (H100), for runs whose telemetry "
+              "does not name their device (runners before 2026-12-06); default: what it names, else the plan's")
 @output_options
-def calibrate_command(runs, profile_ref, out, market, offering, fmt):
+def calibrate_command(runs, profile_ref, out, market, offering, gpu, fmt):
     """Refit throughput, checkpoint and restart figures from runs; report the prediction errors.
 
     Example: costsim calibrate runs/demo --out tiny-measured.yaml
 
+    The H200 plan run on an H100 by a runner that did not record its device: costsim calibrate runs/old --gpu H100
+
     Spot market: costsim calibrate --market data/traces/aws-2023-02-15 --offering aws-gpu --out fitted.yaml
     """
     if market:
-        if profile_ref:
-            raise click.UsageError("--profile goes without --market (a spot model has no throughput profile)")
+        if profile_ref or gpu:
+            raise click.UsageError(f"{'--profile' if profile_ref else '--gpu'} goes without --market (a spot model "
+                                   "has no throughput profile)")
         return _calibrate_market(runs, offering, out, fmt)
     if offering:
         raise click.UsageError("--offering goes with --market")
@@ -682,7 +687,7 @@ def calibrate_command(runs, profile_ref, out, market, offering, fmt):
     loaded = [load_run(ref) for ref in runs]
     profile = (io.load_profile_for(loaded[0].plan.workload.model, profile_ref, user="runs' workload") if profile_ref
                else plan_profile(loaded[0]))
-    result = calibrate(loaded, profile)
+    result = calibrate(loaded, profile, gpu=gpu)
     target = str(outside_shipped_data(out or loaded[0].path / f"{Path(profile.path).stem}.calibrated.yaml"))
     import yaml
     io.write_atomic(target, yaml.safe_dump(updated_profile_document(profile.path, result), sort_keys=False))

@@ -294,7 +294,7 @@ def screen(configured: list[Configured], deadline_s: float, shortlist: int) -> l
     `shortlist` groups, and besides them the certain plans that no other certain plan beats on both cost
     and finish: the safe alternatives, shown beside the risky choice (a certain plan dearer than the
     owned server, however fast, used to be dropped before it was looked at); they cost the Monte Carlo
-    next to nothing (no preemptions).
+    next to nothing (no preemptions). The owned servers that can meet the deadline are always kept.
     """
     feasible = [c for c in configured if c.config.params.work_s + c.config.params.changeover_s <= deadline_s]
     best: dict[tuple, Configured] = {}
@@ -308,6 +308,9 @@ def screen(configured: list[Configured], deadline_s: float, shortlist: int) -> l
                     key=lambda c: (c.estimate_makespan_s > deadline_s, c.estimate_cost))
     keep = ranked[:shortlist]
     keep += [c for c in _frontier(certain) if c not in keep]
+    # the team's own servers (the workload's `owned:`), always: a user looks for them beside the cloud's plans,
+    # even where a cloud plan beats them on both cost and finish (and they cost the Monte Carlo next to nothing)
+    keep += [c for c in best.values() if c.candidate.policy == "owned" and c not in keep]
     return keep
 
 

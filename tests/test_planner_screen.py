@@ -47,6 +47,9 @@ def test_the_screen_keeps_the_choice_what_beats_the_safe_baseline_and_the_safe_a
             frontier.append(group_key(r.configured))
             fastest = r.stats.makespan_p50_s
     assert [g for g in frontier if g not in shown] == []
+    # and the team's own servers, wherever they rank
+    owned = [group_key(r.configured) for r in full.ranked if r.configured.candidate.policy == "owned"]
+    assert [g for g in owned if g not in shown] == []
 
 
 def test_each_ranked_plan_keeps_the_trials_its_figures_summarise():

@@ -452,3 +452,28 @@ def test_a_run_on_another_gpu_than_its_plan_priced_refits_that_gpus_figures(tmp_
     result = calibrate([odd], profile)
     assert result.gpu == "H200" and any("names no GPU type of" in n and "taken as its plan's H200" in n
                                         for n in result.notes)
+
+
+def test_calibrate_gpu_names_the_gpu_of_runs_that_do_not_and_is_refused_against_one_that_does(run_cli, tmp_path):
+    """`costsim calibrate --gpu`: runs from before the runner recorded its device (the 2026-12-05 H100 lives, whose
+    plan named the H200) refit the GPU given; a run that names another device, an unknown type and --market are
+    refused in one line."""
+    src = FINETUNE / "eager" / "data-1"
+    old = tmp_path / "old"
+    old.mkdir()
+    for name in ("plan.json", "summary.json", "telemetry.jsonl"):
+        (old / name).write_bytes((src / name).read_bytes())
+    out = tmp_path / "cal.yaml"
+    result = run_cli("calibrate", str(old), "--gpu", "h100", "--out", str(out), "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["gpu"] == "H100" and any("ran on H100 (--gpu), its plan priced H200" in n for n in doc["notes"])
+    assert doc["runs"][0]["step_s"]["plan"] is None
+    assert yaml.safe_load(out.read_text())["gpus"]["H100"]["source"].startswith("measured")
+    named = with_device(src, tmp_path / "named", "NVIDIA H200")
+    check(run_cli("calibrate", str(named), "--gpu", "H100", "--out", str(out)), "runtime.device",
+          "ran on NVIDIA H200 (H200), not the --gpu H100 given")
+    check(run_cli("calibrate", str(old), "--gpu", "H300", "--out", str(out)), "--gpu", "'H300' is no GPU type",
+          "allowed: A100-40GB, A100-80GB, B200, H100, H200, L40S")
+    market = run_cli("calibrate", "--market", str(old), "--gpu", "H100")
+    assert market.exit_code == 2 and "--gpu goes without --market" in market.stderr
