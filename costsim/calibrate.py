@@ -5,9 +5,7 @@ plan.json, summary.json); never imports the runner."""
 from __future__ import annotations
 
 import datetime
-import re
 import statistics
-from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -17,6 +15,7 @@ from costsim.contract.plan import Plan
 from costsim.contract.steps import SKIP_AFTER_START, async_save_costs, steady_steps_by_split
 from costsim.contract.telemetry import PLAN, TELEMETRY, read_job_events, read_summary, run_folder
 from costsim.contract.timing import first_start_cost_s, restart_costs_s
+from costsim.devices import gpu_type
 from costsim.errors import InputError
 from costsim.fit import Fit, Point, fit, predict_step_s
 from costsim.runtime import Runtime, parse_runtime
@@ -119,17 +118,6 @@ def load_run(ref: str) -> Run:
     run.runtime = parse_runtime(settings, telemetry) if settings is not None else plan.runtime
     run.device = started.get("device") if isinstance(started.get("device"), str) else None
     return run
-
-
-def gpu_type(device: str | None, known: Iterable[str]) -> str | None:
-    """The GPU type among `known` (a profile's names: H100, A100-80GB, cpu) that a device's name says ("NVIDIA
-    A100-SXM4-80GB" is A100-80GB: every dash-separated part of the type is a word of the name); the most specific
-    where several do; None for no name, or one that names none of them (a GH200 is no H200)."""
-    if not device:
-        return None
-    words = {w.casefold() for w in re.split(r"[^A-Za-z0-9]+", device) if w}
-    said = [k for k in known if all(part.casefold() in words for part in k.split("-"))]
-    return max(sorted(said), key=lambda k: len(k.split("-")), default=None)
 
 
 def resolve_gpus(runs: list[Run], profile: Profile, notes: list[str], given: str | None = None) -> None:

@@ -26,6 +26,7 @@ from torch.nn.parallel import DistributedDataParallel
 from costsim.contract import notice as notice_rule
 from costsim.contract.telemetry import read_events
 from costsim.contract.timing import save_durations
+from costsim.devices import plan_gpu_mismatch
 from runner import checkpoint_reader, compile_share, faults, gcstart, layout, prewarm, speed, warm_step
 from runner.checkpoint import Checkpointer, SharedStorageError
 from runner.compile_share import CompileCacheShare
@@ -77,6 +78,8 @@ class Trainer:
         # every (re)start, so an elastic shrink or a smaller node keeps the global batch and the memory.
         self.split = spec.split(world_size)
         self.accumulation = self.split.accumulation
+        if self.device.type == "cuda" and (other := plan_gpu_mismatch(spec.gpu, speed.device_name(self.device))):
+            self.warn(other)
         self.agree_within, self.abandoned_micro_batches = False, 0   # train_step: a notice between micro-batches
         ctx = BuildContext(rank=rank, world_size=world_size, device=self.device, micro_batch=self.split.micro_batch,
                            accumulation=self.accumulation, seed=spec.seed, precision=spec.precision,

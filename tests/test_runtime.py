@@ -403,8 +403,12 @@ def test_a_restart_is_not_compared_with_a_plans_restart_that_includes_the_object
     (None, ("H100",), None),
 ])
 def test_a_device_name_says_the_gpu_type(device, known, said):
-    from costsim.calibrate import gpu_type
+    from costsim.devices import gpu_type, plan_gpu_mismatch
     assert gpu_type(device, known) == said
+    if device and len(known) == 1:   # the runner's warning at a start: the device is not the plan's GPU
+        warning = plan_gpu_mismatch(known[0], device)
+        assert (warning is None) == (said is not None)
+        assert warning is None or f"the plan priced {known[0]} GPUs and this one is {device}" in warning
 
 
 def with_device(src: Path, dst: Path, device: str) -> Path:
