@@ -404,7 +404,8 @@ def updated_profile_document(profile_path: str, c: Calibration) -> dict:
     doc.setdefault("calibrations", []).append({
         "when": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), "gpu": c.gpu,
         "runs": [str(r.path) for r in c.runs],
-        "hardware": sorted({r.plan.resources.offering for r in c.runs}),
+        "hardware": sorted({r.plan.resources.offering for r in c.runs}),   # what their plans named
+        "devices": sorted({r.device or f"not recorded ({r.gpu or r.plan.resources.gpu})" for r in c.runs}),
         "fitted": list(c.step_fit.fitted), "pinned": c.step_fit.pinned,
         "step_rms_relative_error": round(c.step_fit.rms_relative_error, 6), "notes": c.notes})
     return doc

@@ -446,6 +446,7 @@ def test_a_run_on_another_gpu_than_its_plan_priced_refits_that_gpus_figures(tmp_
     assert any("ran on NVIDIA H100 80GB HBM3 (H100), its plan priced H200" in n for n in result.notes)
     doc = updated_profile_document(profile.path, result)
     assert doc["gpus"]["H100"]["source"].startswith("measured")
+    assert doc["calibrations"][-1]["devices"] == ["NVIDIA H100 80GB HBM3"]   # where the figures came from
     assert doc["gpus"]["H200"] == yaml.safe_load(Path(profile.path).read_text())["gpus"]["H200"]   # untouched
 
     mixed = [h200, load_run(str(tmp_path / "h100"))]
