@@ -120,9 +120,42 @@ def load_run(ref: str) -> Run:
     return run
 
 
-def resolve_gpus(runs: list[Run], profile: Profile, notes: list[str], given: str | None = None) -> None:
-    """Each run's GPU type: the one its device's name says, else `given` (calibrate --gpu: runs whose telemetry
-    does not name their device), else (a name the profile has no type for) its plan's."""
+@dataclass(slots=True)
+class OutOfMemory:
+    """A run that stopped out of memory (the runner's `fatal` event, kind out_of_memory): a micro-batch that its GPU,
+    under its settings, did not hold. Calibration lowers the GPU's batch limit below it."""
+
+    path: Path
+    plan: Plan
+    micro_batch: int
+    runtime: Runtime
+    device: str | None = None
+    gpu: str = ""                         # as Run.gpu: `calibrate` resolves it
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+
+def load_out_of_memory(ref: str) -> OutOfMemory | None:
+    """The run folder's out-of-memory stop, if it had one (whether or not it trained before it)."""
+    folder = run_folder(ref)
+    events = read_job_events(folder)
+    stop = next((e for e in events if e["event"] == "fatal" and e.get("kind") == "out_of_memory"
+                 and isinstance(e.get("micro_batch"), int) and e["micro_batch"] >= 1), None)
+    if stop is None:
+        return None
+    plan = Plan.read(folder / PLAN)
+    started: dict = next((e for e in events if e["event"] == "runtime" and e.get("rank") == 0), {})
+    settings = started.get("settings")
+    return OutOfMemory(path=folder, plan=plan, micro_batch=stop["micro_batch"],
+                       runtime=parse_runtime(settings, str(folder / TELEMETRY)) if settings is not None else plan.runtime,
+                       device=started.get("device") if isinstance(started.get("device"), str) else None)
+
+
+def resolve_gpus(runs: list, profile: Profile, notes: list[str], given: str | None = None) -> None:
+    """Each run's (Run or OutOfMemory) GPU type: the one its device's name says, else `given` (calibrate --gpu: runs
+    whose telemetry does not name their device), else (a name the profile has no type for) its plan's."""
     known = set(profile.gpus) | {r.plan.resources.gpu for r in runs}
     if given is not None:
         spelled = {k.casefold(): k for k in profile.gpus}
@@ -189,9 +222,11 @@ class Calibration:
     store: dict | None = None     # the object store's measured bandwidth: name, write/read GB/s, counts
 
 
-def calibrate(runs: list[Run], profile: Profile, gpu: str | None = None) -> Calibration:
+def calibrate(runs: list[Run], profile: Profile, gpu: str | None = None,
+              out_of_memory: list[OutOfMemory] | None = None) -> Calibration:
     """Refit the GPU's step-time model, checkpoint, start-up and restart figures from the runs (on the GPU they
-    ran on: resolve_gpus; `gpu` for runs whose telemetry does not name it)."""
+    ran on: resolve_gpus; `gpu` for runs whose telemetry does not name it), and its batch limit from the runs that
+    stopped out of memory."""
     notes: list[str] = []
     resolve_gpus(runs, profile, notes, gpu)
     check_compatible(runs)
@@ -212,6 +247,7 @@ def calibrate(runs: list[Run], profile: Profile, gpu: str | None = None) -> Cali
     if trained > after.max_batch_per_gpu:
         notes.append(f"max_batch_per_gpu raised from {after.max_batch_per_gpu} to {trained}: a run trained at it")
         after = replace(after, max_batch_per_gpu=trained)
+    after = _below_out_of_memory(after, runs, out_of_memory or [], profile, gpu, notes)
     for run in runs:
         if run.ran_on_plans_gpu and not run.ran_as_priced:
             r = run.plan.resources
@@ -313,6 +349,29 @@ def predicted_wall_s(p: GpuProfile, run: Run) -> float:
     step_s = predict_step_s(p, run.point)
     failures_s = run.summary.get("restarts", 0) * p.restart_s + run.summary.get("lost_steps", 0) * step_s
     return p.startup_s + run.steps * step_s + run.interval_saves * per_save + final + failures_s
+
+
+def _below_out_of_memory(after: GpuProfile, runs: list[Run], stops: list[OutOfMemory], profile: Profile,
+                         given: str | None, notes: list[str]) -> GpuProfile:
+    """The batch limit below every micro-batch that ran out of memory on this GPU under these settings: the
+    largest a run trained at below it, else one less (the planner takes the largest that divides a rank's share).
+    A micro-batch that one run trained at and another ran out at stays (a run that trained proves it fits)."""
+    resolve_gpus(stops, profile, notes, given)
+    gpu, runtime = runs[0].gpu, runs[0].runtime
+    trained = [p.micro_batch for r in runs for p in r.points]
+    for stop in stops:
+        if (stop.gpu, stop.runtime) != (gpu, runtime):
+            notes.append(f"{stop.name} ran out of memory at {stop.micro_batch} a GPU on {stop.gpu} under "
+                         f"{stop.runtime.describe()}: another GPU or settings than the runs fitted, not used")
+        elif stop.micro_batch <= max(trained):
+            notes.append(f"{stop.name} ran out of memory at {stop.micro_batch} a GPU, where a run trained at "
+                         f"{max(trained)}: the limit stays {after.max_batch_per_gpu} (a run that trained proves it fits)")
+        elif stop.micro_batch <= after.max_batch_per_gpu:
+            limit = max((m for m in trained if m < stop.micro_batch), default=stop.micro_batch - 1)
+            notes.append(f"max_batch_per_gpu lowered from {after.max_batch_per_gpu} to {limit}: {stop.name} ran "
+                         f"out of memory at {stop.micro_batch} a GPU")
+            after = replace(after, max_batch_per_gpu=limit)
+    return after
 
 
 def restarts_as_priced(run: Run) -> bool:

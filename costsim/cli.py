@@ -677,17 +677,36 @@ def calibrate_command(runs, profile_ref, out, market, offering, gpu, fmt):
         return _calibrate_market(runs, offering, out, fmt)
     if offering:
         raise click.UsageError("--offering goes with --market")
-    from costsim.calibrate import calibrate, load_run, plan_profile, report_rows, updated_profile_document
+    from costsim.calibrate import (
+        calibrate,
+        load_out_of_memory,
+        load_run,
+        plan_profile,
+        report_rows,
+        updated_profile_document,
+    )
     seen: dict[Path, str] = {}
     for ref in runs:   # a run given twice would weigh twice in every fit
         if (key := Path(ref).resolve()) in seen:
             raise InputError(ref, "runs", f"given twice (also as {seen[key]}): give each run once, or it weighs "
                              "twice in every fit")
         seen[key] = ref
-    loaded = [load_run(ref) for ref in runs]
+    loaded, stops = [], []
+    for ref in runs:   # a run that stopped out of memory tells the batch limit, whether or not it trained first
+        stop = load_out_of_memory(ref)
+        try:
+            loaded.append(load_run(ref))
+        except InputError:
+            if stop is None:
+                raise
+        if stop is not None:
+            stops.append(stop)
+    if not loaded:
+        raise InputError(runs[0], "step", "every run given ran out of memory before it trained: give a run that "
+                         "trained too (its figures are fitted, and the limit lowered below what ran out)")
     profile = (io.load_profile_for(loaded[0].plan.workload.model, profile_ref, user="runs' workload") if profile_ref
                else plan_profile(loaded[0]))
-    result = calibrate(loaded, profile, gpu=gpu)
+    result = calibrate(loaded, profile, gpu=gpu, out_of_memory=stops)
     target = str(outside_shipped_data(out or loaded[0].path / f"{Path(profile.path).stem}.calibrated.yaml"))
     import yaml
     io.write_atomic(target, yaml.safe_dump(updated_profile_document(profile.path, result), sort_keys=False))

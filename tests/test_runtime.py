@@ -482,3 +482,51 @@ def test_calibrate_gpu_names_the_gpu_of_runs_that_do_not_and_is_refused_against_
           "allowed: A100-40GB, A100-80GB, B200, H100, H200, L40S")
     market = run_cli("calibrate", "--market", str(old), "--gpu", "H100")
     assert market.exit_code == 2 and "--gpu goes without --market" in market.stderr
+
+
+def out_of_memory_run(folder: Path, plan_from: Path, micro_batch: int, settings: dict, device: str) -> Path:
+    """A run folder whose workers stopped out of memory at their first step, in the telemetry the runner writes
+    then (runner.train: the `fatal` event, kind out_of_memory, with the batch split)."""
+    folder.mkdir()
+    (folder / "plan.json").write_bytes((plan_from / "plan.json").read_bytes())
+    events = [{"t": 1.0, "event": "instance", "rank": None, "node": 0, "offering": "x", "market": "spot", "host": "h"},
+              {"t": 1.1, "event": "launch", "rank": None, "attempt": 0},
+              {"t": 9.0, "event": "runtime", "rank": 0, "world_size": 2, "settings": settings, "device": device,
+               "micro_batch": micro_batch, "accumulation": 1},
+              {"t": 30.0, "event": "fatal", "rank": 0, "world_size": 2, "kind": "out_of_memory", "micro_batch": micro_batch,
+               "accumulation": 1, "reason": f"out of memory on rank 0, GPU 0 ({device}), at {micro_batch} samples ..."},
+              {"t": 31.0, "event": "exit", "rank": None, "status": "failed", "restarts": 0, "ended": "failed"}]
+    (folder / "telemetry.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    return folder
+
+
+def test_a_run_that_ran_out_of_memory_lowers_its_gpus_batch_limit(run_cli, tmp_path):
+    """The H200's main configuration allows 16 a GPU; a run under the same settings trained at 8 and another ran
+    out of memory at 16: the calibrated limit is 8. Out of memory at a batch a run trained at, or under other
+    settings, leaves it; a run that only ran out of memory is no calibration on its own."""
+    from costsim.calibrate import load_out_of_memory
+    profile = cio.load_profile("sdxl-unet")
+    trained_src = FINETUNE / "eager" / "data-1"   # eager defaults, 2 x H200 at 8
+    trained = load_run(str(with_device(trained_src, tmp_path / "trained", "NVIDIA H200")))
+    settings = trained.runtime.as_dict()
+    at16 = out_of_memory_run(tmp_path / "at16", trained_src, 16, settings, "NVIDIA H200")
+    stop = load_out_of_memory(str(at16))
+    assert stop is not None and stop.micro_batch == 16 and stop.runtime == trained.runtime
+    assert load_out_of_memory(str(tmp_path / "trained")) is None
+    result = calibrate([trained], profile, out_of_memory=[stop])
+    assert result.before.max_batch_per_gpu == 16 and result.after.max_batch_per_gpu == 8
+    assert any("lowered from 16 to 8: at16 ran out of memory at 16 a GPU" in n for n in result.notes)
+
+    at8 = load_out_of_memory(str(out_of_memory_run(tmp_path / "at8", trained_src, 8, settings, "NVIDIA H200")))
+    result = calibrate([trained], profile, out_of_memory=[at8])
+    assert result.after.max_batch_per_gpu == 16 and any("a run that trained proves it fits" in n for n in result.notes)
+    other = out_of_memory_run(tmp_path / "other", trained_src, 16, {**settings, "compile": "model"}, "NVIDIA H200")
+    result = calibrate([trained], profile, out_of_memory=[load_out_of_memory(str(other))])
+    assert result.after.max_batch_per_gpu == 16 and any("not used" in n for n in result.notes)
+
+    out = tmp_path / "cal.yaml"
+    cli = run_cli("calibrate", str(tmp_path / "trained"), str(at16), "--out", str(out), "--format", "json")
+    assert cli.exit_code == 0, cli.stderr
+    assert yaml.safe_load(out.read_text())["gpus"]["H200"]["max_batch_per_gpu"] == 8
+    assert [r["run"] for r in json.loads(cli.stdout)["runs"]] == ["trained"]   # the stop is in the notes, not a row
+    check(run_cli("calibrate", str(at16), "--out", str(out)), "step", "every run given ran out of memory")
