@@ -303,8 +303,9 @@ class Trainer:
         if self.resume_step and buffers_when == "ahead":
             checkpoint_reader.reserve_buffers()   # page-locked while the state is sized and the read planned
         # Not under CUDA graphs: Inductor's graph trees live per thread, so a forward on another thread cannot warm
-        # them (torch 2.11's fail there: their thread-local state is the importing thread's), and one that made a
-        # tree of its own would hold a second memory pool beside the step's.
+        # them (torch 2.11's fail there, their thread-local state being the importing thread's: pytorch/pytorch
+        # #123177, fixed by #184357 in a later torch), and one that made a tree of its own would hold a second
+        # memory pool beside the step's.
         want_warm = (warm_step.enabled() and bool(self.resume_step) and self.compiled   # a bad value stops any start
                      and not self.runtime.cuda_graphs)
         if want_warm:
