@@ -113,11 +113,17 @@ def load_run(ref: str) -> Run:
     run.damaged_lines = events.damaged
     job = lives(events)
     run.job_wall_s = job.wall_s if len(job.lives) > 1 else None
-    started: dict = next((e for e in events if e["event"] == "runtime" and e.get("rank") == 0), {})
-    settings = started.get("settings")
-    run.runtime = parse_runtime(settings, telemetry) if settings is not None else plan.runtime
-    run.device = started.get("device") if isinstance(started.get("device"), str) else None
+    run.runtime, run.device = ran_with(events, plan, telemetry)
     return run
+
+
+def ran_with(events, plan: Plan, telemetry: str) -> tuple[Runtime, str | None]:
+    """The runner settings and the device of a run's first start (rank 0's `runtime` event): the plan's settings
+    where it recorded none, no device where it did not say (runners before 2026-12-06)."""
+    started: dict = next((e for e in events if e["event"] == "runtime" and e.get("rank") == 0), {})
+    settings, device = started.get("settings"), started.get("device")
+    return (parse_runtime(settings, telemetry) if settings is not None else plan.runtime,
+            device if isinstance(device, str) else None)
 
 
 @dataclass(slots=True)
@@ -146,11 +152,8 @@ def load_out_of_memory(ref: str) -> OutOfMemory | None:
     if stop is None:
         return None
     plan = Plan.read(folder / PLAN)
-    started: dict = next((e for e in events if e["event"] == "runtime" and e.get("rank") == 0), {})
-    settings = started.get("settings")
-    return OutOfMemory(path=folder, plan=plan, micro_batch=stop["micro_batch"],
-                       runtime=parse_runtime(settings, str(folder / TELEMETRY)) if settings is not None else plan.runtime,
-                       device=started.get("device") if isinstance(started.get("device"), str) else None)
+    runtime, device = ran_with(events, plan, str(folder / TELEMETRY))
+    return OutOfMemory(path=folder, plan=plan, micro_batch=stop["micro_batch"], runtime=runtime, device=device)
 
 
 def resolve_gpus(runs: list, profile: Profile, notes: list[str], given: str | None = None) -> None:
