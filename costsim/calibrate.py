@@ -13,7 +13,7 @@ from costsim import io
 from costsim.contract.lives import lives
 from costsim.contract.plan import Plan
 from costsim.contract.steps import SKIP_AFTER_START, async_save_costs, steady_steps_by_split
-from costsim.contract.telemetry import PLAN, TELEMETRY, read_job_events, read_summary, run_folder
+from costsim.contract.telemetry import PLAN, TELEMETRY, Records, read_job_events, read_summary, run_folder
 from costsim.contract.timing import first_start_cost_s, restart_costs_s
 from costsim.devices import gpu_type
 from costsim.errors import InputError
@@ -73,13 +73,14 @@ class Run:
                                           self.point.accumulation) == priced
 
 
-def load_run(ref: str) -> Run:
-    """A run folder (or its telemetry.jsonl) as measurements."""
+def load_run(ref: str, events: Records | None = None) -> Run:
+    """A run folder (or its telemetry.jsonl) as measurements; `events`: its job's events, where read already."""
     folder = run_folder(ref)
     telemetry = str(folder / TELEMETRY)
     plan = Plan.read(folder / PLAN)
     summary = read_summary(folder)
-    events = read_job_events(folder)   # every life of the job, its other nodes' included
+    if events is None:
+        events = read_job_events(folder)   # every life of the job, its other nodes' included
     world = next((e["world_size"] for e in events if e.get("world_size")), None)
     if world is None:
         raise InputError(telemetry, "world_size", "no worker events: the run never started")
@@ -143,10 +144,11 @@ class OutOfMemory:
         return self.path.name
 
 
-def load_out_of_memory(ref: str) -> OutOfMemory | None:
+def load_out_of_memory(ref: str, events: Records | None = None) -> OutOfMemory | None:
     """The run folder's out-of-memory stop, if it had one (whether or not it trained before it)."""
     folder = run_folder(ref)
-    events = read_job_events(folder)
+    if events is None:
+        events = read_job_events(folder)
     stop = next((e for e in events if e["event"] == "fatal" and e.get("kind") == "out_of_memory"
                  and isinstance(e.get("micro_batch"), int) and e["micro_batch"] >= 1), None)
     if stop is None:
@@ -154,6 +156,27 @@ def load_out_of_memory(ref: str) -> OutOfMemory | None:
     plan = Plan.read(folder / PLAN)
     runtime, device = ran_with(events, plan, str(folder / TELEMETRY))
     return OutOfMemory(path=folder, plan=plan, micro_batch=stop["micro_batch"], runtime=runtime, device=device)
+
+
+def load_runs(refs: list[str]) -> tuple[list[Run], list[OutOfMemory]]:
+    """The runs given to `costsim calibrate`, each folder read once: those that trained, and those that stopped out
+    of memory (a run may be both: it tells the batch limit whether or not it trained first)."""
+    loaded: list[Run] = []
+    stops: list[OutOfMemory] = []
+    for ref in refs:
+        events = read_job_events(run_folder(ref))
+        stop = load_out_of_memory(ref, events)
+        try:
+            loaded.append(load_run(ref, events))
+        except InputError:
+            if stop is None:
+                raise
+        if stop is not None:
+            stops.append(stop)
+    if not loaded:
+        raise InputError(refs[0], "step", "every run given ran out of memory before it trained: give a run that "
+                         "trained too (its figures are fitted, and the limit lowered below what ran out)")
+    return loaded, stops
 
 
 def resolve_gpus(runs: list, profile: Profile, notes: list[str], given: str | None = None) -> None:

@@ -679,8 +679,7 @@ def calibrate_command(runs, profile_ref, out, market, offering, gpu, fmt):
         raise click.UsageError("--offering goes with --market")
     from costsim.calibrate import (
         calibrate,
-        load_out_of_memory,
-        load_run,
+        load_runs,
         plan_profile,
         report_rows,
         updated_profile_document,
@@ -691,19 +690,7 @@ def calibrate_command(runs, profile_ref, out, market, offering, gpu, fmt):
             raise InputError(ref, "runs", f"given twice (also as {seen[key]}): give each run once, or it weighs "
                              "twice in every fit")
         seen[key] = ref
-    loaded, stops = [], []
-    for ref in runs:   # a run that stopped out of memory tells the batch limit, whether or not it trained first
-        stop = load_out_of_memory(ref)
-        try:
-            loaded.append(load_run(ref))
-        except InputError:
-            if stop is None:
-                raise
-        if stop is not None:
-            stops.append(stop)
-    if not loaded:
-        raise InputError(runs[0], "step", "every run given ran out of memory before it trained: give a run that "
-                         "trained too (its figures are fitted, and the limit lowered below what ran out)")
+    loaded, stops = load_runs(list(runs))
     profile = (io.load_profile_for(loaded[0].plan.workload.model, profile_ref, user="runs' workload") if profile_ref
                else plan_profile(loaded[0]))
     result = calibrate(loaded, profile, gpu=gpu, out_of_memory=stops)
