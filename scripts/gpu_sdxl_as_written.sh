@@ -4,9 +4,13 @@
 #   node has (the plan's settings; the global batch kept by accumulation), STEPS steps with a spot notice
 #   (SIGTERM) at NOTICE: the emergency checkpoint, the restart from it, the final save; then `runner
 #   report` and `costsim calibrate` read the run folder back.
+# EXECUTE_ARGS: more arguments for `runner execute` (split on spaces), e.g. "--runtime compile_mode=reduce-overhead";
+# RUN_DIR (default /tmp/run): the run folder, emptied first (a warm machine's earlier run would be resumed, and its
+# checkpoints fill the 64 GB disk).
 # Everything lands in $OUT. Wheels (simpy, diffusers, accelerate, safetensors, psutil, importlib_metadata) in .whl/.
 set -uo pipefail
-STEPS=${STEPS:-24}; NOTICE=${NOTICE:-12}; OUT=${OUT:-/tmp/out}
+STEPS=${STEPS:-24}; NOTICE=${NOTICE:-12}; OUT=${OUT:-/tmp/out}; RUN_DIR=${RUN_DIR:-/tmp/run}
+rm -rf "$RUN_DIR"
 export PYTHONUNBUFFERED=1
 source scripts/gpu_site.sh
 export PYTHONPATH=/tmp/site:$PWD NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -25,12 +29,13 @@ if [[ -n ${MICRO_BATCH:-} ]]; then
 json.dump(d, open(sys.argv[1], "w"), indent=1)' /tmp/plan.json "$MICRO_BATCH"
   echo "micro-batch $MICRO_BATCH (GPU memory $mib MiB)" | tee -a "$OUT/gpus.txt"
 fi
-timeout -k 30 420 python3 -m runner execute /tmp/plan.json --run-dir /tmp/run --steps "$STEPS" \
-  --inject-preemptions "term@$NOTICE" > "$OUT/execute.txt" 2>&1
+# shellcheck disable=SC2086
+timeout -k 30 420 python3 -m runner execute /tmp/plan.json --run-dir "$RUN_DIR" --steps "$STEPS" \
+  --inject-preemptions "term@$NOTICE" ${EXECUTE_ARGS:-} > "$OUT/execute.txt" 2>&1
 echo "execute exit $?"; date +%T
-python3 -m runner report /tmp/run > "$OUT/report.txt" 2>&1
-python3 -m costsim calibrate /tmp/run --out /tmp/calibrated.yaml > "$OUT/calibrate.txt" 2>&1
+python3 -m runner report "$RUN_DIR" > "$OUT/report.txt" 2>&1
+python3 -m costsim calibrate "$RUN_DIR" --out /tmp/calibrated.yaml > "$OUT/calibrate.txt" 2>&1
 echo "calibrate exit $?"
 # the run folder less its checkpoints and export: plan.json (the effective plan), telemetry, summary
-tar czf "$OUT/run.tgz" -C /tmp/run --exclude=checkpoints --exclude=final --exclude=pycache .
+tar czf "$OUT/run.tgz" -C "$RUN_DIR" --exclude=checkpoints --exclude=final --exclude=pycache .
 date +%T
