@@ -42,7 +42,8 @@
 #   KERNELS_PART=cat2: the fastest configuration (compile=model at KERNEL_BATCH) with geglu=split and without, each
 #   from an empty cache, then from the caches A B A B (what 2026-12-06-h200-geglu-split's model/ rows ran by hand)
 #   KERNELS_PART=graphs: that configuration with geglu=split, compile_mode default and reduce-overhead (CUDA graphs),
-#   each from an empty cache; GRAPHS_ROUND=warm, on the same warm machine next: both from their caches, B A
+#   each from an empty cache; GRAPHS_ROUND=warm, on the same warm machine next: both from their caches, B A;
+#   GRAPHS_MODES: the modes to run, in order (default "default reduce-overhead")
 # Every row is its own process with a timeout; each lane stops starting rows at its deadline.
 # Results: $OUT/bench_sdxl.jsonl, the table in $OUT/bench_sdxl.txt. Wheels for simpy/diffusers/
 # importlib_metadata come in .whl/; torchao for SET=fp8 in .whl-fp8/ (an older one in .whl-fp8/alt for an older torch).
@@ -227,6 +228,7 @@ kernels() {
     # both again from their caches, in the order B A (the cold pair ran A B)
     local mode modes="default reduce-overhead"
     [[ ${GRAPHS_ROUND:-cold} == warm ]] && modes="reduce-overhead default"
+    modes=${GRAPHS_MODES:-$modes}   # e.g. reduce-overhead alone, where the time allows one cold compile
     for mode in $modes; do
       TORCHINDUCTOR_CACHE_DIR=$c-model-split-$mode row 0 420 runner --batch "$batch" --runtime compile=model $g \
         --runtime geglu=split --runtime compile_mode=$mode --label "compile=model geglu=split $mode (${GRAPHS_ROUND:-cold})"
