@@ -506,3 +506,45 @@ def test_workers_keep_their_bytecode_in_the_run_folder_where_python_writes_none(
     mine = {"PYTHONDONTWRITEBYTECODE": "1", "PYTHONPYCACHEPREFIX": "/mine"}
     assert bytecode_env(tmp_path, dict(mine), probe="slowpkg") == mine
     assert bytecode_env(tmp_path, {}, probe="slowpkg") == {}
+
+
+class _StaticGradient(torch.autograd.Function):
+    """y = w * x whose backward returns dw in one buffer it overwrites at every call, as a backward replayed as a
+    CUDA graph returns its outputs in the graph's own memory."""
+
+    buffer: torch.Tensor | None = None
+
+    @staticmethod
+    def forward(ctx, w, x):
+        ctx.save_for_backward(x)
+        return w * x
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        if _StaticGradient.buffer is None:
+            _StaticGradient.buffer = torch.empty_like(x)
+        _StaticGradient.buffer.copy_(grad * x)
+        return _StaticGradient.buffer.view_as(x), None   # a fresh handle on the reused memory, as the graph's
+
+
+@pytest.mark.parametrize("keep", [False, True])
+def test_gradients_kept_under_cuda_graphs_accumulate_what_each_micro_batch_gave(keep):
+    from runner.train import clear_grads
+    w = torch.nn.Parameter(torch.ones(3))
+    optimizer = torch.optim.SGD([w], lr=0.1)
+    micro_batches = (torch.tensor([1.0, 2.0, 3.0]), torch.tensor([10.0, 20.0, 30.0]))
+    for _ in range(2):   # two steps: the kept gradient is zeroed in place between them
+        _StaticGradient.buffer = None
+        clear_grads(optimizer, keep=keep)
+        if keep:
+            assert w.grad is not None and w.grad.abs().sum().item() == 0.0
+        else:
+            assert w.grad is None
+        for x in micro_batches:
+            _StaticGradient.apply(w, x).sum().backward()
+        accumulated = w.grad.tolist()
+        if keep:
+            assert accumulated == [11.0, 22.0, 33.0]
+        else:   # the first micro-batch's gradient was the buffer itself, overwritten by the second's replay
+            assert accumulated == [20.0, 40.0, 60.0]
