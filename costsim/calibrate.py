@@ -246,6 +246,10 @@ class Calibration:
     notes: list[str]
     loo_step_error: dict = field(default_factory=dict)   # run -> relative error predicting it without it
     store: dict | None = None     # the object store's measured bandwidth: name, write/read GB/s, counts
+    # the runs' runner settings are none of the GPU's configurations: they join the profile as a variant of this
+    # name (after.variant), and the main entry (named main_name where it had no name) keeps its figures
+    new_configuration: bool = False
+    main_name: str = ""
 
 
 def calibrate(runs: list[Run], profile: Profile, gpu: str | None = None,
@@ -260,13 +264,21 @@ def calibrate(runs: list[Run], profile: Profile, gpu: str | None = None,
     if gpu not in profile.gpus:
         raise InputError(profile.path, f"gpus.{gpu}", "no prior figures for this GPU type to start the fit from")
     before = next((g for g in profile.configurations(gpu) if g.runtime == runs[0].runtime), None)
+    new_configuration, main_name, name = before is None, "", ""
     if before is None:   # settings the profile has no figures for: start from the GPU's main configuration
         before = profile.gpus[gpu]
+        taken = {g.variant for g in profile.configurations(gpu) if g.variant}
+        main_name = before.variant or configuration_name(before.runtime, taken)
+        name = configuration_name(runs[0].runtime, taken | {main_name})
         notes.append(f"no {gpu} configuration of {profile.path} ran {runs[0].runtime.describe()}: "
-                     f"the fit starts from the main one's figures ({before.runtime.describe()})")
+                     f"the fit starts from the main one's figures ({before.runtime.describe()}), and the calibrated "
+                     f"profile adds it as {gpu}'s configuration {name!r} beside {main_name!r}, which keeps its "
+                     "figures (the planner weighs both)")
     step_fit = fit([p for r in runs for p in r.points], before)
     notes += [f"{name} pinned: {why}" for name, why in step_fit.pinned.items()]
     after = replace(step_fit.profile, source=f"measured ({len(runs)} run(s), calibrated {datetime.date.today()})")
+    if new_configuration:
+        after = replace(after, variant=name, runtime=runs[0].runtime)
     after = replace(after, **_overheads(runs, before, notes))
     after = replace(after, step_time_spread=step_time_spread(runs, before.step_time_spread, notes))
     trained = max(p.micro_batch for r in runs for p in r.points)   # a run that trained at a micro-batch proves it fits
@@ -301,7 +313,19 @@ def calibrate(runs: list[Run], profile: Profile, gpu: str | None = None,
             predicted = predict_step_s(fit(others, before).profile, run.point)
             loo[run.name] = predicted / run.point.step_s - 1.0
     return Calibration(runs=runs, gpu=gpu, before=before, after=after, step_fit=step_fit, notes=notes,
-                       loo_step_error=loo, store=_store_fit(runs))
+                       loo_step_error=loo, store=_store_fit(runs), new_configuration=new_configuration,
+                       main_name=main_name)
+
+
+def configuration_name(runtime: Runtime, taken: set[str]) -> str:
+    """A name for a GPU's runner configuration in a profile's `variants`: its compilation, `graphs` under CUDA
+    graphs (`model`, `blocks-graphs`, `eager`), numbered where another has it."""
+    base = "-".join(["eager" if runtime.compile == "off" else runtime.compile] + (["graphs"] if runtime.cuda_graphs
+                                                                                   else []))
+    name, n = base, 2
+    while name in taken:
+        name, n = f"{base}-{n}", n + 1
+    return name
 
 
 SPREAD_CHUNKS = 5          # a run's steady steps in this many stretches, to see it drift
@@ -467,7 +491,11 @@ def updated_profile_document(profile_path: str, c: Calibration) -> dict:
     doc = yaml.safe_load(Path(profile_path).read_text())
     entry = doc.setdefault("gpus", {}).setdefault(c.gpu, {})
     a = c.after
-    if a.variant in (entry.get("variants") or {}):   # the runs' configuration is one of the GPU's variants
+    if c.new_configuration:   # a configuration of its own beside the others, whose figures stay
+        if not entry.get("variant"):
+            entry["variant"] = c.main_name
+        entry = entry.setdefault("variants", {}).setdefault(a.variant, {})
+    elif a.variant in (entry.get("variants") or {}):   # the runs' configuration is one of the GPU's variants
         entry = entry["variants"][a.variant]
     entry.update({"source": a.source, "compute_overhead": f"{a.compute_overhead_s:.6g}s",
                   "compute_per_sample": f"{a.compute_per_sample_s:.6g}s", "max_batch_per_gpu": a.max_batch_per_gpu,

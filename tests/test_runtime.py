@@ -32,6 +32,7 @@ ZLIB_NG = ROOT / "data" / "measurements" / "2026-12-04-h200-fetch-zlib-ng"
 MEASURED_AT = ROOT / "data" / "measurements"
 GEGLU = ROOT / "data" / "measurements" / "2026-12-06-h200-geglu-split"
 FINETUNE = ROOT / "data" / "measurements" / "2026-11-30-h200-sdxl-finetune"
+GRAPHS_RUN = ROOT / "data" / "measurements" / "2026-12-06-h100-graphs-runner" / "run"
 
 
 def test_defaults_are_the_plain_eager_loop():
@@ -445,7 +446,9 @@ def test_a_run_on_another_gpu_than_its_plan_priced_refits_that_gpus_figures(tmp_
     assert row["step_s"]["measured"] == h100.point.step_s
     assert any("ran on NVIDIA H100 80GB HBM3 (H100), its plan priced H200" in n for n in result.notes)
     doc = updated_profile_document(profile.path, result)
-    assert doc["gpus"]["H100"]["source"].startswith("measured")
+    shipped = yaml.safe_load(Path(profile.path).read_text())["gpus"]["H100"]
+    assert doc["gpus"]["H100"]["variants"]["eager"]["source"].startswith("measured (1 run(s)")   # its settings'
+    assert doc["gpus"]["H100"]["compute_per_sample"] == shipped["compute_per_sample"]   # the main one's stay
     assert doc["calibrations"][-1]["devices"] == ["NVIDIA H100 80GB HBM3"]   # where the figures came from
     assert doc["gpus"]["H200"] == yaml.safe_load(Path(profile.path).read_text())["gpus"]["H200"]   # untouched
 
@@ -501,9 +504,10 @@ def out_of_memory_run(folder: Path, plan_from: Path, micro_batch: int, settings:
 
 
 def test_a_run_that_ran_out_of_memory_lowers_its_gpus_batch_limit(run_cli, tmp_path):
-    """The H200's main configuration allows 16 a GPU; a run under the same settings trained at 8 and another ran
-    out of memory at 16: the calibrated limit is 8. Out of memory at a batch a run trained at, or under other
-    settings, leaves it; a run that only ran out of memory is no calibration on its own."""
+    """The H200's entry allows 16 a GPU; a run under eager settings trained at 8 and another ran out of memory at
+    16: the calibrated limit of that configuration (new to the profile: it joins it as `eager`) is 8, and the
+    others keep theirs. Out of memory at a batch a run trained at, or under other settings, leaves it; a run that
+    only ran out of memory is no calibration on its own."""
     from costsim.calibrate import load_out_of_memory
     profile = cio.load_profile("sdxl-unet")
     trained_src = FINETUNE / "eager" / "data-1"   # eager defaults, 2 x H200 at 8
@@ -527,6 +531,46 @@ def test_a_run_that_ran_out_of_memory_lowers_its_gpus_batch_limit(run_cli, tmp_p
     out = tmp_path / "cal.yaml"
     cli = run_cli("calibrate", str(tmp_path / "trained"), str(at16), "--out", str(out), "--format", "json")
     assert cli.exit_code == 0, cli.stderr
-    assert yaml.safe_load(out.read_text())["gpus"]["H200"]["max_batch_per_gpu"] == 8
+    h200 = yaml.safe_load(out.read_text())["gpus"]["H200"]
+    assert h200["variants"]["eager"]["max_batch_per_gpu"] == 8 and h200["max_batch_per_gpu"] == 16
     assert [r["run"] for r in json.loads(cli.stdout)["runs"]] == ["trained"]   # the stop is in the notes, not a row
     check(run_cli("calibrate", str(at16), "--out", str(out)), "step", "every run given ran out of memory")
+
+
+def test_calibrating_new_runner_settings_adds_a_configuration_beside_the_others(run_cli, tmp_path):
+    """The H200 plan run on an H100 under whole-model compilation with CUDA graphs, settings no H100 entry has: the
+    calibrated profile keeps the H100's compile=blocks figures, now named, and adds the run's as a configuration of
+    its own, which the planner weighs beside them; calibrating the run again against that profile refits it in
+    place."""
+    from costsim.calibrate import configuration_name, updated_profile_document
+    profile = cio.load_profile("sdxl-unet")
+    shipped = yaml.safe_load(Path(profile.path).read_text())["gpus"]["H100"]
+    run = load_run(str(GRAPHS_RUN))
+    result = calibrate([run], profile)
+    assert result.gpu == "H100" and result.new_configuration and result.after.variant == "model-graphs"
+    doc = updated_profile_document(profile.path, result)
+    h100 = doc["gpus"]["H100"]
+    assert h100["variant"] == "blocks" and h100["compute_per_sample"] == shipped["compute_per_sample"]
+    assert h100["runtime"] == shipped["runtime"]
+    added = h100["variants"]["model-graphs"]
+    assert added["runtime"]["compile"] == "model" and added["runtime"]["compile_mode"] == "reduce-overhead"
+    assert float(added["compute_per_sample"].rstrip("s")) == pytest.approx(result.after.compute_per_sample_s)
+    assert float(added["restart"].rstrip("s")) == pytest.approx(statistics.median(run.restart_s))
+    written = tmp_path / "calibrated.yaml"
+    written.write_text(yaml.safe_dump(doc, sort_keys=False))
+    calibrated = cio.load_profile(str(written))
+    assert [g.variant for g in calibrated.configurations("H100")] == ["blocks", "model-graphs"]
+    planned = run_cli("plan", "--workload", "sdxl", "--gpu", "H100", "--profile", str(written), "--trials", "20",
+                      "--out", str(tmp_path / "plan.json"), "--format", "json")
+    assert planned.exit_code == 0, planned.stderr
+    assert {"blocks", "model-graphs"} <= {c["variant"] for c in json.loads(planned.stdout)["candidates"]}
+
+    again = calibrate([run], calibrated)   # the configuration is found now: refitted where it is
+    assert not again.new_configuration and again.after.variant == "model-graphs"
+    redone = updated_profile_document(str(written), again)
+    assert list(redone["gpus"]["H100"]["variants"]) == ["model-graphs"]
+    assert redone["gpus"]["H100"]["compute_per_sample"] == shipped["compute_per_sample"]
+
+    assert configuration_name(Runtime(), set()) == "eager"
+    assert configuration_name(parse_pairs(["compile=blocks", "compile_mode=max-autotune"]), {"blocks-graphs"}) \
+        == "blocks-graphs-2"
