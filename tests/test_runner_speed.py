@@ -548,3 +548,46 @@ def test_gradients_kept_under_cuda_graphs_accumulate_what_each_micro_batch_gave(
             assert accumulated == [11.0, 22.0, 33.0]
         else:   # the first micro-batch's gradient was the buffer itself, overwritten by the second's replay
             assert accumulated == [20.0, 40.0, 60.0]
+
+
+KEPT_UNDER_DDP = """
+import sys
+import torch, torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+from runner.train import clear_grads
+rank, store = int(sys.argv[1]), sys.argv[2]
+dist.init_process_group("gloo", store=dist.FileStore(store, 2), rank=rank, world_size=2)
+finals = []
+for keep in (False, True):
+    torch.manual_seed(0)
+    model = DistributedDataParallel(torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1)),
+                                    gradient_as_bucket_view=True, bucket_cap_mb=0.0001)   # several buckets
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.01)
+    data = torch.Generator().manual_seed(rank)
+    for step in range(3):
+        clear_grads(optimizer, keep=keep)
+        for micro in range(2):   # accumulation, the runner's way: no all-reduce but on the last micro-batch
+            x = torch.randn(4, 8, generator=data)
+            with (model.no_sync() if micro == 0 else torch.enable_grad()):
+                (model(x).pow(2).mean() / 2).backward()
+        optimizer.step()
+    finals.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
+print("same" if torch.equal(finals[0], finals[1]) else f"differ by {(finals[0] - finals[1]).abs().max().item()}")
+dist.destroy_process_group()
+"""
+
+
+def test_gradients_kept_in_place_train_as_dropped_ones_under_ddp_with_bucket_views(tmp_path):
+    """The runner's DDP keeps gradients as views of its buckets; under CUDA graphs with accumulation they are zeroed
+    in place, not dropped (clear_grads). Two gloo processes, three steps of two micro-batches each (the first
+    without the all-reduce): the parameters come out bit for bit as with dropped gradients."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    procs = [subprocess.Popen([sys.executable, "-c", KEPT_UNDER_DDP, str(rank), str(tmp_path / "store")], cwd=root,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for rank in (0, 1)]
+    outs = [proc.communicate(timeout=120) for proc in procs]
+    for proc, (out, err) in zip(procs, outs):
+        assert proc.returncode == 0, err
+        assert out.strip() == "same", out + err
