@@ -264,21 +264,22 @@ def calibrate(runs: list[Run], profile: Profile, gpu: str | None = None,
     if gpu not in profile.gpus:
         raise InputError(profile.path, f"gpus.{gpu}", "no prior figures for this GPU type to start the fit from")
     before = next((g for g in profile.configurations(gpu) if g.runtime == runs[0].runtime), None)
-    new_configuration, main_name, name = before is None, "", ""
+    new_configuration, main_name, new_name = before is None, "", ""
     if before is None:   # settings the profile has no figures for: start from the GPU's main configuration
         before = profile.gpus[gpu]
         taken = {g.variant for g in profile.configurations(gpu) if g.variant}
         main_name = before.variant or configuration_name(before.runtime, taken)
-        name = configuration_name(runs[0].runtime, taken | {main_name})
+        new_name = configuration_name(runs[0].runtime, taken | {main_name})
+        kept = ", ".join(repr(n) for n in sorted(taken | {main_name}))
         notes.append(f"no {gpu} configuration of {profile.path} ran {runs[0].runtime.describe()}: "
                      f"the fit starts from the main one's figures ({before.runtime.describe()}), and the calibrated "
-                     f"profile adds it as {gpu}'s configuration {name!r} beside {main_name!r}, which keeps its "
-                     "figures (the planner weighs both)")
+                     f"profile adds it as {gpu}'s configuration {new_name!r}, and the others ({kept}) keep their "
+                     "figures (the planner weighs them all)")
     step_fit = fit([p for r in runs for p in r.points], before)
     notes += [f"{name} pinned: {why}" for name, why in step_fit.pinned.items()]
     after = replace(step_fit.profile, source=f"measured ({len(runs)} run(s), calibrated {datetime.date.today()})")
     if new_configuration:
-        after = replace(after, variant=name, runtime=runs[0].runtime)
+        after = replace(after, variant=new_name, runtime=runs[0].runtime)
     after = replace(after, **_overheads(runs, before, notes))
     after = replace(after, step_time_spread=step_time_spread(runs, before.step_time_spread, notes))
     trained = max(p.micro_batch for r in runs for p in r.points)   # a run that trained at a micro-batch proves it fits
