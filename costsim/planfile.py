@@ -65,6 +65,7 @@ def plan_of(result, ranked) -> Plan:
             p_deadline=stats.p_deadline, preemptions_mean=stats.preemptions_mean, work_s=params.work_s,
             step_time_s=step.step_s, samples_per_s=step.samples_per_s, per_gpu_batch=step.per_gpu_batch,
             accumulation=step.accumulation, checkpoint_save_s=params.checkpoint_s,
+            checkpoint_upload_s=checkpoints.upload_s if checkpoints.upload_s > 0 else None,
             checkpoint_stall_s=checkpoints.stall_s, restart_s=params.restart_s, startup_s=gpu.startup_s,
             trials=stats.trials, seed=result.seed),
         runtime=gpu.runtime,

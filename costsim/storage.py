@@ -99,6 +99,7 @@ class CheckpointCosts:
     store: Store
     bytes: float
     save_s: float            # a synchronous save until it is durable (final, emergency, a move's)
+    upload_s: float          # the part of save_s that is the upload to an object store (0 for other stores)
     stall_s: float           # an async periodic save's pause of training
     restart_s: float         # the job's restart on a new node, the checkpoint's fetch included
     usd_per_h: float         # the store's bill for `keep` checkpoints, per hour of the run
@@ -114,8 +115,9 @@ def checkpoint_costs(gpu, *, profile_bytes: float, bytes_: float, store: Store, 
     local_save_s, stall_s = gpu.checkpoint_save_s * scale, gpu.checkpoint_stall_s * scale
     write_s = bytes_ / (store.write_gb_per_s * 1e9)
     read_s = bytes_ / (store.read_gb_per_s * 1e9)
+    upload_s = 0.0
     if store.kind == "object":
-        save_s, restart_s = local_save_s + write_s, gpu.restart_s + read_s
+        save_s, restart_s, upload_s = local_save_s + write_s, gpu.restart_s + read_s, write_s
     elif store.kind == "shared":
         save_s, restart_s = max(local_save_s, write_s), gpu.restart_s + read_s
     else:
@@ -123,7 +125,8 @@ def checkpoint_costs(gpu, *, profile_bytes: float, bytes_: float, store: Store, 
     disk = max(2.0 * bytes_, bytes_ + export_bytes) * DISK_HEADROOM if store.kind != "shared" else \
         export_bytes * DISK_HEADROOM
     usd_per_h = store.usd_per_gb_month * bytes_ * keep / 1e9 / HOURS_PER_MONTH
-    return CheckpointCosts(store=store, bytes=bytes_, save_s=save_s, stall_s=stall_s, restart_s=restart_s,
+    return CheckpointCosts(store=store, bytes=bytes_, save_s=save_s, upload_s=upload_s, stall_s=stall_s,
+                           restart_s=restart_s,
                            usd_per_h=usd_per_h, node_disk_bytes=disk)
 
 

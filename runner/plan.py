@@ -94,8 +94,19 @@ def run_spec(plan: Plan, path: str, *, with_run: bool = True) -> RunSpec:
                    min_nodes=r.min_nodes, runtime=plan.runtime, checkpoint_location=c.location,
                    checkpoint_bytes=c.bytes or 0.0, steps=run.steps, options=dict(run.options),
                    workload_entry=run.workload_entry, seed=run.seed, final_save=run.final_save,
-                   notice_s=r.spot_notice_s, planned_save_s=plan.prediction.checkpoint_save_s,
+                   notice_s=r.spot_notice_s, planned_save_s=planned_save_s(plan),
                    notice_save=c.notice_save)
+
+
+def planned_save_s(plan: Plan) -> float | None:
+    """A save as the plan priced it, for this run's notice rule until it measures one: the local write, and the upload
+    where the checkpoints go to the object store the plan priced (`checkpoint.location` an s3:// URL); a run whose
+    checkpoints stay on its own disk uploads nothing."""
+    p, c = plan.prediction, plan.checkpoint
+    from runner.store import is_store
+    if p.checkpoint_save_s is None or not p.checkpoint_upload_s or is_store(c.location):
+        return p.checkpoint_save_s
+    return max(0.0, p.checkpoint_save_s - p.checkpoint_upload_s)
 
 
 def effective_plan(plan: Plan, *, runtime: Runtime, steps: int | None = None, options: dict | None = None,

@@ -130,3 +130,24 @@ def test_a_later_life_weighs_the_saves_its_job_measured_before_the_plans_figure(
     assert len(notice) == 1 and notice[0]["decision"] == SAVE, notice
     # the event rounds its figures to the millisecond
     assert notice[0]["save_s"] < 1.0 and min(earlier) - 1e-3 <= notice[0]["save_s"] <= max(earlier) + 1e-3
+
+
+def test_a_run_whose_checkpoints_stay_on_its_disk_prices_its_notice_save_without_the_upload(run_cli, tmp_path):
+    """The plan's checkpoint_save_s includes the upload to the object store it priced (prediction.checkpoint_upload_s,
+    the checkpoint's bytes at the store's write rate). Until a run measures a save, its notice rule takes the plan's:
+    with the upload where its checkpoints go to an s3:// store, without it where they stay on the node's disk (the
+    H200 plan's 48.3 s against a 20 s local write on an H100, 2026-12-06)."""
+    from runner.plan import planned_save_s
+    out = tmp_path / "plan.json"
+    result = run_cli("plan", "--workload", "sdxl", "--gpu", "H200", "--trials", "20", "--out", str(out))
+    assert result.exit_code == 0, result.stderr
+    plan = Plan.read(out)
+    p, c = plan.prediction, plan.checkpoint
+    assert c.storage_kind == "object" and p.checkpoint_upload_s is not None
+    assert 0 < p.checkpoint_upload_s < p.checkpoint_save_s
+    assert planned_save_s(plan) == pytest.approx(p.checkpoint_save_s - p.checkpoint_upload_s)
+    to_store = replace(plan, checkpoint=replace(c, location="s3://ckpt/sdxl"))
+    assert planned_save_s(to_store) == p.checkpoint_save_s
+    older = replace(plan, prediction=replace(p, checkpoint_upload_s=None))   # plans before the field: as before
+    assert planned_save_s(older) == p.checkpoint_save_s
+    assert Plan.read(plan.write(tmp_path / "again.json")).prediction.checkpoint_upload_s == p.checkpoint_upload_s

@@ -113,6 +113,7 @@ class Prediction:
     per_gpu_batch: int | None = None  # the micro-batch the plan was priced at; the runner never exceeds it
     accumulation: int = 1
     checkpoint_save_s: float | None = None
+    checkpoint_upload_s: float | None = None   # the part of checkpoint_save_s that is the upload to an object store
     checkpoint_stall_s: float | None = None
     restart_s: float | None = None
     startup_s: float | None = None
@@ -338,6 +339,7 @@ def _prediction(f: Fields) -> Prediction:
         preemptions_mean=_optional_number(f, "preemptions_mean"), work_s=_optional_number(f, "work_s"),
         per_gpu_batch=f.number("per_gpu_batch", None, integer=True), accumulation=f.number("accumulation", 1, integer=True),
         checkpoint_save_s=_optional_number(f, "checkpoint_save_s"),
+        checkpoint_upload_s=_optional_number(f, "checkpoint_upload_s"),
         checkpoint_stall_s=_optional_number(f, "checkpoint_stall_s"),
         restart_s=_optional_number(f, "restart_s"), startup_s=_optional_number(f, "startup_s"),
         trials=f.number("trials", None, integer=True), seed=_seed(f, "seed", None))
