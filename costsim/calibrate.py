@@ -14,7 +14,7 @@ from costsim.contract.lives import lives
 from costsim.contract.plan import Plan
 from costsim.contract.steps import SKIP_AFTER_START, async_save_costs, steady_steps_by_split
 from costsim.contract.telemetry import PLAN, TELEMETRY, Records, read_job_events, read_summary, run_folder
-from costsim.contract.timing import first_start_cost_s, restart_costs_s
+from costsim.contract.timing import first_life_start_cost_s, first_start_cost_s, restart_costs_s
 from costsim.devices import gpu_type
 from costsim.errors import InputError
 from costsim.fit import Fit, Point, fit, predict_step_s
@@ -38,6 +38,7 @@ class Run:
     interval_saves: int = 0
     final_save: bool = True               # profiling runs skip it
     fixed_s: float | None = None          # launch -> end of the warm-up steps, plus end -> exit, first attempt
+    first_life_s: float | None = None     # where the first life ended at a notice: its start, plus notice -> exit
     restart_s: list[float] = field(default_factory=list)
     runtime: Runtime = Runtime()          # the runner settings it ran with (its telemetry says)
     upload_gb_per_s: list[float] = field(default_factory=list)   # each save's upload to the object store
@@ -106,6 +107,7 @@ def load_run(ref: str, events: Records | None = None) -> Run:
               final_save=any(e.get("reason") == "final" for e in saves) or not any(e["event"] == "end" for e in events),
               steady_s=list(by_split[main_split]))
     run.fixed_s = first_start_cost_s(events, run.point.step_s)
+    run.first_life_s = first_life_start_cost_s(events, run.point.step_s) if run.fixed_s is None else None
     run.restart_s = restart_costs_s(events, run.point.step_s)
     run.upload_gb_per_s = [e["bytes"] / e["upload_s"] / 1e9 for e in saves if e.get("upload_s") and e.get("bytes")]
     run.fetch_gb_per_s = [e["bytes"] / e["duration_s"] / 1e9 for e in events if e["event"] == "checkpoint_fetch"
@@ -387,8 +389,20 @@ def _overheads(runs: list[Run], before: GpuProfile, notes: list[str]) -> dict:
             # what an async checkpoint costs training: the stall and the slower steps beside its write
             "checkpoint_stall_s": median_or([v for r in runs for v in r.async_cost_s], before.checkpoint_stall_s,
                                             "async stall"),
-            "startup_s": median_or([r.fixed_s for r in runs], before.startup_s, "start-up"),
+            "startup_s": _startup_s(runs, before, notes, median_or),
             "restart_s": median_or([v for r in runs for v in r.restart_s], before.restart_s, "restart")}
+
+
+def _startup_s(runs: list[Run], before: GpuProfile, notes: list[str], median_or) -> float:
+    """The start-up: the first starts of runs without restarts (and their exits); where none ran so, the first lives
+    of runs whose first life ended at a notice (their starts, and their exits after the notice)."""
+    whole = [r.fixed_s for r in runs if r.fixed_s is not None]
+    lives = [r.first_life_s for r in runs if r.first_life_s is not None]
+    if whole or not lives:
+        return median_or(whole, before.startup_s, "start-up")
+    notes.append(f"start-up: from the first lives of {len(lives)} run(s) whose first life ended at a notice (no "
+                 "run ran without a restart): their starts, and their exits after the notice")
+    return statistics.median(lives)
 
 
 def predicted_wall_s(p: GpuProfile, run: Run) -> float:

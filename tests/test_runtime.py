@@ -556,6 +556,11 @@ def test_calibrating_new_runner_settings_adds_a_configuration_beside_the_others(
     assert added["runtime"]["compile"] == "model" and added["runtime"]["compile_mode"] == "reduce-overhead"
     assert float(added["compute_per_sample"].rstrip("s")) == pytest.approx(result.after.compute_per_sample_s)
     assert float(added["restart"].rstrip("s")) == pytest.approx(statistics.median(run.restart_s))
+    # its only start ran into a notice (no run without a restart): the start-up is that first life's start and exit,
+    # the cold compile's 312 s first step in it, not the main configuration's 240 s
+    assert run.fixed_s is None and run.first_life_s is not None and run.first_life_s > 312
+    assert float(added["startup"].rstrip("s")) == pytest.approx(run.first_life_s)
+    assert any("start-up: from the first lives of 1 run(s)" in n for n in result.notes)
     written = tmp_path / "calibrated.yaml"
     written.write_text(yaml.safe_dump(doc, sort_keys=False))
     calibrated = cio.load_profile(str(written))

@@ -91,6 +91,25 @@ def first_start_cost_s(events: list[dict], steady_s: float) -> float | None:
     return None if start is None else start + exit_s(end, done)   # the planner has one figure for both
 
 
+def first_life_start_cost_s(events: list[dict], steady_s: float) -> float | None:
+    """A run whose first life ended at a spot notice: its first start's cost and that life's exit (from the notice's
+    decision, any save done, to the restart or the process gone): what a start-up counts, where a run has no start
+    without a restart after it."""
+    launch = next((i for i, e in enumerate(events) if e["event"] == "launch"), None)
+    if launch is None:
+        return None
+    life = events[launch + 1:]
+    restart = next((i for i, e in enumerate(life) if e["event"] == "restart"), len(life))
+    notice = next((e for e in life[:restart] if e["event"] == "preempted" and e.get("kind") == "notice"
+                   and e.get("rank") == 0), None)
+    gone = next((e["t"] for e in life if notice is not None and e["t"] >= notice["t"]
+                 and e["event"] in ("restart", "exit")), None)
+    start = start_cost_after(events, launch, steady_s)
+    if notice is None or gone is None or start is None:
+        return None
+    return start + exit_s(notice["t"], gone)
+
+
 def restart_costs_s(events: list[dict], steady_s: float) -> list[float]:
     """Each restart's cost on the node's own disk: a relaunch inside a life (`restart`), and every life
     after the first (its `launch`: a new `runner execute` resuming the job after a notice, a kill or a
