@@ -389,17 +389,18 @@ def _overheads(runs: list[Run], before: GpuProfile, notes: list[str]) -> dict:
             # what an async checkpoint costs training: the stall and the slower steps beside its write
             "checkpoint_stall_s": median_or([v for r in runs for v in r.async_cost_s], before.checkpoint_stall_s,
                                             "async stall"),
-            "startup_s": _startup_s(runs, before, notes, median_or),
+            "startup_s": _startup_s(runs, before, notes) if not any(r.fixed_s is not None for r in runs)
+            else median_or([r.fixed_s for r in runs], before.startup_s, "start-up"),
             "restart_s": median_or([v for r in runs for v in r.restart_s], before.restart_s, "restart")}
 
 
-def _startup_s(runs: list[Run], before: GpuProfile, notes: list[str], median_or) -> float:
-    """The start-up: the first starts of runs without restarts (and their exits); where none ran so, the first lives
-    of runs whose first life ended at a notice (their starts, and their exits after the notice)."""
-    whole = [r.fixed_s for r in runs if r.fixed_s is not None]
+def _startup_s(runs: list[Run], before: GpuProfile, notes: list[str]) -> float:
+    """The start-up where no run given started once and ended: the first lives that ended at a notice (their starts,
+    and their exits after the notice), else the prior."""
     lives = [r.first_life_s for r in runs if r.first_life_s is not None]
-    if whole or not lives:
-        return median_or(whole, before.startup_s, "start-up")
+    if not lives:
+        notes.append(f"start-up: not measured in these runs, kept at {before.startup_s:.3g}s")
+        return before.startup_s
     notes.append(f"start-up: from the first lives of {len(lives)} run(s) whose first life ended at a notice (no "
                  "run ran without a restart): their starts, and their exits after the notice")
     return statistics.median(lives)

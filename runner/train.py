@@ -211,14 +211,15 @@ class Trainer:
         put back, nothing applied) and False returned, so the notice's save starts within a micro-batch
         instead of a whole step."""
         built, model = self.built, self.model
-        clear_grads(built.optimizer, keep=self.runtime.cuda_graphs and self.accumulation > 1)
+        keep_grads = self.runtime.cuda_graphs and self.accumulation > 1   # clear_grads says why
+        clear_grads(built.optimizer, keep=keep_grads)
         autocast = (torch.autocast(self.device.type, dtype=built.autocast_dtype) if built.autocast_dtype
                     else contextlib.nullcontext())
         rng = rng_state() if self.agree_within else None
         total = None
         for micro in range(self.accumulation):
             if rng is not None and micro > 0 and self.notice_agreed():
-                clear_grads(built.optimizer, keep=self.runtime.cuda_graphs and self.accumulation > 1)
+                clear_grads(built.optimizer, keep=keep_grads)
                 set_rng_state(rng)
                 self.abandoned_micro_batches = micro
                 return False

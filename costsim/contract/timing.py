@@ -102,12 +102,11 @@ def first_life_start_cost_s(events: list[dict], steady_s: float) -> float | None
     restart = next((i for i, e in enumerate(life) if e["event"] == "restart"), len(life))
     notice = next((e for e in life[:restart] if e["event"] == "preempted" and e.get("kind") == "notice"
                    and e.get("rank") == 0), None)
-    gone = next((e["t"] for e in life if notice is not None and e["t"] >= notice["t"]
-                 and e["event"] in ("restart", "exit")), None)
-    start = start_cost_after(events, launch, steady_s)
-    if notice is None or gone is None or start is None:
+    if notice is None:
         return None
-    return start + exit_s(notice["t"], gone)
+    gone = next((e["t"] for e in life if e["t"] >= notice["t"] and e["event"] in ("restart", "exit")), None)
+    start = start_cost_after(events, launch, steady_s)
+    return None if gone is None or start is None else start + exit_s(notice["t"], gone)
 
 
 def restart_costs_s(events: list[dict], steady_s: float) -> list[float]:
