@@ -54,6 +54,25 @@ EXIT_MARGIN_S = 5.0   # of a notice: kept for the exit after the save (teardown,
 PROGRESS_EVERY_S = 5.0
 
 
+# Where a new CUDA-graph step begins (Inductor's graph trees): "auto", torch's own tracking (a new step once every
+# pending backward ran), or "micro": marked at every micro-batch (torch.compiler.cudagraph_mark_step_begin), so
+# that the blocks of one forward chain in one generation instead of each compiled call testing for a new one
+# (under compile=blocks torch warns "Unable to hit fast path of CUDAGraphs because of pending, uninvoked backwards"
+# at every start). The gradients (clear_grads) and the loss are held outside the graphs' memory, so nothing of
+# an earlier micro-batch is read after its mark. A setting to measure with, beside the default.
+GRAPH_STEPS_ENV = "COSTSIM_GRAPH_STEPS"
+GRAPH_STEPS = ("auto", "micro")
+
+
+def graph_steps(env=os.environ) -> str:
+    """COSTSIM_GRAPH_STEPS's value (GRAPH_STEPS)."""
+    text = env.get(GRAPH_STEPS_ENV, GRAPH_STEPS[0])
+    if text not in GRAPH_STEPS:
+        raise speed.RuntimeConfigError(f"{GRAPH_STEPS_ENV}={text!r}: expected auto (torch's own, the default) or "
+                                       "micro (a new CUDA-graph step at every micro-batch)")
+    return text
+
+
 def clear_grads(optimizer, keep: bool) -> None:
     """The optimizer's gradients cleared for a step: dropped (None), or with `keep` zeroed in place, every one made
     first. Keep them under CUDA graphs with accumulation: a backward replayed as a CUDA graph returns its gradients
@@ -97,6 +116,8 @@ class Trainer:
         if self.device.type == "cuda" and (other := plan_gpu_mismatch(spec.gpu, speed.device_name(self.device))):
             self.warn(other)
         self.agree_within, self.abandoned_micro_batches = False, 0   # train_step: a notice between micro-batches
+        marked = graph_steps() == "micro"   # a bad value stops any start, graphs or not
+        self.mark_graph_steps = self.runtime.cuda_graphs and marked
         ctx = BuildContext(rank=rank, world_size=world_size, device=self.device, micro_batch=self.split.micro_batch,
                            accumulation=self.accumulation, seed=spec.seed, precision=spec.precision,
                            options=dict(spec.options), total_steps=spec.total_steps)
@@ -212,6 +233,7 @@ class Trainer:
         instead of a whole step."""
         built, model = self.built, self.model
         keep_grads = self.runtime.cuda_graphs and self.accumulation > 1   # clear_grads says why
+        mark_micro = self.mark_graph_steps
         clear_grads(built.optimizer, keep=keep_grads)
         autocast = (torch.autocast(self.device.type, dtype=built.autocast_dtype) if built.autocast_dtype
                     else contextlib.nullcontext())
@@ -226,6 +248,8 @@ class Trainer:
             sync = micro == self.accumulation - 1
             no_sync = (model.no_sync() if isinstance(model, DistributedDataParallel) and not sync and self.world_size > 1
                        else contextlib.nullcontext())
+            if mark_micro:
+                torch.compiler.cudagraph_mark_step_begin()
             with autocast, speed.attention(self.runtime), no_sync:
                 loss = built.loss(model, self.batch(self.split.indices(self.step, self.rank, micro))) / self.accumulation
             loss.backward()

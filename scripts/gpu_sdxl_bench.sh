@@ -44,7 +44,9 @@
 #   KERNELS_PART=graphs: that configuration with geglu=split, compile_mode default and reduce-overhead (CUDA graphs),
 #   each from an empty cache; GRAPHS_ROUND=warm, on the same warm machine next: both from their caches, B A;
 #   GRAPHS_MODES: the modes to run, in order (default "default reduce-overhead"); GRAPHS_COMPILE=blocks: compile=blocks instead of the
-#   whole model; GRAPHS_ACCUM: micro-batches a step (default 1; KERNEL_BATCH=4 GRAPHS_ACCUM=16 is the plan on an H100)
+#   whole model; GRAPHS_ACCUM: micro-batches a step (default 1; KERNEL_BATCH=4 GRAPHS_ACCUM=16 is the plan on an H100); GRAPHS_MARKS:
+#   where CUDA-graph steps begin, each in turn (default auto; "auto micro": torch's own, then marked at every
+#   micro-batch, COSTSIM_GRAPH_STEPS; the rows share one compile cache)
 # Every row is its own process with a timeout; each lane stops starting rows at its deadline.
 # Results: $OUT/bench_sdxl.jsonl, the table in $OUT/bench_sdxl.txt. Wheels for simpy/diffusers/
 # importlib_metadata come in .whl/; torchao for SET=fp8 in .whl-fp8/ (an older one in .whl-fp8/alt for an older torch).
@@ -231,10 +233,14 @@ kernels() {
     [[ ${GRAPHS_ROUND:-cold} == warm ]] && modes="reduce-overhead default"
     modes=${GRAPHS_MODES:-$modes}   # e.g. reduce-overhead alone, where the time allows one cold compile
     local how=${GRAPHS_COMPILE:-model} accum=${GRAPHS_ACCUM:-1}   # blocks, 4 and 16: the plan as written on an H100
+    local mark
     for mode in $modes; do
-      TORCHINDUCTOR_CACHE_DIR=$c-$how-split-$mode-$batch row 0 420 runner --batch "$batch" --accumulation "$accum" \
-        --runtime compile=$how $g --runtime geglu=split --runtime compile_mode=$mode \
-        --label "compile=$how geglu=split $mode ${batch}x$accum (${GRAPHS_ROUND:-cold})"
+      for mark in ${GRAPHS_MARKS:-auto}; do   # COSTSIM_GRAPH_STEPS (runner.train.graph_steps); one compile cache
+        local tag=""; [[ $mark == micro ]] && tag=" marked"
+        COSTSIM_GRAPH_STEPS=$mark TORCHINDUCTOR_CACHE_DIR=$c-$how-split-$mode-$batch row 0 420 runner --batch "$batch" \
+          --accumulation "$accum" --runtime compile=$how $g --runtime geglu=split --runtime compile_mode=$mode \
+          --label "compile=$how geglu=split $mode ${batch}x$accum$tag (${GRAPHS_ROUND:-cold})"
+      done
     done
   elif [[ ${KERNELS_PART:-1} == flash ]]; then
     local round

@@ -591,3 +591,19 @@ def test_gradients_kept_in_place_train_as_dropped_ones_under_ddp_with_bucket_vie
     for proc, (out, err) in zip(procs, outs):
         assert proc.returncode == 0, err
         assert out.strip() == "same", out + err
+
+
+def test_the_cuda_graph_step_marking_is_a_named_setting(tmp_path, monkeypatch):
+    """COSTSIM_GRAPH_STEPS (where a new CUDA-graph step begins, to measure beside torch's own tracking): auto or
+    micro, and anything else stops the start with one line, GPU or not."""
+    from runner.train import graph_steps
+    assert graph_steps({}) == "auto" and graph_steps({"COSTSIM_GRAPH_STEPS": "micro"}) == "micro"
+    plan = tiny_plan(tmp_path)
+    monkeypatch.setenv("COSTSIM_GRAPH_STEPS", "always")
+    bad = execute(plan, tmp_path / "run", "--steps", "5")
+    lines = [x for x in bad.stderr.splitlines() if x.strip()]
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr, bad.stderr[-3000:]
+    assert any("COSTSIM_GRAPH_STEPS='always': expected auto" in x for x in lines), bad.stderr[-3000:]
+    monkeypatch.setenv("COSTSIM_GRAPH_STEPS", "micro")   # no graphs on a CPU: nothing to mark, the run as ever
+    good = execute(plan, tmp_path / "good", "--steps", "5")
+    assert good.returncode == 0, good.stderr[-3000:]
