@@ -39,6 +39,7 @@ class Run:
     final_save: bool = True               # profiling runs skip it
     fixed_s: float | None = None          # launch -> end of the warm-up steps, plus end -> exit, first attempt
     first_life_s: float | None = None     # where the first life ended at a notice: its start, plus notice -> exit
+    first_cache_bytes: int = 0            # the compile cache its first start found (0: none, or not compiled)
     restart_s: list[float] = field(default_factory=list)
     runtime: Runtime = Runtime()          # the runner settings it ran with (its telemetry says)
     upload_gb_per_s: list[float] = field(default_factory=list)   # each save's upload to the object store
@@ -108,6 +109,9 @@ def load_run(ref: str, events: Records | None = None) -> Run:
               steady_s=list(by_split[main_split]))
     run.fixed_s = first_start_cost_s(events, run.point.step_s)
     run.first_life_s = first_life_start_cost_s(events, run.point.step_s) if run.fixed_s is None else None
+    first = next((e for e in events if e["event"] == "runtime" and e.get("rank") == 0), None)
+    if first is not None and first.get("compiled_modules"):
+        run.first_cache_bytes = int(first.get("compile_cache_bytes") or 0)
     run.restart_s = restart_costs_s(events, run.point.step_s)
     run.upload_gb_per_s = [e["bytes"] / e["upload_s"] / 1e9 for e in saves if e.get("upload_s") and e.get("bytes")]
     run.fetch_gb_per_s = [e["bytes"] / e["duration_s"] / 1e9 for e in events if e["event"] == "checkpoint_fetch"
@@ -389,21 +393,35 @@ def _overheads(runs: list[Run], before: GpuProfile, notes: list[str]) -> dict:
             # what an async checkpoint costs training: the stall and the slower steps beside its write
             "checkpoint_stall_s": median_or([v for r in runs for v in r.async_cost_s], before.checkpoint_stall_s,
                                             "async stall"),
-            "startup_s": _startup_s(runs, before, notes) if not any(r.fixed_s is not None for r in runs)
-            else median_or([r.fixed_s for r in runs], before.startup_s, "start-up"),
+            "startup_s": _startup_s(runs, before, notes),
             "restart_s": median_or([v for r in runs for v in r.restart_s], before.restart_s, "restart")}
 
 
 def _startup_s(runs: list[Run], before: GpuProfile, notes: list[str]) -> float:
-    """The start-up where no run given started once and ended: the first lives that ended at a notice (their starts,
-    and their exits after the notice), else the prior."""
-    lives = [r.first_life_s for r in runs if r.first_life_s is not None]
-    if not lives:
+    """The start-up: the runs that started once and ended (their first start and their exit); where none did, the
+    first lives that ended at a notice (their starts, and their exits after the notice); else the prior. Of those,
+    the starts that compiled from an empty compile cache where any did: a new node's start, as the profile's
+    start-up is; one that found the cache of an earlier run on its machine compiled little and starts as a restart
+    does."""
+    starts = [(r, r.fixed_s) for r in runs if r.fixed_s is not None]
+    if not starts:
+        starts = [(r, r.first_life_s) for r in runs if r.first_life_s is not None]
+        if starts:
+            notes.append(f"start-up: from the first lives of {len(starts)} run(s) whose first life ended at a notice "
+                         "(no run ran without a restart): their starts, and their exits after the notice")
+    if not starts:
         notes.append(f"start-up: not measured in these runs, kept at {before.startup_s:.3g}s")
         return before.startup_s
-    notes.append(f"start-up: from the first lives of {len(lives)} run(s) whose first life ended at a notice (no "
-                 "run ran without a restart): their starts, and their exits after the notice")
-    return statistics.median(lives)
+    cold = [(r, s) for r, s in starts if not r.first_cache_bytes]
+    warm = [r for r, _ in starts if r.first_cache_bytes]
+    if warm and cold:
+        notes.append(f"start-up: from the {len(cold)} run(s) whose first start compiled from an empty cache; "
+                     f"{', '.join(r.name for r in warm)} found an earlier run's cache and left out")
+    elif warm:
+        found = max(r.first_cache_bytes for r in warm) / 1e6
+        notes.append(f"start-up: every first start here found an earlier run's compile cache (up to {found:.0f} MB): "
+                     "a new node compiles first, so its start-up is longer than this one")
+    return statistics.median(s for _, s in (cold or starts))
 
 
 def predicted_wall_s(p: GpuProfile, run: Run) -> float:

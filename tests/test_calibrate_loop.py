@@ -43,9 +43,10 @@ def calibrate(runs, out):
 STARTUP_S, STEP_S, SAVE_S, INTERVAL_STEPS, EXIT_S = 3.0, 0.004, 0.05, 500, 0.4
 
 
-def synthetic_run(folder, plan_path, steps, seed):
+def synthetic_run(folder, plan_path, steps, seed, startup_s=STARTUP_S, cache_bytes=None):
     """A run folder as `runner execute` writes it, from known figures: start-up, steps of STEP_S
-    (+-5% noise, seeded), a synchronous save of SAVE_S every INTERVAL_STEPS and at the end."""
+    (+-5% noise, seeded), a synchronous save of SAVE_S every INTERVAL_STEPS and at the end. With `cache_bytes`, a
+    compiled run whose first start found a compile cache of that size (0: an empty one)."""
     import random
     rng = random.Random(seed)
     folder.mkdir(parents=True)
@@ -55,9 +56,10 @@ def synthetic_run(folder, plan_path, steps, seed):
     split = {"world_size": 2, "micro_batch": plan["prediction"]["per_gpu_batch"], "accumulation": 1, "nodes": 1}
     t, batch = 1.0e9, plan["workload"]["global_batch"]
     events = [{"t": t, "rank": None, "world_size": None, "event": "launch", "attempt": 0}]
+    compiled = {} if cache_bytes is None else {"compiled_modules": 70, "compile_cache_bytes": cache_bytes}
     events.append({"t": t + 2.0, "rank": 0, "world_size": 2, "event": "runtime", "settings": plan.get("runtime") or {},
-                   **split})
-    t += STARTUP_S
+                   **split, **compiled})
+    t += startup_s
     events.append({"t": t, "rank": 0, "world_size": 2, "event": "start", "step": 0})
     for step in range(1, steps + 1):
         took = STEP_S * (1 + rng.uniform(-0.05, 0.05))
@@ -102,6 +104,32 @@ def test_calibration_recovers_known_figures_and_the_next_plan_predicts_the_run(t
     expected = STARTUP_S + EXIT_S + steps * STEP_S + (int(saves_then) + 1) * SAVE_S
     print(f"calibrated plan P50 {predicted:.3f}s, the same job from the known figures {expected:.3f}s, the run {wall:.3f}s")
     assert predicted == pytest.approx(expected, rel=0.01), (predicted, expected, wall)
+
+
+def test_the_start_up_comes_from_starts_that_compiled_from_an_empty_cache(tmp_path):
+    """A run whose first start found an earlier run's compile cache (a second run on one machine) started as a
+    restart does: the start-up (a new node's) comes from the runs that compiled from an empty cache; where every one
+    found a cache, from them, and the notes say the figure is short of a new node's."""
+    workload = tiny_in_fewer_steps(tmp_path, steps=600)
+    plan(workload, tmp_path / "plan.json")
+    steps = 600
+    synthetic_run(tmp_path / "cold", tmp_path / "plan.json", steps, seed=1, startup_s=40.0, cache_bytes=0)
+    synthetic_run(tmp_path / "warm", tmp_path / "plan.json", steps, seed=2, startup_s=8.0, cache_bytes=15_000_000)
+    synthetic_run(tmp_path / "warm2", tmp_path / "plan.json", steps, seed=3, startup_s=9.0, cache_bytes=15_000_000)
+
+    def startup(*names):
+        report = calibrate([tmp_path / n for n in names], tmp_path / "cal.yaml")
+        fitted = yaml.safe_load((tmp_path / "cal.yaml").read_text())["gpus"]["cpu"]
+        return float(fitted["startup"].rstrip("s")), report["notes"]
+
+    value, notes = startup("cold", "warm", "warm2")
+    assert value == pytest.approx(40.0 + EXIT_S, rel=0.01)   # the median of all three would be a warm start's
+    assert any("from the 1 run(s) whose first start compiled from an empty cache; warm, warm2 found" in n for n in notes)
+    value, notes = startup("warm", "warm2")
+    assert value == pytest.approx(8.5 + EXIT_S, rel=0.01)
+    assert any("every first start here found an earlier run's compile cache (up to 15 MB)" in n for n in notes)
+    value, notes = startup("cold")
+    assert value == pytest.approx(40.0 + EXIT_S, rel=0.01) and not any("compile cache" in n for n in notes)
 
 
 def test_runs_of_different_workloads_are_not_fitted_together(tmp_path):
