@@ -416,7 +416,7 @@ def _startup_s(runs: list[Run], before: GpuProfile, notes: list[str]) -> float:
     warm = [r for r, _ in starts if r.first_cache_bytes]
     if warm and cold:
         notes.append(f"start-up: from the {len(cold)} run(s) whose first start compiled from an empty cache; "
-                     f"{', '.join(r.name for r in warm)} found an earlier run's cache and left out")
+                     f"{', '.join(r.name for r in warm)} found an earlier run's cache and are left out")
     elif warm:
         found = max(r.first_cache_bytes for r in warm) / 1e6
         notes.append(f"start-up: every first start here found an earlier run's compile cache (up to {found:.0f} MB): "

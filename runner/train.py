@@ -235,7 +235,6 @@ class Trainer:
         instead of a whole step."""
         built, model = self.built, self.model
         keep_grads = self.runtime.cuda_graphs and self.accumulation > 1   # clear_grads says why
-        mark_micro = self.mark_graph_steps
         clear_grads(built.optimizer, keep=keep_grads)
         autocast = (torch.autocast(self.device.type, dtype=built.autocast_dtype) if built.autocast_dtype
                     else contextlib.nullcontext())
@@ -250,7 +249,7 @@ class Trainer:
             sync = micro == self.accumulation - 1
             no_sync = (model.no_sync() if isinstance(model, DistributedDataParallel) and not sync and self.world_size > 1
                        else contextlib.nullcontext())
-            if mark_micro:
+            if self.mark_graph_steps:
                 torch.compiler.cudagraph_mark_step_begin()
             with autocast, speed.attention(self.runtime), no_sync:
                 loss = built.loss(model, self.batch(self.split.indices(self.step, self.rank, micro))) / self.accumulation
