@@ -81,10 +81,14 @@ def spot_note(result) -> str | None:
 
 
 def recent_note(result) -> str | None:
-    """When the market was told the job's recent capacity (--recent-trace/--recent-share): what and how."""
+    """When the market was told the job's recent capacity (--recent-trace/--recent-share): what and how; where a
+    spot ensemble was told nothing, that (told it, a plan's statement holds group by group far better: docs/model.md,
+    "Built: a plan told the recent capacity")."""
+    ensembles = False
     for r in result.ranked:
         market = r.configured.config.market
         recent = market.spec.recent if market is not None else None
+        ensembles = ensembles or (market is not None and bool(market.spec.groups))
         if recent is not None:
             top = len(recent.gang_shares)   # a count trace's: 2, 4, 8 ... and the most it counts
             gangs = "".join(f", {n} could be had {_percent(recent.gang_shares[n - 1], 0)}" for n in range(2, top + 1)
@@ -93,6 +97,10 @@ def recent_note(result) -> str | None:
             return (f"recent capacity: {_percent(recent.share, 0)} of the last {recent.past_s / 3600:g} h had spot"
                     f"{now} ({recent.source}{gangs}); the trials replay real windows only, each weighed by how like "
                     f"that its own past was (kernel width {recent.bandwidth:g}; docs/model.md).")
+    if ensembles:
+        return ("recent capacity: not told, so the spot trials meet every capacity group as the ensemble weighs them, "
+                "whatever the market has done lately; --recent-trace FILE or --recent-share tells the plan "
+                "(docs/model.md).")
     return None
 
 

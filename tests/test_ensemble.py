@@ -450,6 +450,12 @@ def test_plan_with_the_recent_capacity_states_what_such_a_past_was_followed_by(r
                    "--recent-past", "24h", "--out", str(out))
     assert told.exit_code == 0, told.stderr
     assert "recent capacity: 100% of the last 24 h had spot" in " ".join(told.stdout.split())
+    assert "not told" not in told.stdout
+    blind = run_cli("plan", "--workload", "sdxl", "--gpu", "H200", "--trials", "40", "--out", str(tmp_path / "b.json"))
+    assert blind.exit_code == 0 and "recent capacity: not told" in " ".join(blind.stdout.split())   # and how to tell it
+    fitted = run_cli("plan", "--workload", "sdxl", "--gpu", "H200", "--trials", "40", "--market", "fit",
+                     "--out", str(tmp_path / "f.json"))   # one fitted model: nothing to weigh by a past
+    assert fitted.exit_code == 0 and "recent capacity" not in fitted.stdout
     recent = json.loads(out.read_text())["prediction"]["market"]["recent"]
     assert recent == {"share": 1.0, "past_s": 86400.0, "bandwidth": 0.1, "source": always_up,
                       "state": {"up": True, "age_s": 86400.0}}   # up since before the past it looks at
