@@ -88,7 +88,8 @@ def recent_note(result) -> str | None:
     for r in result.ranked:
         market = r.configured.config.market
         recent = market.spec.recent if market is not None else None
-        ensembles = ensembles or (market is not None and bool(market.spec.groups))
+        ensembles = ensembles or (market is not None and bool(market.spec.groups)
+                                  and SPOT in POLICY_MARKETS[r.configured.candidate.policy])
         if recent is not None:
             top = len(recent.gang_shares)   # a count trace's: 2, 4, 8 ... and the most it counts
             gangs = "".join(f", {n} could be had {_percent(recent.gang_shares[n - 1], 0)}" for n in range(2, top + 1)

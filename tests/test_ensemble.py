@@ -456,6 +456,9 @@ def test_plan_with_the_recent_capacity_states_what_such_a_past_was_followed_by(r
     fitted = run_cli("plan", "--workload", "sdxl", "--gpu", "H200", "--trials", "40", "--market", "fit",
                      "--out", str(tmp_path / "f.json"))   # one fitted model: nothing to weigh by a past
     assert fitted.exit_code == 0 and "recent capacity" not in fitted.stdout
+    on_demand = run_cli("plan", "--workload", "sdxl", "--gpu", "H200", "--trials", "40", "--policy", "on-demand",
+                        "--out", str(tmp_path / "o.json"))   # no trial meets the spot market
+    assert on_demand.exit_code == 0 and "recent capacity" not in on_demand.stdout
     recent = json.loads(out.read_text())["prediction"]["market"]["recent"]
     assert recent == {"share": 1.0, "past_s": 86400.0, "bandwidth": 0.1, "source": always_up,
                       "state": {"up": True, "age_s": 86400.0}}   # up since before the past it looks at
