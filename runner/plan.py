@@ -16,6 +16,7 @@ from costsim.contract.plan import Plan, RunSection, job_steps
 from costsim.errors import InputError
 from costsim.runtime import Runtime
 from runner.batching import BatchSplit, BatchSplitError, split_batch
+from runner.store import is_store
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -103,7 +104,6 @@ def planned_save_s(plan: Plan) -> float | None:
     where the checkpoints go to the object store the plan priced (`checkpoint.location` an s3:// URL); a run whose
     checkpoints stay on its own disk uploads nothing."""
     p, c = plan.prediction, plan.checkpoint
-    from runner.store import is_store
     if p.checkpoint_save_s is None or not p.checkpoint_upload_s or is_store(c.location):
         return p.checkpoint_save_s
     return max(0.0, p.checkpoint_save_s - p.checkpoint_upload_s)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -13,6 +14,13 @@ from pathlib import Path
 
 from costsim.contract.plan import Plan
 from costsim.contract.telemetry import read_events
+
+
+def free_port() -> int:
+    """A port free on 127.0.0.1 a moment ago (bound, then let go)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def tiny_plan(tmp_path: Path, *, interval_steps: int | None = 50, keep: int = 2, async_mode: bool = False,

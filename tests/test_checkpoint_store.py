@@ -21,7 +21,7 @@ import pytest
 
 from costsim import io
 from costsim.contract.plan import Plan
-from tests.runner_helpers import events, execute, kill_runner, summary, tiny_plan
+from tests.runner_helpers import events, execute, free_port, kill_runner, summary, tiny_plan
 
 pytest.importorskip("torch")
 boto3 = pytest.importorskip("boto3")
@@ -40,9 +40,7 @@ def _loopback_ports(count: int) -> list[int]:
     """`count` ports free on 127.0.0.1, each with port + 10000 free too (below 55536, so that it exists)."""
     ports: set[int] = set()
     while len(ports) < count:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
+        port = free_port()
         if port > 55535 or port in ports or port + 10000 in ports or port - 10000 in ports:
             continue
         with socket.socket() as s:
@@ -269,7 +267,7 @@ def test_a_damaged_store_checkpoint_never_replaces_an_intact_local_one(store, pl
     ({}, "s3://Not_A_Bucket", "not an object store URL"),
 ])
 def test_a_store_that_cannot_be_used_is_one_line_before_training(plan, tmp_path, monkeypatch, env, location, fragment):
-    closed = _loopback_ports(1)[0]   # free a moment ago: nothing listens there
+    closed = free_port()   # nothing listens there
     for name, value in env.items():
         monkeypatch.setenv(name, value.format(closed=closed))
     result = execute(plan, tmp_path / "run", "--steps", "20", "--checkpoint-dir", location)

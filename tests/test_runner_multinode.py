@@ -1,23 +1,16 @@
 """Two `runner execute` nodes on loopback (torchrun c10d rendezvous), CPU, 1 gloo process each."""
 
 import json
-import socket
 import subprocess
 import sys
 
 import pytest
 
-from tests.runner_helpers import events, execute, summary, tiny_plan
+from tests.runner_helpers import events, execute, free_port, summary, tiny_plan
 
 pytest.importorskip("torch")
 pytestmark = pytest.mark.slow   # real DDP runs (see pyproject's markers)
 STEPS = "160"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

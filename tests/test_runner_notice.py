@@ -1,13 +1,14 @@
 """The SIGTERM notice: acted on by a live worker, and not waited for by one stuck in a collective."""
 
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+
+from tests.runner_helpers import free_port
 
 pytest.importorskip("torch")
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,15 +33,9 @@ else:
 """
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.parametrize("mode, code, said", [("live", 0, "noticed"), ("stuck", 143, "blocked in native code")])
 def test_sigterm_is_acted_on_or_the_stuck_worker_exits_at_once(mode, code, said):
-    port = str(_port())
+    port = str(free_port())
     procs = [subprocess.Popen([sys.executable, "-c", WORKER, str(rank), mode, port], cwd=ROOT,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for rank in (0, 1)]
     try:
