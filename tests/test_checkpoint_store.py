@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import random
 import shutil
 import signal
 import socket
@@ -36,18 +37,33 @@ WEED_PORTS = ("s3.port", "master.port", "volume.port", "filer.port", "webdav.por
               "s3.port.iceberg", "s3.port.lance")
 
 
+def _ephemeral_low() -> int:
+    """The first port the kernel hands out to outgoing connections and port-0 binds (32768 where it cannot say)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def _loopback_ports(count: int) -> list[int]:
-    """`count` ports free on 127.0.0.1, each with port + 10000 free too (below 55536, so that it exists)."""
+    """`count` ports free on 127.0.0.1, each with port + 10000 free too, all below the ephemeral range: a port
+    picked there (bound, let go, then given to the server) could be taken in between by any process's outgoing
+    connection; below it only a listener that asks for that very port can."""
+    top = _ephemeral_low() - 10000   # port + 10000 below the ephemeral range too
+    if top <= 10000 + count:
+        pytest.skip(f"no room for {count} port pairs below the ephemeral range ({top + 10000})")
+    rng = random.Random()   # seeded from the OS: parallel test processes pick apart
     ports: set[int] = set()
     while len(ports) < count:
-        port = free_port()
-        if port > 55535 or port in ports or port + 10000 in ports or port - 10000 in ports:
+        port = rng.randrange(10000, top)
+        if port in ports or port + 10000 in ports or port - 10000 in ports:
             continue
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port + 10000))
-            except OSError:
-                continue
+        try:
+            for p in (port, port + 10000):
+                with socket.socket() as s:
+                    s.bind(("127.0.0.1", p))
+        except OSError:
+            continue
         ports.add(port)
     return sorted(ports)
 
