@@ -262,7 +262,10 @@ def attention(runtime: Runtime):
 # torch.compile's counters worth keeping per start: did it trace, and did its caches answer?
 COMPILE_COUNTERS = {"frames": ("total", "ok"), "stats": ("unique_graphs", "calls_captured"),
                     "aot_autograd": ("autograd_cache_hit", "autograd_cache_miss", "autograd_cache_bypass"),
-                    "inductor": ("fxgraph_cache_hit", "fxgraph_cache_miss", "fxgraph_cache_bypass"),
+                    "inductor": ("fxgraph_cache_hit", "fxgraph_cache_miss", "fxgraph_cache_bypass",
+                                 # CUDA graphs: graphs that fell back to running without them, and inputs each
+                                 # replay copies into the recorded graph's own (a cost the step pays every time)
+                                 "cudagraph_skips", "cudagraph_recorded_non_static_inputs"),
                     # under TORCH_CACHING_PRECOMPILE=1 (torch's, experimental; not faster on SDXL:
                     # data/measurements/2026-12-04-h200-dynamo-cache)
                     "dynamo_cache": ("dynamo_cache_hit", "dynamo_cache_miss")}

@@ -182,6 +182,7 @@ def runner(args) -> dict:
     trainer.train()           # the first step: compilation (if any), autotuning, allocation
     _sync(device)
     first_s = time.perf_counter() - started
+    compiled = speed.compile_report() if trainer.compiled else None   # the first step's cache hits and misses
     trainer.total_steps = args.warmup
     trainer.train()
     _sync(device)
@@ -204,7 +205,8 @@ def runner(args) -> dict:
             "samples_per_s": args.steps * args.batch * args.accumulation / seconds, "step_s": seconds / args.steps,
             "peak_memory_gb": _peak_memory_gb(device), "peak_reserved_gb": _peak_reserved_gb(device),
             "build_s": built_s, "first_step_s": first_s,
-            "compile_cache": _cache_state(trainer.runtime, work), "gc_collections": collections, "gc_s": gc_s,
+            "compile_cache": _cache_state(trainer.runtime, work), "compile": compiled,
+            "gc_collections": collections, "gc_s": gc_s,
             "alloc_retries": memory.get("alloc_retries")}
 
 
