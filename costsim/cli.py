@@ -433,6 +433,7 @@ def simulate_command(plan_file, workload, offering, nodes, variant, work_hours, 
                                    "(use --workload/--offering or the bare flags for a what-if; --trace for real capacity)")
         from costsim.whatif import plan_config
         config, planned, notes = plan_config(plan_file)
+        currency = planned.get("currency")
         for note in notes:
             click.echo(f"note: {note}; replaying the plan's figure", err=True)
         if traces:
@@ -456,6 +457,7 @@ def simulate_command(plan_file, workload, offering, nodes, variant, work_hours, 
         if spot_model:
             chosen = with_spot_models([chosen], io.load_fitted_spot_models(spot_model))[0]
         config = workload_config(spec, chosen, nodes, policy, checkpoint_interval, deadline, variant)
+        currency = chosen.currency
         if traces:   # the traces' capacity in place of the offering's spot model (they were ignored)
             config = replace(config, traces=load_traces(list(traces), nodes))
     else:
@@ -485,12 +487,15 @@ def simulate_command(plan_file, workload, offering, nodes, variant, work_hours, 
                       spot_price=spot_price, owned_price=owned_price, mtbf_s=preemption_mtbf, capacity_wait_s=capacity_wait,
                       weibull_shape=weibull_shape)
         config = bare_config(job, policy, list(traces))
+        currency = None   # the prices given: in whatever money they were
     if traces:
         given = click.get_current_context().get_parameter_source("trials") != click.core.ParameterSource.DEFAULT
         if given and trials != len(traces):
             click.echo(f"note: {len(traces)} trace files set the trials: one each (--trials {trials} not used)", err=True)
         trials = len(traces)
     doc = summary(config, trials, seed, per_trial or bool(plot))
+    if currency:
+        doc["currency"] = currency
     if plot:
         report.plot_trials(doc, _trials_title(plan_file, workload, offering, policy, traces, doc["trials"]), plot)
         if not per_trial:
@@ -503,7 +508,7 @@ def simulate_command(plan_file, workload, offering, nodes, variant, work_hours, 
         if fmt == "csv":
             return
     rows = [[label, *(_fmt(doc[k][q]) for q in ("mean", "p10", "p50", "p90"))]
-            for k, label in (("makespan_h", "finish (h)"), ("cost", "cost"))]
+            for k, label in (("makespan_h", "finish (h)"), ("cost", f"cost ({currency})" if currency else "cost"))]
     click.echo(report.table(["", "mean", "P10", "P50", "P90"], rows, fmt))
     if fmt == "table":
         met = round(doc["deadline_met"] * doc["trials"])

@@ -273,7 +273,7 @@ def plot_trials(doc: dict, title: str, path: str) -> None:
     right.hist(costs, bins=min(50, max(10, n // 20)), color="tab:blue", alpha=0.8)
     for q, ls in (("p10", ":"), ("p50", "--"), ("p90", ":")):   # the table's figures
         right.axvline(doc["cost"][q], c="k", ls=ls, lw=1, label=f"{q.upper()} {doc['cost'][q]:,.2f}")
-    right.set_xlabel("cost")
+    right.set_xlabel(f"cost ({doc['currency']})" if doc.get("currency") else "cost")
     right.set_ylabel("trials")
     right.legend()
     for ax in (left, right):

@@ -194,4 +194,4 @@ def plan_config(path: str) -> tuple[SimConfig, dict, list[str]]:
                      f"{drawn.spec.name}")
     config = replace(rebuilt, params=params, prices=prices, market=drawn)
     return config, {"trials": p.trials, "seed": p.seed, "p_deadline": p.p_deadline,
-                    "cost_mean": p.cost.mean if p.cost else None}, notes
+                    "cost_mean": p.cost.mean if p.cost else None, "currency": r.currency}, notes

@@ -98,6 +98,7 @@ def test_simulate_bare_flags_json_contract(run_cli):
     assert doc["makespan_h"]["p10"] <= doc["makespan_h"]["p50"] <= doc["makespan_h"]["p90"]
     assert doc["cost"]["p10"] <= doc["cost"]["p50"] <= doc["cost"]["p90"]
     assert doc["deadline_h"] == 14.0
+    assert "currency" not in doc   # bare prices are in whatever money they were given in
     assert doc["trials"] == 200 and len(doc["per_trial"]) == 200
     assert set(doc["per_trial"][0]) == {"cost", "makespan_h", "met_deadline", "preemptions", "on_demand_from_h"}
     assert doc["deadline_met"] == pytest.approx(sum(t["met_deadline"] for t in doc["per_trial"]) / 200)
@@ -269,6 +270,8 @@ def test_simulate_replays_a_plan_as_chosen(run_cli, tmp_path):
     assert doc["deadline_met"] == pytest.approx(chosen["prediction"]["p_deadline"], abs=1e-12)
     assert doc["cost"]["mean"] == pytest.approx(chosen["prediction"]["cost"]["mean"], rel=1e-9)
     assert doc["cost"]["p90"] == pytest.approx(chosen["prediction"]["cost"]["p90"], rel=1e-9)
+    assert doc["currency"] == chosen["resources"]["currency"] == "USD"   # the plan's money, said
+    assert "cost (USD)" in run_cli("simulate", "--plan", str(plan)).stdout
     assert chosen["policy"]["name"] == "spot-only"   # the choice at this risk: replayed on no capacity
     never = tmp_path / "never.json"
     never.write_text(json.dumps({"metadata": {"gap_seconds": 600}, "data": [1] * 48}))
