@@ -361,7 +361,7 @@ def report(path: Path) -> str:
     # the loop column as wide as its longest label (labels tell rows apart at their ends: "(warm)", "marked")
     width = max([len(named(r)) + 1 for r in rows if r["part"] in ("bare", "runner")] + [30])
     head = (f"{'loop':<{width}}{'batch':>6}{'samples/s':>11}{'vs bare':>9}{'vs best':>9}{'MFU':>7}{'alloc GB':>9}"
-            f"{'resv GB':>8}{'first step s':>14}")
+            f"{'resv GB':>8}{'first step s':>14}{'graphs s':>10}")
     lines += [head, "-" * len(head)]
     for r in rows:
         if r["part"] not in ("bare", "runner"):
@@ -378,8 +378,11 @@ def report(path: Path) -> str:
         mfu = f"{r['samples_per_s'] * per_sample / 1e12 / top['tflops']:.3f}" if per_sample and top else ""
         mem = f"{r['peak_memory_gb']:.1f}" if r.get("peak_memory_gb") else ""
         reserved = f"{r['peak_reserved_gb']:.1f}" if r.get("peak_reserved_gb") else ""   # rows since 2026-12-06
+        # of the first step, the seconds torch spent recording CUDA graphs (compile_times; rows since 2026-12-06)
+        recorded = ((r.get("compile") or {}).get("phases_s") or {}).get("CUDAGraphNode.record")
+        graphs = f"{recorded:.1f}" if recorded is not None else ""
         lines.append(f"{label:<{width}}{batch:>6}{r['samples_per_s']:>11.2f}{ratio:>9}{versus_best:>9}{mfu:>7}{mem:>9}"
-                     f"{reserved:>8}{r.get('first_step_s', 0):>14.1f}")
+                     f"{reserved:>8}{r.get('first_step_s', 0):>14.1f}{graphs:>10}")
     return "\n".join(lines)
 
 

@@ -2,6 +2,7 @@
 counted on the meta device as on real tensors."""
 
 import importlib.util
+import re
 from pathlib import Path
 
 import pytest
@@ -87,3 +88,17 @@ def test_feed_forward_ways_compute_what_diffusers_geglu_computes(tmp_path):
     assert set(difference) == {"default", "split"} and difference["default"]["default"] == 0.0
     assert 0 < difference["split"]["default"] < 2 ** -6   # bf16 keeps 8 bits: a few roundings apart
     assert all(d["eager"] < 2 ** -5 for d in difference.values())
+
+
+def test_the_report_says_how_long_each_first_step_recorded_cuda_graphs():
+    """The bench's rows carry their first step's compile report (since 2026-12-06); the report's `graphs s` column is
+    torch's time recording CUDA graphs in it, empty for rows that recorded none (the default mode)."""
+    folder = Path(__file__).resolve().parents[1] / "data" / "measurements" / "2026-12-06-h100-graph-recording"
+    lines = _bench().report(folder / "bench_sdxl.jsonl").splitlines()
+    head = next(line for line in lines if line.startswith("loop"))
+    assert head.rstrip().endswith("graphs s")
+    rows = {" ".join(re.search(r"split (\S+) 4x16 \((\w+)\)", line).groups()): line   # type: ignore[union-attr]
+            for line in lines if line.startswith("runner:")}
+    assert set(rows) == {"reduce-overhead cold", "default cold", "reduce-overhead warm", "default warm"}
+    assert rows["reduce-overhead cold"].split()[-1] == "10.0" and rows["reduce-overhead warm"].split()[-1] == "37.5"
+    assert rows["default cold"].split()[-1] == "26.9" and rows["default warm"].split()[-1] == "22.1"   # first step only
