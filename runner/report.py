@@ -167,6 +167,11 @@ def _compile_line(report: dict) -> str:
     backend = phases.get("OutputGraph.call_user_compiler")
     if backend is not None:
         parts.append(f"backend {backend:.1f} s")
+    recorded = phases.get("CUDAGraphNode.record")   # compile_mode=reduce-overhead: every start records them again
+    if recorded is not None:
+        parts.append(f"CUDA graphs recorded {recorded:.1f} s")
+    if c.get("inductor.cudagraph_skips"):
+        parts.append(f"{c['inductor.cudagraph_skips']} graph(s) ran without CUDA graphs")
     return "; ".join(parts)
 
 

@@ -95,3 +95,22 @@ def test_the_table_and_the_plot_show_validation_losses_and_the_export(tmp_path):
     missing = subprocess.run([sys.executable, "-m", "runner", "report", str(tmp_path / "nothing")],
                              capture_output=True, text=True, timeout=60)
     assert missing.returncode == 2 and "not a run folder" in missing.stderr and "Traceback" not in missing.stderr
+
+
+def test_a_start_under_cuda_graphs_says_how_long_it_recorded_them():
+    """The run of data/measurements/2026-12-06-h100-graphs-resume (compile_mode=reduce-overhead, a resume from its
+    checkpoint): each start's compile line says how long recording the CUDA graphs took (torch's compile_times, kept
+    in the start's `compile` event); a start that recorded none says nothing of it."""
+    from pathlib import Path
+    run = Path(__file__).resolve().parents[1] / "data" / "measurements" / "2026-12-06-h100-graphs-resume" / "run"
+    shown = subprocess.run([sys.executable, "-m", "runner", "report", str(run)], capture_output=True, text=True,
+                           timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    text = " ".join(shown.stdout.split())   # the table wraps its long lines
+    assert "backend 14.0 s; CUDA graphs recorded 14.3 s" in text   # the first start, from an empty cache
+    assert "FX graph cache 4 hit(s), 0 miss(es)" in text and "CUDA graphs recorded 10.4 s" in text   # the resume
+    from runner.report import _compile_line
+    plain = {"counters": {"inductor.fxgraph_cache_hit": 4}, "phases_s": {"_compile.compile_inner": 3.7}}
+    assert "CUDA graphs" not in _compile_line(plain)
+    skipped = {"counters": {"inductor.cudagraph_skips": 2}, "phases_s": {}}
+    assert _compile_line(skipped).endswith("2 graph(s) ran without CUDA graphs")
