@@ -305,6 +305,7 @@ def kernels_report(path: Path, top: int = 15, flops: bool = False) -> str:
     for kind, s, n in rows:
         rate = f"{counted[kind] / 1e12:>8.1f}{counted[kind] / s / 1e12:>9.0f}" if kind in counted else ""
         lines.append(f"{kind:<28}{s:>9.3f}{s / busy:>8.1%}{n:>9}{rate}")
+    lines.append(f"{'all':<28}{busy:>9.3f}{1:>8.1%}{sum(n for _, _, n in rows):>9}")
     lines.append(f"the {top} longest kernels (s/step, count/step):")
     for k in record["kernels"][:top]:
         lines.append(f"  {k['us'] / 1e6 / record['steps']:8.4f} {k['count'] / record['steps']:6.0f}  {k['name'][:100]}")

@@ -2,6 +2,7 @@
 counted on the meta device as on real tensors."""
 
 import importlib.util
+import json
 import re
 from pathlib import Path
 
@@ -102,3 +103,14 @@ def test_the_report_says_how_long_each_first_step_recorded_cuda_graphs():
     assert set(rows) == {"reduce-overhead cold", "default cold", "reduce-overhead warm", "default warm"}
     assert rows["reduce-overhead cold"].split()[-1] == "10.0" and rows["reduce-overhead warm"].split()[-1] == "37.5"
     assert rows["default cold"].split()[-1] == "26.9" and rows["default warm"].split()[-1] == "22.1"   # first step only
+
+
+def test_the_kernel_report_totals_the_step():
+    """`bench_sdxl.py kernels FILE`: its `all` row is the device's busy time and the kernels a step, the kinds' sums
+    (data/measurements/2026-12-06-h100-host-bound: 174,946 kernels in 3.931 s of a 6.826 s profiled step)."""
+    path = Path(__file__).resolve().parents[1] / "data" / "measurements" / "2026-12-06-h100-host-bound" / "kernels-3.json"
+    bench = _bench()
+    kinds = bench.kernel_kinds(json.loads(path.read_text()))
+    total = next(line for line in bench.kernels_report(path).splitlines() if line.startswith("all ")).split()
+    assert total[1] == f"{sum(s for _, s, _ in kinds):.3f}" == "3.931" and total[2] == "100.0%"
+    assert int(total[3]) == sum(n for _, _, n in kinds) == 174946
