@@ -93,7 +93,9 @@ def clear_grads(optimizer, keep: bool) -> None:
 
 class Trainer:
     def __init__(self, args, spec, rank: int, world_size: int, local_rank: int,
-                 marks: dict[str, float] | None = None):
+                 marks: dict[str, float] | None = None, ddp: bool = False):
+        """`ddp`: wrap the model in DDP even in one process (a benchmark's way to run DDP's hooks, buckets and
+        all-reduce where there is one GPU: scripts/bench_sdxl.py runner --ddp); with several it always is."""
         marks = {} if marks is None else marks   # when each part of the start ended (telemetry)
         self.spec, self.rank, self.world_size = spec, rank, world_size
         self.device = torch.device("cpu") if spec.cpu else torch.device("cuda", local_rank)
@@ -148,7 +150,7 @@ class Trainer:
         self.compiled = bool(compiled)
         # One process has nothing to all-reduce: DDP's gradient hooks and buckets would only cost time
         # and memory. The checkpoint's names are the same either way.
-        if world_size == 1:
+        if world_size == 1 and not ddp:
             self.model = built.model
         else:
             self.model = DistributedDataParallel(built.model, device_ids=None if spec.cpu else [local_rank],
@@ -247,7 +249,7 @@ class Trainer:
                 self.abandoned_micro_batches = micro
                 return False
             sync = micro == self.accumulation - 1
-            no_sync = (model.no_sync() if isinstance(model, DistributedDataParallel) and not sync and self.world_size > 1
+            no_sync = (model.no_sync() if isinstance(model, DistributedDataParallel) and not sync
                        else contextlib.nullcontext())
             if self.mark_graph_steps:
                 torch.compiler.cudagraph_mark_step_begin()

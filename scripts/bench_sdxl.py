@@ -12,6 +12,8 @@ or a compiler failure costs only that row) and appends one JSON line to RESULTS:
                             world size 1) in this process; first-step time = build + compile (cold or warm cache);
                             with N micro-batches of B a step (a plan's global batch on fewer GPUs: the
                             optimizer's step then comes once every N micro-batches)
+                            --ddp: the model in DDP all the same (its gradient hooks, buckets and
+                            all-reduce, on one GPU); each row records its last step's loss
                             --kernels FILE: then --kernel-steps more steps under torch.profiler,
                             every kernel's count and GPU time written to FILE (JSON)
   report RESULTS            the table: samples/s per GPU, ratio to the bare loop at the same batch,
@@ -175,7 +177,7 @@ def runner(args) -> dict:
     dist.init_process_group(backend="cpu:gloo,cuda:nccl" if device.type == "cuda" else "gloo")
     worker_args = train.parse(["--plan", str(plan), "--run-dir", str(work / "run"), "--run-id", "bench"])
     started = time.perf_counter()
-    trainer = train.Trainer(worker_args, spec, 0, 1, 0)
+    trainer = train.Trainer(worker_args, spec, 0, 1, 0, ddp=args.ddp)
     assert trainer.accumulation == args.accumulation, (trainer.accumulation, args.accumulation)
     built_s = time.perf_counter() - started
     trainer.total_steps = 1
@@ -191,6 +193,8 @@ def runner(args) -> dict:
     trainer.train()
     _sync(device)
     seconds = time.perf_counter() - t0
+    loss = trainer.mean_loss()   # the last timed step's: rows of one training (same seed, batch) compare on it
+    wrapped = isinstance(trainer.model, torch.nn.parallel.DistributedDataParallel)   # what ran, not what was asked
     collections, gc_s = trainer.garbage.collections, trainer.garbage.seconds
     if args.kernels:
         _profile_kernels(trainer, device, args.kernel_steps, Path(args.kernels),
@@ -199,9 +203,10 @@ def runner(args) -> dict:
     trainer.close()
     dist.destroy_process_group()
     accumulated = f" accumulation={args.accumulation}" if args.accumulation > 1 else ""
-    return {"part": "runner", "batch": args.batch, "accumulation": args.accumulation,
-            "runtime": trainer.runtime.as_dict(),
-            "label": args.label or trainer.runtime.describe() + accumulated + "".join(f" {o}" for o in args.option),
+    return {"part": "runner", "batch": args.batch, "accumulation": args.accumulation, "ddp": wrapped,
+            "runtime": trainer.runtime.as_dict(), "loss": loss,
+            "label": args.label or (trainer.runtime.describe() + accumulated + " ddp" * wrapped
+                                    + "".join(f" {o}" for o in args.option)),
             "samples_per_s": args.steps * args.batch * args.accumulation / seconds, "step_s": seconds / args.steps,
             "peak_memory_gb": _peak_memory_gb(device), "peak_reserved_gb": _peak_reserved_gb(device),
             "build_s": built_s, "first_step_s": first_s,
@@ -407,6 +412,8 @@ def main() -> None:
     parser.add_argument("--results", default="bench_sdxl.jsonl", help="JSON lines, appended")
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--accumulation", type=int, default=1, help="runner: micro-batches of --batch a step")
+    parser.add_argument("--ddp", action="store_true",
+                        help="runner: the model in DDP although one process runs it (its hooks, buckets and all-reduce)")
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--warmup", type=int, default=4)
     parser.add_argument("--size", type=int, default=8192)

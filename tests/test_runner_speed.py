@@ -593,6 +593,27 @@ def test_gradients_kept_in_place_train_as_dropped_ones_under_ddp_with_bucket_vie
         assert out.strip() == "same", out + err
 
 
+def test_ddp_at_one_process_trains_as_the_bare_model(tmp_path):
+    """scripts/bench_sdxl.py runner --ddp (runner.train.Trainer's `ddp`): the tiny SDXL UNet in DDP at world size 1,
+    gradients accumulated over two micro-batches (DDP's no_sync on the first), steps to the same loss as the bare
+    model, bit for bit; each row says which it ran."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    results = tmp_path / "rows.jsonl"
+    for extra in ([], ["--ddp"]):
+        run = subprocess.run([sys.executable, str(root / "scripts" / "bench_sdxl.py"), "runner", "--batch", "1",
+                              "--accumulation", "2", "--steps", "2", "--warmup", "1", "--config", str(TINY_UNET),
+                              "--results", str(results), *extra], cwd=tmp_path, capture_output=True, text=True,
+                             timeout=300)
+        assert run.returncode == 0, run.stderr[-3000:]
+    bare, ddp = [json.loads(line) for line in results.read_text().splitlines()]
+    assert (bare["ddp"], ddp["ddp"]) == (False, True) and ddp["label"].endswith(" ddp")
+    assert isinstance(bare["loss"], float) and bare["loss"] == ddp["loss"]
+
+
 def test_the_cuda_graph_step_marking_is_a_named_setting(tmp_path, monkeypatch):
     """COSTSIM_GRAPH_STEPS (where a new CUDA-graph step begins, to measure beside torch's own tracking): auto or
     micro, and anything else stops the start with one line, GPU or not."""
