@@ -107,6 +107,18 @@ def test_a_trace_folder_without_traces_is_refused_not_ignored(run_cli, tmp_path)
           str(tmp_path), "no *.json capacity traces")
 
 
+def test_a_trace_folder_whose_traces_lie_further_down_names_where(run_cli, tmp_path):
+    """A copy of skypilot-org/spot-traces named at its root (availability/1-node/<period>/*.json): the error names the
+    subfolders that hold traces, with how many, for the user to pick one."""
+    deep = tmp_path / "availability" / "1-node"
+    for period, zones in (("aws-a", 2), ("aws-b", 1)):
+        (deep / period).mkdir(parents=True)
+        for z in range(zones):
+            (deep / period / f"z{z}.json").write_text('{"metadata": {"gap_seconds": 600}, "data": [0, 1]}')
+    check(run_cli("simulate", "--workload", "sdxl", "--offering", "aws/us-east-1/p5en.48xlarge", "--trace", str(tmp_path)),
+          str(tmp_path), "no *.json capacity traces", "availability/1-node/aws-a (2), availability/1-node/aws-b (1)")
+
+
 def test_unknown_gpu_flag(run_cli):
     check(run_cli("plan", "--workload", "sdxl", "--gpu", "Z100"), "--gpu", "Z100", "allowed:")
 

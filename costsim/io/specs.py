@@ -399,8 +399,21 @@ def traces_in(folder: str | Path) -> list[Path]:
         return (0, int(path.stem), path.name) if path.stem.isdigit() else (1, 0, path.name)
     found = sorted(Path(folder).glob("*.json"), key=natural)
     if not found:
-        raise InputError(str(folder), "folder", "no *.json capacity traces in it")
+        raise InputError(str(folder), "folder", "no *.json capacity traces in it" + _deeper(Path(folder)))
     return found
+
+
+def _deeper(folder: Path, named: int = 3) -> str:
+    """Where a folder's traces are further down (a copy of skypilot-org/spot-traces is named at its root, say):
+    the first subfolders that hold some, with how many, for the error to name; '' where none do."""
+    counts: dict[Path, int] = {}
+    for path in folder.rglob("*.json"):
+        counts[path.parent] = counts.get(path.parent, 0) + 1
+    if not counts:
+        return ""
+    shown = ", ".join(f"{p.relative_to(folder)} ({n})" for p, n in sorted(counts.items())[:named])
+    more = f" and {len(counts) - named} more" if len(counts) > named else ""
+    return f"; subfolders hold some: {shown}{more} (name one: each folder is one set of traces)"
 
 
 def trace_bundle_size(path: str | Path) -> int | None:
