@@ -75,16 +75,25 @@ def graph_steps(env=os.environ) -> str:
     return text
 
 
-def clear_grads(optimizer, keep: bool) -> None:
-    """The optimizer's gradients cleared for a step: dropped (None), or with `keep` zeroed in place, every one made
-    first. Keep them under CUDA graphs with accumulation: a backward replayed as a CUDA graph returns its gradients
-    in the graph's own memory, a parameter without a gradient takes that tensor as its gradient, and the next
-    micro-batch's replay overwrites it before it is added to (torch stops: "accessing tensor output of CUDAGraphs
-    that has been overwritten by a subsequent run"; 2026-12-06 on an H100 at 4 x 16). Gradients that exist are added
-    to in place, so each replay's are read before the next. The cost: the gradients (4 bytes a parameter) stay
-    allocated beside the graph's outputs."""
-    optimizer.zero_grad(set_to_none=not keep)
-    if keep:
+def clear_grads(optimizer, in_place: bool, make: bool = False) -> None:
+    """The optimizer's gradients cleared for a step: dropped (None), or with `in_place` zeroed where they are, and with
+    `make` every missing one made as zeros first.
+
+    In place under DDP: its gradients are views of its all-reduce buckets after the first step (gradient_as_bucket_view),
+    and dropping them each step made every step's first backward allocate them again beside the buckets, then copy
+    them in. SDXL on one H100 at 4 x 16 in DDP at one process peaked 10.3 GB (the gradients' size) above the same
+    without DDP, 83.2 GB against 72.9 (data/measurements/2026-12-06-h100-ddp-memory). Zeroed in place they stay views
+    and accumulate there.
+
+    Made, under CUDA graphs with accumulation: a backward replayed as a CUDA graph returns its gradients in the graph's
+    own memory, a parameter without a gradient takes that tensor as its gradient, and the next micro-batch's replay
+    overwrites it before it is added to (torch stops: "accessing tensor output of CUDAGraphs that has been overwritten
+    by a subsequent run"; 2026-12-06 on an H100 at 4 x 16). Gradients that exist are added to in place, so each
+    replay's are read before the next. The cost: the gradients (4 bytes a parameter) stay allocated beside the graph's
+    outputs; under DDP the ones made before its first step are replaced by its bucket views at that step's
+    all-reduce."""
+    optimizer.zero_grad(set_to_none=not in_place)
+    if make:
         for group in optimizer.param_groups:
             for p in group["params"]:
                 if p.requires_grad and p.grad is None:
@@ -236,15 +245,16 @@ class Trainer:
         put back, nothing applied) and False returned, so the notice's save starts within a micro-batch
         instead of a whole step."""
         built, model = self.built, self.model
-        keep_grads = self.runtime.cuda_graphs and self.accumulation > 1   # clear_grads says why
-        clear_grads(built.optimizer, keep=keep_grads)
+        make_grads = self.runtime.cuda_graphs and self.accumulation > 1   # clear_grads says why
+        in_place = make_grads or isinstance(model, DistributedDataParallel)
+        clear_grads(built.optimizer, in_place=in_place, make=make_grads)
         autocast = (torch.autocast(self.device.type, dtype=built.autocast_dtype) if built.autocast_dtype
                     else contextlib.nullcontext())
         rng = rng_state() if self.agree_within else None
         total = None
         for micro in range(self.accumulation):
             if rng is not None and micro > 0 and self.notice_agreed():
-                clear_grads(built.optimizer, keep=keep_grads)
+                clear_grads(built.optimizer, in_place=in_place, make=make_grads)
                 set_rng_state(rng)
                 self.abandoned_micro_batches = micro
                 return False
