@@ -82,8 +82,8 @@ def clear_grads(optimizer, in_place: bool, make: bool = False) -> None:
     In place under DDP: its gradients are views of its all-reduce buckets after the first step (gradient_as_bucket_view),
     and dropping them each step made every step's first backward allocate them again beside the buckets, then copy
     them in. SDXL on one H100 at 4 x 16 in DDP at one process peaked 10.3 GB (the gradients' size) above the same
-    without DDP, 83.2 GB against 72.9 (data/measurements/2026-12-06-h100-ddp-memory). Zeroed in place they stay views
-    and accumulate there.
+    without DDP, 83.2 GB against 72.9; zeroed in place they stay views and accumulate there, and DDP's peak is the
+    bare model's, 72.9 GB (data/measurements/2026-12-06-h100-ddp-memory).
 
     Made, under CUDA graphs with accumulation: a backward replayed as a CUDA graph returns its gradients in the graph's
     own memory, a parameter without a gradient takes that tensor as its gradient, and the next micro-batch's replay
