@@ -707,6 +707,29 @@ def test_a_count_trace_is_read_as_the_gang_meets_it(tmp_path):
         load_trace(declared)
 
 
+def test_a_trace_in_an_n_node_folder_counts_the_n_instances_it_asked_for(tmp_path):
+    """spot-traces' layout names how many instances a trace asked for in its folder (`availability/16-node/...`;
+    the file's `_1` is the GPUs an instance has). There a file whose counts stayed at 0 and 1 is a count trace of 16
+    (1: one instance could be had), not a 1-node trace (1: none could), and a gang of 16 meets the 16 asked for,
+    whatever the most that could be had; a 1-node folder, or counts above N, change nothing."""
+    from costsim.io.specs import load_trace, trace_values
+
+    def _nested(path, ticks):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return _trace(path, ticks)
+    low = _nested(tmp_path / "availability" / "16-node" / "aws-p" / "z_v100_1.json", [0, 1, 1, 0])
+    assert trace_values(low).counts == 16 and load_trace(low, 1) == ([1, 0, 0, 1], GAP)
+    counts = _counts(2000, seed=5, top=12)
+    some = _nested(tmp_path / "availability" / "16-node" / "aws-p" / "y_v100_1.json", counts)
+    assert trace_values(some).counts == 16 and max(counts) <= 12
+    assert load_trace(some, 16) == ([1] * len(counts), GAP)   # never 16: the gang of the trace never ran
+    assert ensemble.build_group(GroupSpec(name="y", period="p", paths=(some,))).counts_up_to == 16
+    one = _nested(tmp_path / "availability" / "1-node" / "aws-p" / "x_v100_8.json", [0, 1, 1, 0])
+    assert trace_values(one).counts is None and load_trace(one, 1) == ([0, 1, 1, 0], GAP)
+    over = _nested(tmp_path / "4-node" / "w.json", [0, 6, 2])   # more than the folder says: its own largest
+    assert trace_values(over).counts == 6
+
+
 def test_a_gang_on_count_traces_meets_one_window_read_at_its_size(tmp_path):
     """Per node, a 1-node trace's windows are independent nodes; a count trace already counts the gang: one
     window, available where the gang's n could be had, with its own fit. A gang larger than the traces count is

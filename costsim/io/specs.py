@@ -541,9 +541,11 @@ class TraceValues:
 
 def trace_values(path: str | Path) -> TraceValues:
     """A trace file's values as written (checked whole numbers >= 0), or a bundle's window's 0/1 ticks. A file
-    is a count trace where its `metadata.instances` says how many instances were asked for (values 0 to that),
-    or, said nowhere, where some value is above 1 (the most it counts is then its largest value); a file of 0 and
-    1 that says nothing is a 1-node trace."""
+    is a count trace where its `metadata.instances` says how many instances were asked for (values 0 to that); or,
+    said nowhere, where a folder it lies in is named `N-node` with N above 1 and no value is above N (spot-traces'
+    layout: `availability/16-node/<period>/<zone>_v100_1.json` asked for 16 instances, whatever the most that
+    could be had; the `_1` is the GPUs an instance has); or where some value is above 1 (the most it counts is then
+    its largest value). A file of 0 and 1 that says nothing is a 1-node trace."""
     text = str(path)
     if BUNDLE_SUFFIX + "#" in text:
         file, _, index = text.rpartition("#")
@@ -570,4 +572,17 @@ def trace_values(path: str | Path) -> TraceValues:
     if declared is not None and top > declared:
         raise InputError(str(path), "data", f"a count of {top} instances where metadata.instances says {declared} "
                          "were asked for: counts from 0 to metadata.instances")
+    if declared is None:
+        asked = _folder_instances(Path(path))
+        if asked is not None and asked > 1 and top <= asked:
+            declared = asked
     return TraceValues(values, gap_s, declared if declared is not None else (top if top > 1 else None))
+
+
+def _folder_instances(path: Path) -> int | None:
+    """N where a folder the file lies in is named `N-node` (the nearest), else None."""
+    for part in reversed(path.parent.parts):
+        head, dash, tail = part.partition("-")
+        if dash and tail in ("node", "nodes") and head.isdigit():
+            return int(head)
+    return None
