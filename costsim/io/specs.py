@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -403,12 +404,21 @@ def traces_in(folder: str | Path) -> list[Path]:
     return found
 
 
-def _deeper(folder: Path, named: int = 3) -> str:
+def _deeper(folder: Path, named: int = 3, depth: int = 4, folders: int = 2000) -> str:
     """Where a folder's traces are further down (a copy of skypilot-org/spot-traces is named at its root, say):
-    the first subfolders that hold some, with how many, for the error to name; '' where none do."""
+    the first subfolders that hold some, with how many, for the error to name; '' where none do. It looks `depth`
+    folders down and at `folders` folders at most, so that a home folder named by mistake is refused at once."""
     counts: dict[Path, int] = {}
-    for path in folder.rglob("*.json"):
-        counts[path.parent] = counts.get(path.parent, 0) + 1
+    seen = 0
+    for root, dirs, files in os.walk(folder):
+        seen += 1
+        here = Path(root)
+        dirs.sort()
+        if len(here.relative_to(folder).parts) >= depth or seen >= folders:
+            dirs.clear()
+        found = sum(1 for name in files if name.endswith(".json"))
+        if found and here != folder:
+            counts[here] = found
     if not counts:
         return ""
     shown = ", ".join(f"{p.relative_to(folder)} ({n})" for p, n in sorted(counts.items())[:named])
