@@ -408,17 +408,17 @@ def _deeper(folder: Path, named: int = 3, depth: int = 4, folders: int = 2000) -
     """Where a folder's traces are further down (a copy of skypilot-org/spot-traces is named at its root, say):
     the first subfolders that hold some, with how many, for the error to name; '' where none do. It looks `depth`
     folders down and at `folders` folders at most, so that a home folder named by mistake is refused at once."""
-    counts: dict[Path, int] = {}
-    seen = 0
-    for root, dirs, files in os.walk(folder):
-        seen += 1
+    counts: dict[Path, int] = {}   # the folder itself holds none: traces_in looked
+    for seen, (root, dirs, files) in enumerate(os.walk(folder), start=1):
         here = Path(root)
         dirs.sort()
-        if len(here.relative_to(folder).parts) >= depth or seen >= folders:
+        if len(here.relative_to(folder).parts) >= depth:
             dirs.clear()
         found = sum(1 for name in files if name.endswith(".json"))
-        if found and here != folder:
+        if found:
             counts[here] = found
+        if seen >= folders:
+            break
     if not counts:
         return ""
     shown = ", ".join(f"{p.relative_to(folder)} ({n})" for p, n in sorted(counts.items())[:named])
