@@ -1,9 +1,11 @@
-"""DDP's gradients dropped every step against zeroed in place (runner.train.clear_grads), side by side: the peak
+"""DDP's gradients dropped every step against zeroed in place (runner.train.clear_grads), and in place with DDP's
+buckets made at the wrap (runner.speed.buckets_now, what compile=model ddp_graph=whole does), side by side: the peak
 memory of a process that trains a model in DDP (gloo, one process, on the CPU), micro-batches accumulated under
 no_sync as the runner does. Dropped, each step's first backward allocates the gradients beside DDP's buckets;
-in place, they stay views of the buckets. Each round runs both ways, each in a fresh process (its peak resident
-memory, ru_maxrss), in alternating order; prints the medians, their difference against the gradients' size, and
-the ratio.
+in place, they stay views of the buckets; at the wrap, DDP's second step no longer copies them from its first step's
+one bucket into the sized ones (both held at once). Each round runs every way, each in a fresh process (its peak
+resident memory, ru_maxrss), the order turning round by round; prints the medians, each difference against the
+gradients' size, and the ratios.
 
 Usage: python3 scripts/bench_ddp_grads.py [--params-m 100] [--layers 8] [--rounds 3] [--steps 3] [--optimizer adamw|sgd]
 """
@@ -24,18 +26,22 @@ import resource, sys
 import torch, torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 sys.path.insert(0, sys.argv[4])
+from costsim.runtime import Runtime
+from runner import speed
 from runner.train import clear_grads
-in_place, width, steps = sys.argv[1] == "in-place", int(sys.argv[2]), int(sys.argv[3])
+way, width, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 adamw, layers = sys.argv[6] == "adamw", int(sys.argv[7])
 torch.set_num_threads(1)
 dist.init_process_group("gloo", init_method="file://" + sys.argv[5], rank=0, world_size=1)
 blocks = [m for _ in range(layers) for m in (torch.nn.Linear(width, width), torch.nn.Tanh())]
 model = DistributedDataParallel(torch.nn.Sequential(*blocks), gradient_as_bucket_view=True)
+if way == "at-wrap":
+    speed.configure_ddp(model, Runtime(compile="model", ddp_graph="whole"))   # compiles nothing: the buckets only
 optimizer = (torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=False) if adamw   # the runner's (fused on a GPU)
              else torch.optim.SGD(model.parameters(), lr=1e-3))   # no state
 x = torch.randn(8, width)
 for step in range(steps):
-    clear_grads(optimizer, in_place=in_place)
+    clear_grads(optimizer, in_place=way != "dropped")
     for micro in range(2):
         with (model.no_sync() if micro == 0 else torch.enable_grad()):
             model(x).square().mean().backward()
@@ -69,18 +75,21 @@ def main() -> None:
     width = int((args.params_m * 1e6 / args.layers) ** 0.5)
     grads = args.layers * (width * width + width) * 4
     with tempfile.TemporaryDirectory() as tmp:
-        found: dict[str, list[int]] = {"dropped": [], "in-place": []}
+        ways = ("dropped", "in-place", "at-wrap")
+        found: dict[str, list[int]] = {way: [] for way in ways}
         for r in range(args.rounds):
-            for way in (("dropped", "in-place") if r % 2 == 0 else ("in-place", "dropped")):
+            for way in ways[r % 3:] + ways[:r % 3]:
                 found[way].append(peak(way, width, args.steps, Path(tmp), args.optimizer,
                                        args.layers))
                 print(f"round {r + 1} {way:<9} peak {found[way][-1] / 1e6:8.1f} MB", file=sys.stderr, flush=True)
-    dropped, in_place = statistics.median(found["dropped"]), statistics.median(found["in-place"])
+    dropped, in_place, at_wrap = (statistics.median(found[way]) for way in ("dropped", "in-place", "at-wrap"))
     print(f"{args.optimizer}, {args.layers} x {width * width / 1e6:.1f}M parameters, gradients {grads / 1e6:.1f} MB; "
           f"peak resident memory, medians of {args.rounds}: dropped {dropped / 1e6:.1f} MB, "
-          f"in place {in_place / 1e6:.1f} MB; difference {(dropped - in_place) / 1e6:.1f} MB "
-          f"({(dropped - in_place) / grads:.2f} of the gradients); "
-          f"in place / dropped {in_place / dropped:.3f}")
+          f"in place {in_place / 1e6:.1f} MB, in place with the buckets made at the wrap {at_wrap / 1e6:.1f} MB; "
+          f"dropped - in place {(dropped - in_place) / 1e6:.1f} MB ({(dropped - in_place) / grads:.2f} of the "
+          f"gradients), in place - at the wrap {(in_place - at_wrap) / 1e6:.1f} MB "
+          f"({(in_place - at_wrap) / grads:.2f}); in place / dropped {in_place / dropped:.3f}, "
+          f"at the wrap / in place {at_wrap / in_place:.3f}")
 
 
 if __name__ == "__main__":

@@ -604,6 +604,61 @@ def test_gradients_zeroed_in_place_under_ddp_stay_its_bucket_views_and_train_as_
         assert out.split() == ["same", "False", "True", "True"], out + err
 
 
+BUCKETS_AT_WRAP = """
+import sys
+import torch, torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+from costsim.runtime import Runtime
+from runner import speed
+from runner.train import clear_grads
+rank, store = int(sys.argv[1]), sys.argv[2]
+dist.init_process_group("gloo", store=dist.FileStore(store, 2), rank=rank, world_size=2)
+finals = []
+for runtime in (Runtime(compile="blocks", ddp_graph="whole"), Runtime(compile="model", ddp_graph="whole")):
+    torch.manual_seed(0)
+    model = DistributedDataParallel(torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1)),
+                                    gradient_as_bucket_view=True, bucket_cap_mb=0.0001)   # several buckets
+    speed.configure_ddp(model, runtime)   # compiles nothing: the buckets are what is looked at
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.01)
+    data = torch.Generator().manual_seed(rank)
+    storages = []
+    for step in range(3):
+        clear_grads(optimizer, in_place=True)
+        for micro in range(2):
+            x = torch.randn(4, 8, generator=data)
+            with (model.no_sync() if micro == 0 else torch.enable_grad()):
+                (model(x).pow(2).mean() / 2).backward()
+        storages.append(sorted({p.grad.untyped_storage().data_ptr() for p in model.parameters()}))
+        optimizer.step()
+    finals.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
+    print(len(storages[0]), len(storages[1]), storages[1] == storages[2])
+print("same" if torch.equal(finals[0], finals[1]) else f"differ by {(finals[0] - finals[1]).abs().max().item()}")
+dist.destroy_process_group()
+"""
+
+
+def test_ddp_buckets_are_made_at_the_wrap_when_the_whole_model_is_one_graph(tmp_path):
+    """runner.speed.buckets_now: DDP holds every gradient in one bucket for its first step and rebuilds sized buckets
+    at the second, copying the gradients across (held twice at that moment: 10.3 GB under CUDA graphs on an H100).
+    Under compile=model ddp_graph=whole the buckets are made at the wrap instead: the first step's gradients already lie
+    in sized buckets, and stay in them (no rebuild); under compile=blocks torch's way stays (one bucket, then sized
+    ones). Two gloo processes, three steps of two micro-batches: the parameters come out bit for bit the same."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    procs = [subprocess.Popen([sys.executable, "-c", BUCKETS_AT_WRAP, str(rank), str(tmp_path / "store")], cwd=root,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for rank in (0, 1)]
+    outs = [proc.communicate(timeout=120) for proc in procs]
+    for proc, (out, err) in zip(procs, outs):
+        assert proc.returncode == 0, err
+        lines = out.splitlines()
+        torch_way, at_wrap = ([int(n) for n in line.split()[:2]] for line in lines[:2])
+        assert torch_way[0] == 1 and torch_way[1] > 1, out   # one bucket for the first step, then the sized ones
+        assert at_wrap[0] == at_wrap[1] > 1, out             # the sized ones from the first step on
+        assert lines[1].endswith(" True") and lines[2] == "same", out + err
+
+
 def test_ddp_at_one_process_trains_as_the_bare_model(tmp_path):
     """scripts/bench_sdxl.py runner --ddp (runner.train.Trainer's `ddp`): the tiny SDXL UNet in DDP at world size 1,
     gradients accumulated over two micro-batches (DDP's no_sync on the first), steps to the same loss as the bare
