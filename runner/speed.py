@@ -188,14 +188,15 @@ def configure_backends(runtime: Runtime) -> None:
     dynamo.config.optimize_ddp = "no_optimization" if runtime.ddp_graph == "whole" else "ddp_optimizer"
 
 
-def configure_ddp(model, runtime: Runtime) -> None:
+def configure_ddp(model, runtime: Runtime) -> str:
     """Gradient communication: `bf16` halves the bytes of each all-reduce (PyTorch's bf16 compression
-    hook: each bucket is divided by the world size, cast to bf16, all-reduced and cast back)."""
+    hook: each bucket is divided by the world size, cast to bf16, all-reduced and cast back). Returns how DDP's
+    buckets were made (buckets_now): "at the wrap" or "rebuilt" (torch's way)."""
     if runtime.ddp_comm == "bf16":
         from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import bf16_compress_hook
         model.register_comm_hook(None, bf16_compress_hook)
-    if runtime.compile == "model" and runtime.ddp_graph == "whole":
-        buckets_now(model)
+    made = runtime.compile == "model" and runtime.ddp_graph == "whole" and buckets_now(model)
+    return "at the wrap" if made else "rebuilt"
 
 
 def buckets_now(model) -> bool:

@@ -159,17 +159,19 @@ class Trainer:
         self.compiled = bool(compiled)
         # One process has nothing to all-reduce: DDP's gradient hooks and buckets would only cost time
         # and memory. The checkpoint's names are the same either way.
+        self.ddp_buckets: str | None = None   # how DDP's buckets were made (speed.configure_ddp); None without DDP
         if world_size == 1 and not ddp:
             self.model = built.model
         else:
             self.model = DistributedDataParallel(built.model, device_ids=None if spec.cpu else [local_rank],
                                                  gradient_as_bucket_view=True, bucket_cap_mb=self.runtime.ddp_bucket_mb)
-            speed.configure_ddp(self.model, self.runtime)
+            self.ddp_buckets = speed.configure_ddp(self.model, self.runtime)
         marks["wrap"] = time.time()
         self.telemetry.event("runtime", settings=self.runtime.as_dict(), device=speed.device_name(self.device),
                              compiled_modules=compiled,
                              fp8_layers=speed.fp8_layers(built.model),
-                             compile_cache_bytes=speed.cache_bytes(), build=build_kind, **self.split.as_dict(),
+                             compile_cache_bytes=speed.cache_bytes(), build=build_kind, ddp_buckets=self.ddp_buckets,
+                             **self.split.as_dict(),
                              nodes=max(1, world_size // int(os.environ.get("LOCAL_WORLD_SIZE", world_size))),
                              checked_by=self.checkpointer.checked_by or None, **start_phases(marks))
         self.notice = faults.NoticeFlag()

@@ -204,6 +204,7 @@ def runner(args) -> dict:
     dist.destroy_process_group()
     accumulated = f" accumulation={args.accumulation}" if args.accumulation > 1 else ""
     return {"part": "runner", "batch": args.batch, "accumulation": args.accumulation, "ddp": wrapped,
+            "ddp_buckets": trainer.ddp_buckets,
             "runtime": trainer.runtime.as_dict(), "loss": loss,
             "label": args.label or (trainer.runtime.describe() + accumulated + " ddp" * wrapped
                                     + "".join(f" {o}" for o in args.option)),

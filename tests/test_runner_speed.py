@@ -677,6 +677,7 @@ def test_ddp_at_one_process_trains_as_the_bare_model(tmp_path):
         assert run.returncode == 0, run.stderr[-3000:]
     bare, ddp = [json.loads(line) for line in results.read_text().splitlines()]
     assert (bare["ddp"], ddp["ddp"]) == (False, True) and ddp["label"].endswith(" ddp")
+    assert (bare["ddp_buckets"], ddp["ddp_buckets"]) == (None, "rebuilt")   # eager: torch's way
     assert isinstance(bare["loss"], float) and bare["loss"] == ddp["loss"]
 
 

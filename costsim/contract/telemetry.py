@@ -54,8 +54,11 @@ EVENT_FIELDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "runtime": ("worker, per start: the settings, the device it trains on (the driver's name, or cpu), compiled "
                 "modules, linear layers in fp8, compile cache, how the model was built "
                 "(initialised, or empty for a checkpoint to load over), the batch split, nodes, the start's phases and "
-                "who checked each local checkpoint rank 0 looked at (checked_by: supervisor or rank 0, newest first)",
-                ("settings", "device", "compiled_modules", "fp8_layers", "compile_cache_bytes", "build", *SPLIT_FIELDS,
+                "who checked each local checkpoint rank 0 looked at (checked_by: supervisor or rank 0, newest first); "
+                "ddp_buckets: how DDP's buckets were made (at the wrap, or rebuilt after the first step: "
+                "runner.speed.buckets_now), none without DDP",
+                ("settings", "device", "compiled_modules", "fp8_layers", "compile_cache_bytes", "build", "ddp_buckets",
+                 *SPLIT_FIELDS,
                  "nodes", "process_start_t", "start_phases_s", "checked_by")),
     "compile": ("worker, rank 0, after a start's first step when the model is compiled: torch.compile's counters "
                 "(frames, graphs, recompiles, AOTAutograd, FX-graph and Dynamo cache hits and misses) and its slowest "
