@@ -659,6 +659,64 @@ def test_ddp_buckets_are_made_at_the_wrap_when_the_whole_model_is_one_graph(tmp_
         assert lines[1].endswith(" True") and lines[2] == "same", out + err
 
 
+FIRST_STEP_OF_A_LIFE = """
+import sys
+import torch, torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+from runner.state import make_optimizer_state
+from runner.train import clear_grads, grads_for_buckets
+rank, store = int(sys.argv[1]), sys.argv[2]
+dist.init_process_group("gloo", store=dist.FileStore(store, 2), rank=rank, world_size=2)
+finals = []
+for before in (False, True):
+    torch.manual_seed(0)
+    bare = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
+    optimizer = torch.optim.AdamW(bare.parameters(), lr=0.01)
+    make_optimizer_state(optimizer)   # a resumed life: the state is there before the first step
+    if before:
+        grads_for_buckets(bare)
+    model = DistributedDataParallel(bare, gradient_as_bucket_view=True, bucket_cap_mb=0.0001)
+    data = torch.Generator().manual_seed(rank)
+    first, kept = [], []
+    for step in range(2):
+        clear_grads(optimizer, in_place=True)
+        for micro in range(2):
+            x = torch.randn(4, 8, generator=data)
+            with (model.no_sync() if micro == 0 else torch.enable_grad()):
+                (model(x).pow(2).mean() / 2).backward()
+            if micro == 0:   # before the step's all-reduce: in the buckets already, or beside them?
+                first.append({p.grad.untyped_storage().data_ptr() for p in model.parameters()})
+        kept.append({p.grad.untyped_storage().data_ptr() for p in model.parameters()})   # the buckets, after it
+        optimizer.step()
+    finals.append(torch.cat([p.detach().flatten() for p in model.parameters()]))
+    print(len(first[0]), first[0] == kept[0])
+print("same" if torch.equal(finals[0], finals[1]) else f"differ by {(finals[0] - finals[1]).abs().max().item()}")
+dist.destroy_process_group()
+"""
+
+
+def test_a_lifes_first_step_accumulates_into_ddps_buckets(tmp_path):
+    """runner.train.grads_for_buckets: zero gradients made before DDP wraps the model become views of its buckets at
+    the wrap. Without them a life's first backward allocates the gradients beside the buckets until that step's
+    all-reduce; a resumed life has its optimizer state by then, so that was the gradients' size above the steady peak
+    (10.3 GB for SDXL). Two gloo processes, the optimizer state made first as a resume makes it: without, the first
+    micro-batch's gradients lie in one storage each (four parameters); with, they lie in the buckets the step ends
+    with; the parameters come out bit for bit the same."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    procs = [subprocess.Popen([sys.executable, "-c", FIRST_STEP_OF_A_LIFE, str(rank), str(tmp_path / "store")],
+                              cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for rank in (0, 1)]
+    outs = [proc.communicate(timeout=120) for proc in procs]
+    for proc, (out, err) in zip(procs, outs):
+        assert proc.returncode == 0, err
+        without, with_, same = out.splitlines()
+        assert without == "4 False", out
+        assert with_.endswith(" True") and int(with_.split()[0]) < 4, out
+        assert same == "same", out + err
+
+
 def test_ddp_at_one_process_trains_as_the_bare_model(tmp_path):
     """scripts/bench_sdxl.py runner --ddp (runner.train.Trainer's `ddp`): the tiny SDXL UNet in DDP at world size 1,
     gradients accumulated over two micro-batches (DDP's no_sync on the first), steps to the same loss as the bare
