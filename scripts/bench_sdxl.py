@@ -179,11 +179,15 @@ def runner(args) -> dict:
     started = time.perf_counter()
     trainer = train.Trainer(worker_args, spec, 0, 1, 0, ddp=args.ddp)
     assert trainer.accumulation == args.accumulation, (trainer.accumulation, args.accumulation)
+    if args.resumed:   # as a resumed life's restore makes it: the optimizer's state before the first step
+        from runner.state import make_optimizer_state
+        make_optimizer_state(trainer.built.optimizer)
     built_s = time.perf_counter() - started
     trainer.total_steps = 1
     trainer.train()           # the first step: compilation (if any), autotuning, allocation
     _sync(device)
     first_s = time.perf_counter() - started
+    first_peak = _peak_memory_gb(device), _peak_reserved_gb(device)   # through the first step
     compiled = speed.compile_report() if trainer.compiled else None   # the first step's cache hits and misses
     trainer.total_steps = args.warmup
     trainer.train()
@@ -204,9 +208,10 @@ def runner(args) -> dict:
     dist.destroy_process_group()
     accumulated = f" accumulation={args.accumulation}" if args.accumulation > 1 else ""
     return {"part": "runner", "batch": args.batch, "accumulation": args.accumulation, "ddp": wrapped,
-            "ddp_buckets": trainer.ddp_buckets,
+            "ddp_buckets": trainer.ddp_buckets, "resumed": args.resumed,
+            "first_step_peak_gb": first_peak[0], "first_step_peak_reserved_gb": first_peak[1],
             "runtime": trainer.runtime.as_dict(), "loss": loss,
-            "label": args.label or (trainer.runtime.describe() + accumulated + " ddp" * wrapped
+            "label": args.label or (trainer.runtime.describe() + accumulated + " ddp" * wrapped + " resumed" * args.resumed
                                     + "".join(f" {o}" for o in args.option)),
             "samples_per_s": args.steps * args.batch * args.accumulation / seconds, "step_s": seconds / args.steps,
             "peak_memory_gb": _peak_memory_gb(device), "peak_reserved_gb": _peak_reserved_gb(device),
@@ -415,6 +420,9 @@ def main() -> None:
     parser.add_argument("--accumulation", type=int, default=1, help="runner: micro-batches of --batch a step")
     parser.add_argument("--ddp", action="store_true",
                         help="runner: the model in DDP although one process runs it (its hooks, buckets and all-reduce)")
+    parser.add_argument("--resumed", action="store_true",
+                        help="runner: the optimizer's state made before the first step, as a resumed life has it (the "
+                             "row's first_step_peak_gb: that step's peak)")
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--warmup", type=int, default=4)
     parser.add_argument("--size", type=int, default=8192)

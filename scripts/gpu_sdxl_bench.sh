@@ -45,7 +45,8 @@
 #   each from an empty cache; GRAPHS_ROUND=warm, on the same warm machine next: both from their caches, B A;
 #   GRAPHS_MODES: the modes to run, in order (default "default reduce-overhead"); GRAPHS_COMPILE=blocks: compile=blocks instead of the
 #   whole model; GRAPHS_ACCUM: micro-batches a step (default 1; KERNEL_BATCH=4 GRAPHS_ACCUM=16 is the plan on an H100);
-#   GRAPHS_DDP=1: each row in DDP at one process (runner --ddp, ddp_graph=whole); GRAPHS_MARKS:
+#   GRAPHS_DDP=1: each row in DDP at one process (runner --ddp, ddp_graph=whole); GRAPHS_RESUMED=1: the optimizer's
+#   state made before the first step, as a resumed life has it (runner --resumed); GRAPHS_MARKS:
 #   where CUDA-graph steps begin, each in turn (default auto; "auto micro": torch's own, then marked at every
 #   micro-batch, COSTSIM_GRAPH_STEPS; the rows share one compile cache)
 # Every row is its own process with a timeout; each lane stops starting rows at its deadline.
@@ -241,6 +242,8 @@ kernels() {
         # GRAPHS_DDP=1: in DDP at one process (its hooks, buckets and all-reduce; ddp_graph=whole, the shipped H200
         # setting: one compiled graph, whose cache the row without DDP shares)
         [[ -n ${GRAPHS_DDP:-} ]] && ddp="--ddp --runtime ddp_graph=whole" && tag="$tag ddp"
+        # GRAPHS_RESUMED=1: the optimizer's state made before the first step, as a resumed life has it
+        [[ -n ${GRAPHS_RESUMED:-} ]] && ddp="$ddp --resumed" && tag="$tag resumed"
         COSTSIM_GRAPH_STEPS=$mark TORCHINDUCTOR_CACHE_DIR=$c-$how-split-$mode-$batch row 0 420 runner --batch "$batch" \
           --accumulation "$accum" --runtime compile=$how $g --runtime geglu=split --runtime compile_mode=$mode $ddp \
           --label "compile=$how geglu=split $mode ${batch}x$accum$tag (${GRAPHS_ROUND:-cold})"
