@@ -17,6 +17,7 @@ Usage: python3 scripts/bench_ddp_grads.py [--params-m 100] [--layers 8] [--round
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
@@ -42,13 +43,13 @@ blocks = [m for _ in range(layers) for m in (torch.nn.Linear(width, width), torc
 bare = torch.nn.Sequential(*blocks)
 optimizer = (torch.optim.AdamW(bare.parameters(), lr=1e-3, foreach=False) if adamw   # the runner's (fused on a GPU)
              else torch.optim.SGD(bare.parameters(), lr=1e-3))   # no state
-if resumed:
-    make_optimizer_state(optimizer)   # as a resumed life's restore makes it, before the first step
 if way == "made-first":
     grads_for_buckets(bare)
 model = DistributedDataParallel(bare, gradient_as_bucket_view=True)
 if way in ("at-wrap", "made-first"):
     speed.configure_ddp(model, Runtime(compile="model", ddp_graph="whole"))   # compiles nothing: the buckets only
+if resumed:   # as a resumed life's restore makes it, after the wrap and before the first step
+    make_optimizer_state(optimizer)
 x = torch.randn(8, width)
 for step in range(steps):
     clear_grads(optimizer, in_place=way != "dropped")
@@ -65,7 +66,11 @@ def peak(way: str, width: int, steps: int, scratch: Path, optimizer: str, layers
     store = scratch / f"store-{way}"
     store.unlink(missing_ok=True)
     argv = [way, str(width), str(steps), str(ROOT), str(store), optimizer, str(layers), "resumed" if resumed else "new"]
-    out = subprocess.run([sys.executable, "-c", CHILD, *argv], capture_output=True, text=True, check=True, timeout=600)
+    # glibc's MALLOC_PERTURB_ fills each allocation as it is made, so its pages are resident at once: a GPU's memory
+    # is taken at its allocation, and without it memory that torch allocates empty (DDP's buckets, until the first
+    # copy into them) would count only from its first write, hiding when it lies beside other memory.
+    out = subprocess.run([sys.executable, "-c", CHILD, *argv], capture_output=True, text=True, check=True, timeout=600,
+                         env={**os.environ, "MALLOC_PERTURB_": "85"})
     return int(out.stdout.split()[-1])
 
 
