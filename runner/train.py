@@ -90,8 +90,7 @@ def clear_grads(optimizer, in_place: bool, make: bool = False) -> None:
     overwrites it before it is added to (torch stops: "accessing tensor output of CUDAGraphs that has been overwritten
     by a subsequent run"; 2026-12-06 on an H100 at 4 x 16). Gradients that exist are added to in place, so each
     replay's are read before the next. The cost: the gradients (4 bytes a parameter) stay allocated beside the graph's
-    outputs; under DDP the ones made before its first step are replaced by its bucket views at that step's
-    all-reduce."""
+    outputs. Under DDP none is missing: they are views of its buckets from the wrap (grads_for_buckets)."""
     optimizer.zero_grad(set_to_none=not in_place)
     if make:
         for group in optimizer.param_groups:
