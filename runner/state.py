@@ -46,8 +46,10 @@ def training_state(model, optimizer, scheduler, step: int, rank: int, extra: dic
 
 def make_optimizer_state(optimizer: torch.optim.Optimizer) -> str:
     """Give an optimizer without state (a resumed process's) the state its first step would make, for a
-    checkpoint to load into, without that step; returns how: "kept" (it had state, or gradients: torch's
-    get_state_dict leaves those as they are), "probed" or "torch" (left to get_state_dict).
+    checkpoint to load into, without that step; returns how: "kept" (it had state), "probed" or "torch" (left to
+    get_state_dict, which makes none where gradients exist: it takes the optimizer for a stateless one, SGD's kind;
+    the runner's DDP processes have zero gradients from the start, train.grads_for_buckets, so the probe must not
+    leave it to torch on their account).
 
     torch's get_state_dict makes it with one step at learning rate 0 on zero gradients over every
     parameter: a gradient the size of each, the optimizer's own arithmetic over all of them, then the
@@ -59,7 +61,7 @@ def make_optimizer_state(optimizer: torch.optim.Optimizer) -> str:
     ones torch's way leaves (the load writes over them anyway). Where the probe's state holds anything else
     (another shape, an object), or its step fails, torch's way is left to run.
     """
-    if optimizer.state or any(p.grad is not None for g in optimizer.param_groups for p in g["params"]):
+    if optimizer.state:
         return "kept"
     layouts: dict[tuple, dict | None] = {}
     made: dict[torch.Tensor, dict] = {}

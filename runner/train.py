@@ -239,6 +239,13 @@ class Trainer:
                     # Saved by fewer processes than now: this rank had no random state then. The data
                     # is a function of the sample index, so a seeded state changes no sample.
                     del state[own_rng]
+                if self.checkpointer.has_entry(step, "optim.state") and not state["optim"].get("state"):
+                    # The read fills only the entries asked for: without these it would leave the optimizer
+                    # fresh, silently (a first step then moves every parameter by the learning rate).
+                    raise WorkloadOptionError(
+                        f"the checkpoint of step {step} holds optimizer state, and this process's "
+                        f"{type(self.built.optimizer).__name__} made no place for it (runner.state."
+                        "make_optimizer_state): resuming would start the optimizer afresh")
                 for name in self.built.state:
                     if not self.checkpointer.has_entry(step, name):
                         raise WorkloadOptionError(f"the checkpoint of step {step} has no {name!r} state (saved by a "
