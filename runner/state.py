@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import contextlib
 import hashlib
 import random
 from typing import Any
@@ -37,8 +38,9 @@ def set_rng_state(state: dict) -> None:
 def training_state(model, optimizer, scheduler, step: int, rank: int, extra: dict | None = None) -> dict:
     """The state dict that a checkpoint saves and a resume loads in place; `extra` is a workload's
     own state ({name: {key: tensor}}, e.g. an EMA of the weights), loaded in place too."""
-    make_optimizer_state(optimizer)
-    model_state, optim_state = get_state_dict(model, optimizer)
+    how = make_optimizer_state(optimizer)
+    with _grads_aside(optimizer) if how == "torch" else contextlib.nullcontext():
+        model_state, optim_state = get_state_dict(model, optimizer)
     return {"model": model_state, "optim": optim_state,
             "scheduler": scheduler.state_dict() if scheduler is not None else {},
             "progress": {"step": step}, f"{PRIVATE_PREFIX}{rank}": rng_state(), **(extra or {})}
@@ -48,8 +50,8 @@ def make_optimizer_state(optimizer: torch.optim.Optimizer) -> str:
     """Give an optimizer without state (a resumed process's) the state its first step would make, for a
     checkpoint to load into, without that step; returns how: "kept" (it had state), "probed" or "torch" (left to
     get_state_dict, which makes none where gradients exist: it takes the optimizer for a stateless one, SGD's kind;
-    the runner's DDP processes have zero gradients from the start, train.grads_for_buckets, so the probe must not
-    leave it to torch on their account).
+    the runner's DDP processes have zero gradients from the start, train.grads_for_buckets, so the probe runs
+    whatever the gradients, and training_state sets them aside for torch's way).
 
     torch's get_state_dict makes it with one step at learning rate 0 on zero gradients over every
     parameter: a gradient the size of each, the optimizer's own arithmetic over all of them, then the
@@ -84,6 +86,22 @@ def make_optimizer_state(optimizer: torch.optim.Optimizer) -> str:
         if entries:
             optimizer.state[param] = entries
     return "probed" if optimizer.state else "torch"
+
+
+@contextlib.contextmanager
+def _grads_aside(optimizer: torch.optim.Optimizer):
+    """The optimizer's gradients set aside (None) and put back after: torch's get_state_dict makes an optimizer's
+    state (its zero-gradient step, where make_optimizer_state leaves it to torch) only where no parameter has a
+    gradient, and under DDP the runner's always have (train.grads_for_buckets: views of DDP's buckets, kept as
+    they are)."""
+    kept = [(p, p.grad) for group in optimizer.param_groups for p in group["params"]]
+    for p, _ in kept:
+        p.grad = None
+    try:
+        yield
+    finally:
+        for p, grad in kept:
+            p.grad = grad
 
 
 def _probe_state(optimizer: torch.optim.Optimizer, group: dict, like: torch.Tensor) -> dict | None:
