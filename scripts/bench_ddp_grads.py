@@ -7,8 +7,8 @@ in place, they stay views of the buckets; at the wrap, DDP's second step no long
 one bucket into the sized ones (both held at once); made first, the first step's backward accumulates into the
 buckets too (--resumed: the optimizer's state made before the first step, as a resumed life has it, where that
 first step's gradients beside the buckets come on top of it). Each round runs every way, each in a fresh process
-(its peak resident memory, ru_maxrss), the order turning round by round; prints the medians, each step's difference
-against the gradients' size, and the ratios.
+(its peak resident memory, ru_maxrss), the order turning round by round; prints the medians, and what each way
+saves over the one before it, against the gradients' size and as a ratio.
 
 Usage: python3 scripts/bench_ddp_grads.py [--params-m 100] [--layers 8] [--rounds 3] [--steps 3] [--optimizer adamw|sgd]
                                          [--resumed]
@@ -84,8 +84,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--optimizer", choices=["adamw", "sgd"], default="adamw",
                         help="adamw: the runner's, whose state (made at the first step) puts the steady steps' peak above "
-                             "the first step's; sgd: no state, so the first step, gradients beside the buckets either "
-                             "way, sets a floor")
+                             "the first step's; sgd: no state, so the first step, its gradients beside the buckets "
+                             "unless they were made first, sets the peak")
     parser.add_argument("--resumed", action="store_true",
                         help="the optimizer's state made before the first step, as a resumed life's restore makes it")
     args = parser.parse_args()
@@ -106,6 +106,7 @@ def main() -> None:
         saved = medians[before] - medians[after]
         print(f"  {before} -> {after}: {saved / 1e6:.1f} MB less ({saved / grads:.2f} of the gradients), "
               f"{after} / {before} {medians[after] / medians[before]:.3f}")
+
 
 if __name__ == "__main__":
     main()
