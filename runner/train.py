@@ -93,10 +93,14 @@ def clear_grads(optimizer, in_place: bool, make: bool = False) -> None:
     outputs. Under DDP none is missing: they are views of its buckets from the wrap (grads_for_buckets)."""
     optimizer.zero_grad(set_to_none=not in_place)
     if make:
-        for group in optimizer.param_groups:
-            for p in group["params"]:
-                if p.requires_grad and p.grad is None:
-                    p.grad = torch.zeros_like(p)
+        _zero_missing(p for group in optimizer.param_groups for p in group["params"])
+
+
+def _zero_missing(params) -> None:
+    """A zero gradient for each trainable parameter that has none."""
+    for p in params:
+        if p.requires_grad and p.grad is None:
+            p.grad = torch.zeros_like(p)
 
 
 def grads_for_buckets(model: torch.nn.Module) -> None:
@@ -109,10 +113,7 @@ def grads_for_buckets(model: torch.nn.Module) -> None:
     that stays below the steady steps' peak; a resumed life loads its optimizer state before the first step, and
     there it is the gradients' size above it, 10.3 GB a GPU for SDXL. The zeros cost that much for a moment at the
     wrap, before the optimizer state or any activation exists."""
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.requires_grad and p.grad is None:
-                p.grad = torch.zeros_like(p)
+    _zero_missing(model.parameters())
 
 
 class Trainer:

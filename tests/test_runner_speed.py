@@ -552,6 +552,21 @@ def test_gradients_kept_under_cuda_graphs_accumulate_what_each_micro_batch_gave(
             assert accumulated == [20.0, 40.0, 60.0]
 
 
+def two_gloo_ranks(script: str, tmp_path) -> list[str]:
+    """`script` run as ranks 0 and 1 of a gloo group (its argv: the rank, then a FileStore path), from the repository
+    root; each rank's standard output, once both exited 0."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(rank), str(tmp_path / "store")], cwd=root,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for rank in (0, 1)]
+    outs = [proc.communicate(timeout=120) for proc in procs]
+    for proc, (_, err) in zip(procs, outs):
+        assert proc.returncode == 0, err
+    return [out for out, _ in outs]
+
+
 KEPT_UNDER_DDP = """
 import sys
 import torch, torch.distributed as dist
@@ -592,16 +607,8 @@ def test_gradients_zeroed_in_place_under_ddp_stay_its_bucket_views_and_train_as_
     in_place, the runner's under DDP; with make, under CUDA graphs with accumulation) that backward accumulates into
     the buckets. Two gloo processes, three steps of two micro-batches each (the first without the all-reduce): the
     parameters come out bit for bit the same all three ways, and only the in-place ways keep the buckets."""
-    import subprocess
-    import sys
-    from pathlib import Path
-    root = Path(__file__).resolve().parents[1]
-    procs = [subprocess.Popen([sys.executable, "-c", KEPT_UNDER_DDP, str(rank), str(tmp_path / "store")], cwd=root,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for rank in (0, 1)]
-    outs = [proc.communicate(timeout=120) for proc in procs]
-    for proc, (out, err) in zip(procs, outs):
-        assert proc.returncode == 0, err
-        assert out.split() == ["same", "False", "True", "True"], out + err
+    for out in two_gloo_ranks(KEPT_UNDER_DDP, tmp_path):
+        assert out.split() == ["same", "False", "True", "True"], out
 
 
 BUCKETS_AT_WRAP = """
@@ -643,20 +650,12 @@ def test_ddp_buckets_are_made_at_the_wrap_when_the_whole_model_is_one_graph(tmp_
     Under compile=model ddp_graph=whole the buckets are made at the wrap instead: the first step's gradients already lie
     in sized buckets, and stay in them (no rebuild); under compile=blocks torch's way stays (one bucket, then sized
     ones). Two gloo processes, three steps of two micro-batches: the parameters come out bit for bit the same."""
-    import subprocess
-    import sys
-    from pathlib import Path
-    root = Path(__file__).resolve().parents[1]
-    procs = [subprocess.Popen([sys.executable, "-c", BUCKETS_AT_WRAP, str(rank), str(tmp_path / "store")], cwd=root,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for rank in (0, 1)]
-    outs = [proc.communicate(timeout=120) for proc in procs]
-    for proc, (out, err) in zip(procs, outs):
-        assert proc.returncode == 0, err
+    for out in two_gloo_ranks(BUCKETS_AT_WRAP, tmp_path):
         lines = out.splitlines()
         torch_way, at_wrap = ([int(n) for n in line.split()[:2]] for line in lines[:2])
         assert torch_way[0] == 1 and torch_way[1] > 1, out   # one bucket for the first step, then the sized ones
         assert at_wrap[0] == at_wrap[1] > 1, out             # the sized ones from the first step on
-        assert lines[1].endswith(" True") and lines[2] == "same", out + err
+        assert lines[1].endswith(" True") and lines[2] == "same", out
 
 
 FIRST_STEP_OF_A_LIFE = """
@@ -702,19 +701,11 @@ def test_a_lifes_first_step_accumulates_into_ddps_buckets(tmp_path):
     (10.3 GB for SDXL). Two gloo processes, the optimizer state made first as a resume makes it: without, the first
     micro-batch's gradients lie in one storage each (four parameters); with, they lie in the buckets the step ends
     with; the parameters come out bit for bit the same."""
-    import subprocess
-    import sys
-    from pathlib import Path
-    root = Path(__file__).resolve().parents[1]
-    procs = [subprocess.Popen([sys.executable, "-c", FIRST_STEP_OF_A_LIFE, str(rank), str(tmp_path / "store")],
-                              cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for rank in (0, 1)]
-    outs = [proc.communicate(timeout=120) for proc in procs]
-    for proc, (out, err) in zip(procs, outs):
-        assert proc.returncode == 0, err
+    for out in two_gloo_ranks(FIRST_STEP_OF_A_LIFE, tmp_path):
         without, with_, same = out.splitlines()
         assert without == "4 False", out
         assert with_.endswith(" True") and int(with_.split()[0]) < 4, out
-        assert same == "same", out + err
+        assert same == "same", out
 
 
 def test_ddp_at_one_process_trains_as_the_bare_model(tmp_path):
