@@ -6,10 +6,12 @@
 #   report` and `costsim calibrate` read the run folder back.
 # EXECUTE_ARGS: more arguments for `runner execute` (split on spaces), e.g. "--runtime compile_mode=reduce-overhead";
 # RUN_DIR (default /tmp/run): the run folder, emptied first (a warm machine's earlier run would be resumed, and its
-# checkpoints fill the 64 GB disk).
+# checkpoints fill the 64 GB disk). EXECUTE_TIMEOUT (default 420): seconds `runner execute` may run (a whole-model
+# compile from an empty cache takes about 310 s of it on an H100).
 # Everything lands in $OUT. Wheels (simpy, diffusers, accelerate, safetensors, psutil, importlib_metadata) in .whl/.
 set -uo pipefail
 STEPS=${STEPS:-24}; NOTICE=${NOTICE:-12}; OUT=${OUT:-/tmp/out}; RUN_DIR=${RUN_DIR:-/tmp/run}
+EXECUTE_TIMEOUT=${EXECUTE_TIMEOUT:-420}
 rm -rf "$RUN_DIR"
 export PYTHONUNBUFFERED=1
 source scripts/gpu_site.sh
@@ -30,7 +32,7 @@ json.dump(d, open(sys.argv[1], "w"), indent=1)' /tmp/plan.json "$MICRO_BATCH"
   echo "micro-batch $MICRO_BATCH (GPU memory $mib MiB)" | tee -a "$OUT/gpus.txt"
 fi
 # shellcheck disable=SC2086
-timeout -k 30 420 python3 -m runner execute /tmp/plan.json --run-dir "$RUN_DIR" --steps "$STEPS" \
+timeout -k 30 "$EXECUTE_TIMEOUT" python3 -m runner execute /tmp/plan.json --run-dir "$RUN_DIR" --steps "$STEPS" \
   --inject-preemptions "term@$NOTICE" ${EXECUTE_ARGS:-} > "$OUT/execute.txt" 2>&1
 echo "execute exit $?"; date +%T
 python3 -m runner report "$RUN_DIR" > "$OUT/report.txt" 2>&1
