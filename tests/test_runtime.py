@@ -538,13 +538,19 @@ def test_a_run_that_ran_out_of_memory_lowers_its_gpus_batch_limit(run_cli, tmp_p
 
 
 def test_calibrating_new_runner_settings_adds_a_configuration_beside_the_others(run_cli, tmp_path):
-    """The H200 plan run on an H100 under whole-model compilation with CUDA graphs, settings no H100 entry has: the
-    calibrated profile keeps the H100's compile=blocks figures, now named, and adds the run's as a configuration of
-    its own, which the planner weighs beside them; calibrating the run again against that profile refits it in
-    place."""
+    """The H200 plan run on an H100 under whole-model compilation with CUDA graphs, against the shipped profile
+    less the H100's `graphs` configuration that this run measured (settings no H100 entry then has): the calibrated
+    profile keeps the H100's compile=blocks figures, now named, and adds the run's as a configuration of its own,
+    which the planner weighs beside them; calibrating the run again against that profile, or against the shipped
+    one, refits it in place."""
     from costsim.calibrate import configuration_name, updated_profile_document
-    profile = cio.load_profile("sdxl-unet")
-    shipped = yaml.safe_load(Path(profile.path).read_text())["gpus"]["H100"]
+    shipped_profile = cio.load_profile("sdxl-unet")
+    doc = yaml.safe_load(Path(shipped_profile.path).read_text())
+    assert doc["gpus"]["H100"].pop("variants") and doc["gpus"]["H100"].pop("variant") == "blocks"
+    without = tmp_path / "without-graphs.yaml"
+    without.write_text(yaml.safe_dump(doc, sort_keys=False))
+    profile = cio.load_profile(str(without))
+    shipped = doc["gpus"]["H100"]
     run = load_run(str(GRAPHS_RUN))
     result = calibrate([run], profile)
     assert result.gpu == "H100" and result.new_configuration and result.after.variant == "model-graphs"
@@ -575,6 +581,14 @@ def test_calibrating_new_runner_settings_adds_a_configuration_beside_the_others(
     redone = updated_profile_document(str(written), again)
     assert list(redone["gpus"]["H100"]["variants"]) == ["model-graphs"]
     assert redone["gpus"]["H100"]["compute_per_sample"] == shipped["compute_per_sample"]
+    # the shipped profile has it (named `graphs`): found by its runner settings, refitted to the same figures
+    found = calibrate([run], shipped_profile)
+    assert not found.new_configuration and found.after.variant == "graphs"
+    assert found.after.compute_per_sample_s == pytest.approx(result.after.compute_per_sample_s)
+    assert found.after.restart_s == pytest.approx(result.after.restart_s)
+    (graphs,) = [g for g in shipped_profile.configurations("H100") if g.variant == "graphs"]   # its figures are this run's
+    assert (graphs.compute_per_sample_s, graphs.restart_s, graphs.startup_s) == pytest.approx(
+        (result.after.compute_per_sample_s, result.after.restart_s, result.after.startup_s), rel=1e-5)
 
     assert configuration_name(Runtime(), set()) == "eager"
     assert configuration_name(parse_pairs(["compile=blocks", "compile_mode=max-autotune"]), {"blocks-graphs"}) \
