@@ -192,7 +192,10 @@ def resolve_gpus(runs: list, profile: Profile, notes: list[str], given: str | No
     if given is not None:
         spelled = {k.casefold(): k for k in profile.gpus}
         if given.casefold() not in spelled:
-            raise InputError("--gpu", "gpu", f"{given!r} is no GPU type of {profile.path}; allowed: "
+            why = next((f" ({name} is unsupported: {reason}; a profile of your own with a gpus.{name} entry "
+                        "calibrates it)" for name, reason in profile.unsupported.items()
+                        if name.casefold() == given.casefold()), "")
+            raise InputError("--gpu", "gpu", f"{given!r} is no GPU type of {profile.path}{why}; allowed: "
                              f"{', '.join(sorted(profile.gpus))}")
         given = spelled[given.casefold()]
     for run in runs:

@@ -482,7 +482,9 @@ def test_calibrate_gpu_names_the_gpu_of_runs_that_do_not_and_is_refused_against_
     check(run_cli("calibrate", str(named), "--gpu", "H100", "--out", str(out)), "runtime.device",
           "ran on NVIDIA H200 (H200), not the --gpu H100 given")
     check(run_cli("calibrate", str(old), "--gpu", "H300", "--out", str(out)), "--gpu", "'H300' is no GPU type",
-          "allowed: A100-40GB, A100-80GB, B200, H100, H200, L40S")
+          "allowed: A100-80GB, B200, H100, H200")
+    check(run_cli("calibrate", str(old), "--gpu", "a100-40gb", "--out", str(out)), "--gpu",
+          "(A100-40GB is unsupported: 40 GB cannot hold", "allowed: A100-80GB, B200, H100, H200")
     market = run_cli("calibrate", "--market", str(old), "--gpu", "H100")
     assert market.exit_code == 2 and "--gpu goes without --market" in market.stderr
 
