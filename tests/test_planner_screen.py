@@ -74,35 +74,31 @@ def test_the_groups_that_could_be_chosen_are_shown_at_their_cheapest_interval(pa
     the flagship the screen took 2.6 min for p5en greedy, 121.61 USD, where 41.3 min costs 120.04)."""
     from costsim.catalog import with_market
     from costsim.ensemble import DEFAULT_HOME_WEIGHT
-    from costsim.planner import REFINE_MARGIN, REFINE_MISS, configure
+    from costsim.planner import choice_order, configure, could_be_chosen
     spec = io.load_workload(str(path))
     profile = io.load_profile_for(spec.model, spec.profile)
     offerings = with_market(offerings_for(spec, None, load_catalog(None)), "ensemble", (), DEFAULT_HOME_WEIGHT)
     trials = 400   # `costsim plan`'s market and trials: at 100 the flagship's greedy tail puts p5en outside the margin
     result = plan(spec, profile, offerings, PlanOptions(trials=trials, seed=0, jobs=1))
     assert result.chosen is not None
+    near = could_be_chosen(result.ranked, result.chosen, result.target)
     configured, _ = configure(spec, result.profile, offerings, result.deadline_s)
-    bar = result.chosen.stats.cost_mean * (1 + REFINE_MARGIN)
-    near = {group_key(r.configured) for r in result.ranked
-            if r.stats.cost_mean <= bar and r.stats.p_deadline >= result.target - REFINE_MISS}
-    every: dict = {}
+    every: dict = {}   # each such group's cheapest interval, simulated here
     for c in configured:
         if group_key(c) in near:
-            stats = summarise(run_trials(c.config, trials, 0))   # choose()'s order: cost to the cent, then P50
-            every.setdefault(group_key(c), []).append(((round(stats.cost_mean, 2), stats.makespan_p50_s),
-                                                       c.candidate.checkpoint_interval_s, stats))
-    shown: dict = {}
+            stats = summarise(run_trials(c.config, trials, 0))
+            if group_key(c) not in every or choice_order(stats) < choice_order(every[group_key(c)][1]):
+                every[group_key(c)] = (c.candidate.checkpoint_interval_s, stats)
+    shown: dict = {}   # the plan's
     for r in result.ranked:
         g = group_key(r.configured)
-        if g in near and (g not in shown or (round(r.stats.cost_mean, 2), r.stats.makespan_p50_s)
-                          < (round(shown[g].stats.cost_mean, 2), shown[g].stats.makespan_p50_s)):
+        if g in near and (g not in shown or choice_order(r.stats) < choice_order(shown[g].stats)):
             shown[g] = r
     if path.stem == "sdxl":   # the flagship's runner-up has three intervals to choose from
-        assert len(every[("aws/us-east-1/p5en.48xlarge", "blocks", 1, "greedy")]) == 3
-    for g, rows in every.items():
-        (cost, _), interval, _ = min(rows, key=lambda row: row[0])
+        assert sum(group_key(c) == ("aws/us-east-1/p5en.48xlarge", "blocks", 1, "greedy") for c in configured) == 3
+        assert ("aws/us-east-1/p5en.48xlarge", "blocks", 1, "greedy") in near
+    for g, (interval, stats) in every.items():
         assert shown[g].configured.candidate.checkpoint_interval_s == interval, g
-        assert round(shown[g].stats.cost_mean, 2) == cost
-    meeting = [(min(rows, key=lambda row: row[0])[0], g) for g, rows in every.items()
-               if min(rows, key=lambda row: row[0])[2].p_deadline >= result.target - 1e-12]
+        assert choice_order(shown[g].stats) == choice_order(stats)
+    meeting = [(choice_order(stats), g) for g, (_, stats) in every.items() if stats.p_deadline >= result.target - 1e-12]
     assert group_key(result.chosen.configured) == min(meeting)[1]
