@@ -1088,3 +1088,60 @@ def test_a_bin_with_fewer_windows_than_the_gang_borrows_the_pasts_the_plan_weigh
     gangs = apart_partners(group, starts, 144 * h, 4, heads=2, rank=np.array([0, 0, 1, 2]))
     assert gangs[0] == [1, 3, 2]   # the bin's other; the lent one sharing no hour (rank 2) before the nearer (10 h)
     assert gangs[1] == [0, 3, 2]   # 10 h shares hours with the gang's window at 0 h
+
+
+def _gang_overlaps(starts: ensemble.Starts, picks: list[int], horizon: float) -> bool:
+    return any(starts.traces[a] == starts.traces[b] and abs(starts.offsets[a] - starts.offsets[b]) < horizon
+               for i, a in enumerate(picks) for b in picks[i + 1:])
+
+
+def test_a_told_plans_gang_replays_starts_sharing_no_hour_as_its_check_does(tmp_path):
+    """Starts.gang: a plan told the recent capacity draws each node's start by its kernel weight, and its other
+    nodes among the starts a horizon or more from the gang's on the same trace (or on another trace), as the
+    validation pairs its windows (apart_partners) and as independent nodes are. Drawn one by one by weight, as
+    until 2026-12-07, most of a 4-node gang's draws put two nodes on overlapping hours of one trace."""
+    folder = tmp_path / "zones"
+    folder.mkdir()
+    _trace(folder / "a_v100_1.json", _pattern(up=12, down=12, length=6000, seed=3))
+    _trace(folder / "b_v100_1.json", _pattern(up=12, down=12, length=6000, seed=4))
+    groups = ensemble.groups_from_paths([str(folder / "a_v100_1.json"), str(folder / "b_v100_1.json")])
+    recent = ensemble.Recent(share=0.5, past_s=24 * 3600.0, bandwidth=0.1, source="test")
+    market = ensemble.build(MarketSpec(name="t", groups=groups, recent=recent))
+    starts = market.conditioning(1).starts[0]
+    assert starts is not None
+    horizon = 144 * 3600.0
+    rng = np.random.default_rng(0)
+    gangs = [starts.gang(rng, 4, horizon) for _ in range(300)]
+    assert not any(_gang_overlaps(starts, picks, horizon) for picks in gangs)
+    assert all(len(set(picks)) == 4 for picks in gangs)
+    # the same weights, each node drawn alone: the overlaps the rule removes are there to remove
+    alone = [[int(rng.choice(len(starts.p), p=starts.p)) for _ in range(4)] for _ in range(300)]
+    assert sum(_gang_overlaps(starts, picks, horizon) for picks in alone) > 100
+    # one node draws as before (one draw by weight: one-node plans are unchanged)
+    first, second = np.random.default_rng(5), np.random.default_rng(5)
+    assert [starts.gang(first, 1, horizon) for _ in range(20)] == \
+        [[int(second.choice(len(starts.p), p=starts.p))] for _ in range(20)]
+    # and a plan's gang runs only while all four of those windows have capacity
+    timeline, _ = market.timeline(np.random.default_rng(1), 0, 4, horizon)
+    assert isinstance(timeline, ArrayTimeline)
+
+
+def test_a_told_gang_keeps_the_told_past_where_like_pasts_lie_in_one_stretch(tmp_path):
+    """Starts.gang: where the starts a horizon from the gang's carry under MIN_APART of the weight (every past
+    like the told one lies in one stretch of the trace), the other nodes are the like starts that share the fewest
+    hours, not starts whose past is unlike the told one (which a Gaussian kernel still weighs, at ~1e-20)."""
+    _trace(tmp_path / "z_v100_1.json", [1] * 2000 + [0] * 250 + [1] * 2000)   # 41.7 h of capacity, once
+    groups = ensemble.groups_from_paths([str(tmp_path / "z_v100_1.json")])
+    past = 24 * 3600.0
+    recent = ensemble.Recent(share=1.0, past_s=past, bandwidth=0.1, source="test")
+    market = ensemble.build(MarketSpec(name="t", groups=groups, recent=recent))
+    starts = market.conditioning(1).starts[0]
+    assert starts is not None
+    window = market.groups[0].windows[0]
+    horizon = 40 * 3600.0
+    rng = np.random.default_rng(0)
+    for _ in range(100):
+        picks = starts.gang(rng, 3, horizon)
+        shares = [ensemble.past_share(window, float(starts.offsets[p]), past) for p in picks]
+        assert min(shares) > 0.5, shares
+        assert len(set(picks)) == 3   # distinct starts: the fewest shared hours, not one start thrice
