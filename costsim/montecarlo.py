@@ -124,7 +124,10 @@ def run_trials(config: SimConfig, trials: int, seed: int, record_log: bool = Fal
         on_demand_from_s=np.array([next((s.start_s for s in o.record.stints if s.market == ON_DEMAND), math.inf)
                                    for o in outcomes]),
         group=groups,
-        group_names=(config.market.names if config.market is not None and SPOT in config.prices else ()),
+        # a policy that never buys spot (on-demand, owned) meets no capacity: its trials' groups would only split
+        # the step time's spread into ten, and the worst of ten would read as a market's risk
+        group_names=(config.market.names if config.market is not None and SPOT in config.prices
+                     and SPOT in policies.POLICY_MARKETS.get(config.policy, (SPOT,)) else ()),
     )
 
 

@@ -153,6 +153,11 @@ def test_plan_draws_from_the_ensemble_and_says_so(run_cli, tmp_path, groups):
     spot = [c for c in doc["candidates"] if c["policy"] == "spot-only"]
     assert spot and all(c["worst_group"]["name"] == "zones/bad" and c["worst_group"]["p_deadline"] == 0.0 for c in spot)
     assert all(c["p_deadline"] <= 2 / 3 + 1e-9 for c in spot)
+    # on-demand never buys spot: no capacity group is its worst (its trials differ by the step time's spread alone)
+    on_demand = [c for c in run_cli("plan", "--workload", "sdxl", "--gpu", "H200", "--policy", "on-demand", "--trials",
+                                    "60", "--market-trace", str(groups), "--out", str(out), "--format",
+                                    "json").json()["candidates"]]
+    assert on_demand and all(c["policy"] == "on-demand" and c["worst_group"] is None for c in on_demand), on_demand
     joined = run_cli("plan", "--workload", "sdxl", "--gpu", "H200", "--trials", "40", "--market-trace", str(groups),
                      "--out", str(out))
     assert joined.exit_code == 0, joined.stderr
