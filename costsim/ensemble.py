@@ -385,14 +385,14 @@ class Starts:
     weight: float         # the group's mean kernel: how like the recent capacity its pasts were
     # the trace each start lies on (a stitched bundle's windows share one): starts on one trace less than a
     # horizon apart saw some of the same hours
-    traces: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=int))
+    traces: np.ndarray
 
     def gang(self, rng: np.random.Generator, nodes: int, horizon_s: float) -> list[int]:
         """The starts a gang of `nodes` independent nodes replays: the first by its weight, each other by its
         weight among the starts that share no hour with the gang's so far (on another trace, or a horizon or more
         away on the same one), as independent nodes of one market with one past would. Adjacent hourly starts
         are nearly one window, and a kernel that likes few pasts weighs a few runs of them: drawn without this,
-        50-100% of a 4-node gang's draws had two nodes within 36 h of each other on one trace, nodes that in
+        47-100% of a 4-node gang's draws had two nodes within 36 h of each other on one trace, nodes that in
         effect fail together. Where the starts that far carry under `MIN_APART` of the weight (the pasts like the
         told one lie in one stretch of one trace), drawing among them would give the gang pasts unlike the told
         one; then each start's weight is also scaled by the share of the horizon it does not share with the gang,
