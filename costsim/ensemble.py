@@ -399,11 +399,11 @@ class Starts:
         the like starts that share the fewest hours first (costsim.validate.apart_partners pairs the check's
         windows the same way: its bin's windows, the fewest shared hours where none is apart)."""
         picks = [int(rng.choice(len(self.p), p=self.p))]
+        shared = np.zeros(len(self.p))   # each start's most hours shared with one of the gang's, so far
         for _ in range(nodes - 1):
-            shared = np.zeros(len(self.p))
-            for pick in picks:
-                near = np.clip(horizon_s - np.abs(self.offsets - self.offsets[pick]), 0.0, None)
-                shared = np.maximum(shared, np.where(self.traces == self.traces[pick], near, 0.0))
+            last = picks[-1]
+            near = np.clip(horizon_s - np.abs(self.offsets - self.offsets[last]), 0.0, None)
+            shared = np.maximum(shared, np.where(self.traces == self.traces[last], near, 0.0))
             weights = np.where(shared > 0, 0.0, self.p)
             if not weights.sum() >= MIN_APART:
                 weights = self.p * (1.0 - shared / horizon_s)

@@ -59,11 +59,17 @@ class Samples:
 Shared = dict[tuple, tuple[Timeline, int]]
 
 
+def buys_spot(config: SimConfig) -> bool:
+    """Whether the configuration's trials meet spot capacity at all: its offering sells spot and its policy buys
+    it (an on-demand or owned policy never does, whatever the offering sells)."""
+    return SPOT in config.prices and SPOT in policies.POLICY_MARKETS[config.policy]
+
+
 def share_key(config: SimConfig) -> tuple | None:
     """Configurations with the same key draw the same capacity in every trial (an ensemble's draw depends on
     the ensemble, the seed, the trial, the gang and the horizon, not on the policy or the job); None: not
     shared (a drawn hazard's timeline is extended lazily as its trial goes, so it is the trial's own)."""
-    if config.traces or config.market is None or SPOT not in config.prices:
+    if config.traces or config.market is None or not buys_spot(config):
         return None
     return (id(config.market), config.nodes, config.params.horizon_s)
 
@@ -76,7 +82,7 @@ def timeline_for(config: SimConfig, seed: int, trial: int, shared: Shared | None
         ticks, gap_s = config.traces[trial % len(config.traces)]
         return TraceTimeline(list(ticks), gap_s), trial % len(config.traces)
     market = config.market
-    if market is not None and SPOT in config.prices:
+    if market is not None and buys_spot(config):
         def draw() -> tuple[Timeline, int]:
             return market.timeline(np.random.default_rng([seed, trial]), trial, config.nodes, config.params.horizon_s)
         if shared is None:
@@ -124,10 +130,9 @@ def run_trials(config: SimConfig, trials: int, seed: int, record_log: bool = Fal
         on_demand_from_s=np.array([next((s.start_s for s in o.record.stints if s.market == ON_DEMAND), math.inf)
                                    for o in outcomes]),
         group=groups,
-        # a policy that never buys spot (on-demand, owned) meets no capacity: its trials' groups would only split
-        # the step time's spread into ten, and the worst of ten would read as a market's risk
-        group_names=(config.market.names if config.market is not None and SPOT in config.prices
-                     and SPOT in policies.POLICY_MARKETS.get(config.policy, (SPOT,)) else ()),
+        # a policy that never buys spot meets no capacity group: split by group, its trials would only split the step
+        # time's spread into ten, and the worst of ten would read as a market's risk
+        group_names=(config.market.names if config.market is not None and buys_spot(config) else ()),
     )
 
 

@@ -1126,9 +1126,16 @@ def test_a_told_plans_gang_replays_starts_sharing_no_hour_as_its_check_does(tmp_
     first, second = np.random.default_rng(5), np.random.default_rng(5)
     assert [starts.gang(first, 1, horizon) for _ in range(20)] == \
         [[int(second.choice(len(starts.p), p=starts.p))] for _ in range(20)]
-    # and a plan's gang runs only while all four of those windows have capacity
-    timeline, _ = market.timeline(np.random.default_rng(1), 0, 4, horizon)
-    assert isinstance(timeline, ArrayTimeline)
+    # a plan's trial replays those starts: its gang runs only while all four of the windows gang() picks have capacity
+    timeline, index = market.timeline(np.random.default_rng(1), 0, 4, horizon)
+    group, rng = market.groups[index], np.random.default_rng(1)
+    told = market.conditioning(4).starts[index]
+    assert told is not None
+    nodes = [ArrayTimeline(*group.replay_at(rng, group.windows[int(told.windows[pick])], float(told.offsets[pick]),
+                                            horizon)) for pick in told.gang(rng, 4, horizon)]
+    grid = np.arange(0.0, horizon, GAP / 2)
+    alone = [all(node.available(t) for node in nodes) for t in grid]
+    assert [timeline.available(t) for t in grid] == alone and 0 < sum(alone) < len(grid)
 
 
 def test_a_told_gang_keeps_the_told_past_where_like_pasts_lie_in_one_stretch(tmp_path):
