@@ -16,7 +16,9 @@ Measured on the 2-core CPU machine, torch 2.13.0+cpu, diffusers 0.42.1 (2026-12-
 45.9 s whole against 33.2 s with regions (0.72x; 54.9 against 37.7 s in an earlier run; Dynamo's captured calls
 3,625 against 545), the same output; inductor, whole 338.3 s cold and 18.0 s from its cache, and with regions
 Inductor fails ("Cannot view a tensor with shape [2, 64, 10, 8] and strides (5120, 80, 1, 10) as a tensor with
-shape (2, 64, 80)"). Not a runner setting.
+shape (2, 64, 80)": the attention's heads merged back, with strides the region's compiled graph chose); at SDXL's
+head size (64, channels 128/256/512) it fails the same way, shape [2, 64, 4, 64]. Strides across the region's
+boundary are a known gap of torch's invoke_subgraph (pytorch/pytorch#152806, #181809). Not a runner setting.
 """
 
 from __future__ import annotations
