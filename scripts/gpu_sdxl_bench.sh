@@ -43,8 +43,10 @@
 #   from an empty cache, then from the caches A B A B (what 2026-12-06-h200-geglu-split's model/ rows ran by hand)
 #   KERNELS_PART=graphs: that configuration with geglu=split, compile_mode default and reduce-overhead (CUDA graphs),
 #   each from an empty cache; GRAPHS_ROUND=warm, on the same warm machine next: both from their caches, B A;
-#   GRAPHS_MODES: the modes to run, in order (default "default reduce-overhead"); GRAPHS_COMPILE=blocks: compile=blocks instead of the
-#   whole model; GRAPHS_ACCUM: micro-batches a step (default 1; KERNEL_BATCH=4 GRAPHS_ACCUM=16 is the plan on an H100);
+#   GRAPHS_MODES: the modes to run, in order (default "default reduce-overhead"); the whole model's cold compile takes
+#   150-330 s a mode on an H200 (a row is cut at 420 s), so both cold modes need about BUDGET=600 (one device call's
+#   limit): on a scarce machine run one mode a call, the next call on the same warm machine; GRAPHS_COMPILE=blocks:
+#   compile=blocks instead of the whole model; GRAPHS_ACCUM: micro-batches a step (default 1; KERNEL_BATCH=4 GRAPHS_ACCUM=16 is the plan on an H100);
 #   GRAPHS_DDP=1: each row in DDP at one process (runner --ddp, ddp_graph=whole); GRAPHS_RESUMED=1: the optimizer's
 #   state made before the first step, as a resumed life has it (runner --resumed); GRAPHS_MARKS:
 #   where CUDA-graph steps begin, each in turn (default auto; "auto micro": torch's own, then marked at every
