@@ -10,7 +10,7 @@ once. Each way runs in a process of its own, with the model built from the shipp
 and AOTAutograd, what a warm start does before its caches answer; inductor: the whole compile, into a fresh cache
 folder per way, then again from it), one forward and backward, its output against the eager model's:
 
-    python3 scripts/bench_compile_regions.py [--backend aot_eager|inductor]
+    python3 scripts/bench_compile_regions.py [--backend aot_eager|inductor] [--device cuda] [--one whole|regions]
 
 Measured on the 2-core CPU machine, torch 2.13.0+cpu, diffusers 0.42.1 (2026-12-07): aot_eager, the first call
 45.9 s whole against 33.2 s with regions (0.72x; 54.9 against 37.7 s in an earlier run; Dynamo's captured calls
@@ -35,7 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def one(way: str, backend: str) -> None:
+def one(way: str, backend: str, device: str) -> None:
     """In this process: build, compile `way`, call once; print one JSON line."""
     import torch
     from diffusers import UNet2DConditionModel
@@ -47,10 +47,11 @@ def one(way: str, backend: str) -> None:
     if way == "regions":
         BasicTransformerBlock.forward = torch.compiler.nested_compile_region(BasicTransformerBlock.forward)
     torch.manual_seed(0)
-    model = UNet2DConditionModel.from_config(config)
-    inputs = (torch.randn(2, 4, 16, 16), torch.tensor([10, 500]))
-    kwargs = {"encoder_hidden_states": torch.randn(2, 8, 64),
-              "added_cond_kwargs": {"text_embeds": torch.randn(2, 64), "time_ids": torch.randn(2, 6)}}
+    model = UNet2DConditionModel.from_config(config).to(device)
+    inputs = (torch.randn(2, 4, 16, 16, device=device), torch.tensor([10, 500], device=device))
+    kwargs = {"encoder_hidden_states": torch.randn(2, 8, 64, device=device),
+              "added_cond_kwargs": {"text_embeds": torch.randn(2, 64, device=device),
+                                    "time_ids": torch.randn(2, 6, device=device)}}
     expected = model(*inputs, **kwargs).sample
     compiled = torch.compile(model, backend=backend)
     started = time.perf_counter()
@@ -69,10 +70,11 @@ def one(way: str, backend: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--backend", choices=["aot_eager", "inductor"], default="aot_eager")
-    parser.add_argument("--one", choices=["whole", "regions"], help=argparse.SUPPRESS)
+    parser.add_argument("--device", default="cpu", help="cpu, or cuda on a GPU machine")
+    parser.add_argument("--one", choices=["whole", "regions"], help="this way alone, in this process")
     args = parser.parse_args()
     if args.one:
-        one(args.one, args.backend)
+        one(args.one, args.backend, args.device)
         return
     results = {}
     rounds = ["cold", "warm"] if args.backend == "inductor" else ["cold"]
@@ -80,7 +82,8 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as cache:
             for label in rounds:
                 print(f"{way}, {label}: running", file=sys.stderr, flush=True)
-                done = subprocess.run([sys.executable, __file__, "--one", way, "--backend", args.backend],
+                done = subprocess.run([sys.executable, __file__, "--one", way, "--backend", args.backend,
+                                       "--device", args.device],
                                       capture_output=True, text=True, env={**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache})
                 lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
                 results[way, label] = json.loads(lines[-1]) if lines else {"error": done.stderr.strip()[-300:]}
