@@ -14,7 +14,6 @@ import contextlib
 import gc
 import os
 import time
-import types
 from pathlib import Path
 
 import torch
@@ -47,8 +46,15 @@ def check_device(runtime: Runtime, device: torch.device) -> None:
                                  "default or max-autotune-no-cudagraphs")
 
 
-def prepare_model(model: torch.nn.Module, runtime: Runtime) -> int:
-    """Settings applied to the bare model before DDP; returns the number of modules compiled."""
+# the settings that change what a compiled graph computes (runtime.precompile's file is made per their values); the
+# others (DDP's buckets, cuDNN's autotuning, the allocator, garbage collection) act outside the graph
+GRAPH_SETTINGS = ("compile_mode", "coordinate_descent_tuning", "geglu", "channels_last", "sdpa",
+                  "activation_checkpointing", "activation_memory_budget", "fp8", "fp8_select")
+
+
+def prepare_model(model: torch.nn.Module, runtime: Runtime, warn=None) -> int:
+    """Settings applied to the bare model before DDP; returns the number of modules compiled. `warn`: where
+    runtime.precompile reports a file it could not use (stderr by default)."""
     if runtime.activation_checkpointing:
         enable = getattr(model, "enable_gradient_checkpointing", None)
         if enable is None:
@@ -62,6 +68,11 @@ def prepare_model(model: torch.nn.Module, runtime: Runtime) -> int:
     if runtime.channels_last:
         # parameters keep their identity: the optimizer is unaffected (Module.to accepts it; its stubs do not say so)
         model.to(memory_format=torch.channels_last)   # type: ignore[call-overload]
+    if runtime.compile == "model" and runtime.precompile:
+        from runner import precompile
+        settings = {name: value for name, value in runtime.as_dict().items() if name in GRAPH_SETTINGS}
+        precompile.install(model, runtime.compile_mode, settings, precompile.default_folder(), warn)
+        return 1
     if runtime.compile == "model":
         if type(model).__module__.startswith("torch.nn."):
             # Dynamo does not trace into torch.nn's own modules from their _call_impl (its trace rules skip
@@ -95,12 +106,13 @@ def split_geglu(model: torch.nn.Module) -> int:
     the same but for rounding; the backward then sums two input gradients instead of concatenating the halves'
     output gradients, a concatenation Inductor writes as one kernel computing the gelu and its derivative for
     every element of both halves (1.033x the step under whole-model compilation on an H200:
-    data/measurements/2026-12-06-h200-geglu-split). Returns how many were changed."""
+    data/measurements/2026-12-06-h200-geglu-split). Each such module becomes a SplitGEGLU, a subclass of its own
+    class defined here (a class, not a forward set on the instance: runtime.precompile's saved function pickles
+    the modules, and a method bound to an instance does not pickle). Returns how many were changed."""
     changed = 0
     for module in model.modules():
         if type(module).__name__ == "GEGLU" and type(getattr(module, "proj", None)) is torch.nn.Linear:
-            # a method bound to the module: a deep copy of the model binds it to the copy
-            module.forward = types.MethodType(_split_geglu_forward, module)
+            module.__class__ = _split_class(type(module))
             changed += 1
     if not changed:
         raise RuntimeConfigError("runtime.geglu=split: this model has no GEGLU feed-forward with a plain linear "
@@ -113,6 +125,17 @@ def _split_geglu_forward(self, hidden_states: torch.Tensor, *args, **kwargs) -> 
     w_h, w_g = self.proj.weight.chunk(2, dim=0)
     b_h, b_g = self.proj.bias.chunk(2, dim=0) if self.proj.bias is not None else (None, None)
     return F.linear(hidden_states, w_h, b_h) * F.gelu(F.linear(hidden_states, w_g, b_g))
+
+
+def _split_class(base: type) -> type:
+    """SplitGEGLU: `base` with the split forward, made once and kept in this module's namespace under its own
+    name, so that pickle finds it by reference (in any process that has split a model: the loading one has)."""
+    made = globals().get("SplitGEGLU")
+    if made is None or made.__bases__ != (base,):
+        made = type("SplitGEGLU", (base,), {"forward": _split_geglu_forward, "__module__": __name__,
+                                           "__qualname__": "SplitGEGLU"})
+        globals()["SplitGEGLU"] = made
+    return made
 
 
 FP8_MULTIPLE = 16   # fp8 matrix multiplies need both of a weight's dimensions divisible by 16
