@@ -53,6 +53,9 @@ class Runtime:
     ddp_bucket_mb: float = 25.0           # DDP gradient bucket size (PyTorch's default 25)
     ddp_comm: str = "fp32"                # gradients all-reduced as they are, or compressed to bf16
     ddp_graph: str = "split"              # compiled under DDP: split at the gradient buckets, or kept whole
+    # compile=model only: the whole model's compiled forward and backward saved in the compile cache as one file
+    # (torch.compile's ahead-of-time compilation) and loaded at a restart, which then traces nothing (runner.precompile)
+    precompile: bool = False
     cudnn_benchmark: bool = False         # time cuDNN's convolution algorithms once per shape, keep the fastest
     expandable_segments: bool = False     # CUDA caching allocator grows segments instead of adding new ones
     gc_every: int = 0                     # 0: Python's automatic garbage collection; N: only every N steps
@@ -110,7 +113,7 @@ def parse_runtime(raw, source: str, prefix: str = "runtime", base: Runtime | Non
         elif key == "gc_every":
             values[key] = _count(value, source, where)
         elif key in ("channels_last", "activation_checkpointing", "cudnn_benchmark", "expandable_segments",
-                     "coordinate_descent_tuning"):
+                     "coordinate_descent_tuning", "precompile"):
             values[key] = _boolean(value, source, where)
         elif key == "ddp_bucket_mb":
             values[key] = _positive(value, source, where)
@@ -123,6 +126,9 @@ def parse_runtime(raw, source: str, prefix: str = "runtime", base: Runtime | Non
     if values["coordinate_descent_tuning"] and values["compile"] == "off":
         raise InputError(source, f"{prefix}.coordinate_descent_tuning", "tunes compiled kernels: set compile=blocks "
                          "or compile=model, or leave it at false")
+    if values["precompile"] and (values["compile"] != "model" or values["ddp_graph"] != "whole"):
+        raise InputError(source, f"{prefix}.precompile", "saves the whole model's compiled graph: set compile=model "
+                         "and ddp_graph=whole, or leave precompile at false")
     if values["geglu"] == "split" and values["fp8"] != "off":
         raise InputError(source, f"{prefix}.geglu", "split multiplies the projection's halves itself, outside fp8's "
                          "layers: leave geglu at fused with fp8, or set fp8=off")

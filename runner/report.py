@@ -69,7 +69,8 @@ def measure(run_dir: Path, skip: int = WARMUP_STEPS) -> dict:
         "compile_cache_bytes_at_start": [e.get("compile_cache_bytes") for e in events
                                          if e["event"] == "runtime" and e.get("rank") == 0],
         # each start's torch.compile report after its first step (runner.speed.compile_report)
-        "compile_at_start": [{"counters": e.get("counters") or {}, "phases_s": e.get("phases_s") or {}}
+        "compile_at_start": [{"counters": e.get("counters") or {}, "phases_s": e.get("phases_s") or {},
+                              **({"precompiled": e["precompiled"]} if e.get("precompiled") else {})}
                              for e in events if e["event"] == "compile"],
         "startup_to_first_step_s": first_step_after(events, "launch", 0),
         # the first start's parts, as for a restart (first_step_s: compilation, from the cache if warm)
@@ -156,7 +157,9 @@ def _round(value):
 def _compile_line(report: dict) -> str:
     """One start's compile report: Dynamo's time and frames, the caches' answers, the slowest backend phase."""
     c, phases = report["counters"], report["phases_s"]
-    parts = [f"Dynamo {phases.get('_compile.compile_inner', 0.0):.1f} s over {c.get('frames.total', 0)} frame(s), "
+    # an ahead-of-time compile (runtime.precompile) traces in fullgraph_capture, outside Dynamo's frame hook
+    dynamo = phases.get("_compile.compile_inner", phases.get("fullgraph_capture", 0.0))
+    parts = [f"Dynamo {dynamo:.1f} s over {c.get('frames.total', 0)} frame(s), "
              f"{c.get('stats.unique_graphs', 0)} graph(s)"]
     if c.get("recompiles"):
         parts.append(f"{c['recompiles']} recompile(s)")
@@ -172,7 +175,22 @@ def _compile_line(report: dict) -> str:
         parts.append(f"CUDA graphs recorded {recorded:.1f} s")
     if c.get("inductor.cudagraph_skips"):
         parts.append(f"{c['inductor.cudagraph_skips']} graph(s) ran without CUDA graphs")
+    for event in report.get("precompiled", []):   # runtime.precompile: the saved model's load, or its compile
+        parts.append(_precompiled_part(event))
     return "; ".join(parts)
+
+
+def _precompiled_part(event: dict) -> str:
+    op, size = event.get("op"), event.get("bytes")
+    mb = (f", {size / 1e6:.0f} MB" if size >= 1e6 else f", {size / 1e3:.0f} kB") if size else ""
+    if op == "load":
+        return f"precompiled model loaded in {event['duration_s']:.1f} s{mb}"
+    if op == "compile":
+        saved = mb if size else ", not saved"
+        return f"model compiled ahead of time in {event['compile_s']:.1f} s{saved}"
+    if op == "fallback":
+        return f"precompile fell back to torch.compile ({event.get('reason', '?')})"
+    return f"precompiled file {op} ({event.get('file', '?')})"   # damaged, unloadable, guards failed
 
 
 def first_step_after(events: list[dict], name: str, index: int) -> float | None:

@@ -27,7 +27,7 @@ from costsim.contract import notice as notice_rule
 from costsim.contract.telemetry import read_events
 from costsim.contract.timing import save_durations
 from costsim.devices import plan_gpu_mismatch
-from runner import checkpoint_reader, compile_share, faults, gcstart, layout, prewarm, speed, warm_step
+from runner import checkpoint_reader, compile_share, faults, gcstart, layout, precompile, prewarm, speed, warm_step
 from runner.checkpoint import Checkpointer, SharedStorageError
 from runner.compile_share import CompileCacheShare
 from runner.diskspace import DiskFullError, free_bytes, is_disk_full, quiet_disk_full_in_threads, refuse
@@ -171,7 +171,7 @@ class Trainer:
             marks["rebuild"] = time.time()
         self.built = built
         speed.configure_backends(self.runtime)
-        compiled = speed.prepare_model(built.model, self.runtime)
+        compiled = speed.prepare_model(built.model, self.runtime, warn=self.warn)
         self.compiled = bool(compiled)
         # One process has nothing to all-reduce: DDP's gradient hooks and buckets would only cost time
         # and memory. The checkpoint's names are the same either way.
@@ -433,6 +433,8 @@ class Trainer:
                 first_end = now
                 compiled = speed.compile_report() if self.rank == 0 and self.compiled else None
                 if compiled is not None:   # what compiling cost this start (a warm cache too)
+                    if self.runtime.precompile:   # the saved model's load, or its compile and save
+                        compiled["precompiled"] = precompile.events(self.built.model)
                     self.telemetry.event("compile", step=self.step, **compiled)
                 if record_imports and compiled is not None and not any("miss" in k for k in compiled["counters"]):
                     # what this first step imported, for the next start to import early; a step that

@@ -84,6 +84,9 @@ def test_pairs_override_a_base():
     ({"coordinate_descent_tuning": True}, "runtime.coordinate_descent_tuning", "set compile=blocks"),
     ({"compile": "blocks", "coordinate_descent_tuning": "always"}, "runtime.coordinate_descent_tuning", "true or false"),
     ({"geglu": "halves"}, "runtime.geglu", "fused, split"),
+    ({"compile": "blocks", "ddp_graph": "whole", "precompile": True}, "runtime.precompile", "set compile=model"),
+    ({"compile": "model", "precompile": True}, "runtime.precompile", "ddp_graph=whole"),
+    ({"compile": "model", "ddp_graph": "whole", "precompile": "always"}, "runtime.precompile", "true or false"),
     ({"geglu": "split", "fp8": "blocks"}, "runtime.geglu", "fp8=off"),
     ({"shell": "rm -rf /"}, "runtime.shell", "allowed: compile"),
 ])

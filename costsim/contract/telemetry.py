@@ -62,8 +62,9 @@ EVENT_FIELDS: dict[str, tuple[str, tuple[str, ...]]] = {
                  "nodes", "process_start_t", "start_phases_s", "checked_by")),
     "compile": ("worker, rank 0, after a start's first step when the model is compiled: torch.compile's counters "
                 "(frames, graphs, recompiles, AOTAutograd, FX-graph and Dynamo cache hits and misses) and its slowest "
-                "phases",
-                ("step", "counters", "phases_s")),
+                "phases; precompiled, under runtime.precompile: what each kind of call did (op load, compile, "
+                "fallback, damaged, unloadable or guards failed; file, bytes, compile_s, duration_s, reason)",
+                ("step", "counters", "phases_s", "precompiled")),
     "prewarm": ("worker, rank 0, after a compiled start's first step: recorded, the modules a resume's first step "
                 "imported (written for later starts); or what a later start imported beside its checkpoint's read "
                 "(runner.prewarm): modules listed, imported, failed, seconds, and waited_s, the first step's wait "

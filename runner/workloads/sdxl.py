@@ -204,8 +204,9 @@ def build(ctx: BuildContext) -> Built:
     def loss(model, data, weighted: bool = True) -> torch.Tensor:
         a = alphas_cumprod[data["timesteps"]].view(-1, 1, 1, 1)
         noisy = a.sqrt() * data["latents"] + (1.0 - a).sqrt() * data["noise"]
-        prediction = model(noisy, data["timesteps"], encoder_hidden_states=data["text"],
-                           added_cond_kwargs={"text_embeds": data["pooled"], "time_ids": data["time_ids"]}).sample
+        # return_dict=False: the output as a tuple, as runtime.precompile's saved function can rebuild it
+        prediction = model(noisy, data["timesteps"], encoder_hidden_states=data["text"], return_dict=False,
+                           added_cond_kwargs={"text_embeds": data["pooled"], "time_ids": data["time_ids"]})[0]
         if s["snr_gamma"] is None or not weighted:
             return torch.nn.functional.mse_loss(prediction.float(), data["noise"].float())
         # min-SNR-gamma (Hang et al. 2023) for epsilon prediction: weight min(SNR, gamma) / SNR per sample

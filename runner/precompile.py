@@ -1,0 +1,317 @@
+"""runtime.precompile: the whole model's compiled forward and backward kept in the compile cache as one file, so that
+a restart loads it instead of tracing the model again.
+
+Under `compile=model` a new process's first step traces the whole model with Dynamo even when every Inductor and
+AOTAutograd cache answers: 16.4 s of an H100's 30.4 s first step after a resume under CUDA graphs
+(data/measurements/2026-12-07-h100-graphs-resume-load), and Dynamo's trace is not cached. torch.compile's
+ahead-of-time compilation (`torch.compile(fn, fullgraph=True).aot_compile(example_inputs)`: torch 2.11 behind
+`torch._dynamo.config.enable_aot_compile`, on in 2.13; docs: "Ahead-of-Time Compilation with torch.compile") traces,
+compiles and packages the forward and its backward into one callable that can be saved and loaded in another process
+without tracing. Measured: data/measurements/2026-12-07-h100-precompile (scripts/bench_precompile.py).
+
+So with precompile on, the first call of the model's forward in a process (per kind of call: the inputs' shapes,
+dtypes, devices and strides, grad mode, autocast, training mode) looks in COMPILE_CACHE/precompiled/ for the file of
+that call, named by a hash of everything it depends on (`artefact_key`): it loads it, or compiles it ahead of time
+and saves it (atomically: a temporary file renamed into place), and every later call of that kind runs it. The file
+is written with a SHA-256 of its contents and checked before it is loaded: a damaged one is reported and compiled
+again, never run. A model that ahead-of-time compilation cannot take (a graph break, a guard it cannot save) runs
+under plain torch.compile instead, with a warning. (Under CUDA graphs, on an H100, that fallback once failed its
+first backward after a failed ahead-of-time compile: see the measurements' README, item 3, and `install`.)
+
+The file is code, as Inductor's cache is (its kernels and wrappers, which the workers import and run): it lives in
+the run's compile cache, written by the runner itself, and travels to the job's next node only with that cache
+(runner.compile_share, opt-in, through a store only the job's runners can write). It is never read from a plan.
+
+Guards: the saved function keeps Dynamo's guards on its tensors' metadata and the global state (grad mode,
+autocast) only, the portable ones; the module's attributes are not guarded, so the file's name carries what they
+depend on instead: the model's classes, structure, parameter shapes and dtypes, the source files of its modules'
+classes, torch's and the runner's settings.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import io
+import os
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils import _pytree
+
+from costsim.runtime import CUDA_GRAPH_MODES
+
+FOLDER = "precompiled"
+MAGIC = b"costsim-precompiled-1\n"
+DIGEST_BYTES = 64   # the hex SHA-256 of what follows it
+
+
+class Precompiled:
+    """The model's forward, ahead-of-time compiled per kind of call (module docstring). Installed as the bare
+    model's `forward` (`install`), so DDP, hooks and the checkpoint's keys see the same module."""
+
+    def __init__(self, module: torch.nn.Module, mode: str, settings: dict, folder: Path,
+                 warn: Callable[[str], None] | None = None):
+        self.module, self.mode, self.folder = module, mode, Path(folder)
+        self.original = module.forward   # the bound eager forward (force_eager runs it)
+        self.settings = dict(settings)
+        self.warn = warn or (lambda message: print(f"runner: warning: {message}", file=sys.stderr, flush=True))
+        self.functions: dict[tuple, Callable] = {}
+        self.events: list[dict] = []   # each kind of call's load or compile (report)
+        self._lock = threading.Lock()
+        self._fallback: Callable | None = None
+        self._model_key: str | None = None
+
+    def __call__(self, *args, **kwargs):
+        if _forced_eager():   # torch.compiler.set_stance("force_eager"), as the runner's validation uses
+            return self.original(*args, **kwargs)
+        kind = call_kind(args, kwargs, self.module.training)
+        function = self.functions.get(kind)
+        if function is None:
+            with self._lock:   # the warm step's thread and the main one may ask at once
+                function = self.functions.get(kind) or self._obtain(kind, args, kwargs)
+                self.functions[kind] = function
+        return function(*args, **kwargs)
+
+    def report(self) -> list[dict]:
+        return list(self.events)
+
+    # -- one kind of call --------------------------------------------------------------------------------
+    def _obtain(self, kind: tuple, args: tuple, kwargs: dict) -> Callable:
+        path = self.folder / f"{self.model_key()}-{_digest(repr(kind))[:16]}.pt"
+        started = time.perf_counter()
+        loaded = self._load(path)
+        if loaded is not None and not loaded.guard_check(self.module, *args, **kwargs):
+            self.warn(f"runtime.precompile: {path} does not fit this call (its guards fail); compiling it again")
+            self.events.append({"op": "guards failed", "file": path.name})
+            loaded = None
+        if loaded is not None:
+            self.events.append({"op": "load", "file": path.name, "bytes": path.stat().st_size,
+                                "duration_s": round(time.perf_counter() - started, 3)})
+            return _bound(loaded, self.module)
+        # Dynamo pickles the module with its guards: this object (and its lock) leaves its attributes meanwhile, and
+        # so do the parameters' gradients (made before the first step under DDP, runner.train.grads_for_buckets),
+        # which it pickles as a placeholder that the load then cannot assign back
+        installed = self.module.__dict__.pop("forward", None)
+        grads = {p: p.grad for p in self.module.parameters() if p.grad is not None}
+        for parameter in grads:
+            parameter.grad = None
+        try:
+            compiled = _compiled(self.mode).aot_compile(((self.module, *args), kwargs))
+        except Exception as exc:   # noqa: BLE001 - any failure of the experimental path falls back to torch.compile
+            reason = _first_line(exc)
+            self.warn(f"runtime.precompile: the model could not be compiled ahead of time ({reason}); it runs "
+                      "under torch.compile instead, traced again at every start")
+            self.events.append({"op": "fallback", "reason": reason,
+                                "duration_s": round(time.perf_counter() - started, 3)})
+            return self.fallback()
+        finally:
+            for parameter, grad in grads.items():
+                parameter.grad = grad
+            if installed is not None:
+                self.module.forward = installed
+        compile_s = time.perf_counter() - started
+        size = self._save(compiled, path)
+        self.events.append({"op": "compile", "file": path.name, "bytes": size, "compile_s": round(compile_s, 3),
+                            "duration_s": round(time.perf_counter() - started, 3)})
+        return _bound(compiled, self.module)
+
+    def fallback(self) -> Callable:
+        if self._fallback is None:
+            self._fallback = torch.compile(self.original, mode=self.mode)
+        return self._fallback
+
+    def _load(self, path: Path):
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            self.warn(f"runtime.precompile: {path} could not be read ({exc.strerror or exc}); compiling it again")
+            return None
+        payload = checked_payload(data)
+        if payload is None:
+            self.warn(f"runtime.precompile: {path} is damaged (its checksum does not match); compiling it again")
+            self.events.append({"op": "damaged", "file": path.name, "bytes": len(data)})
+            return None
+        try:
+            # the mode's Inductor settings while it loads: whether the loaded graphs replay as CUDA graphs is read
+            # from them then, not from the file (torch 2.11 and 2.13: aot_autograd_result's deserialisation)
+            with torch._inductor.config.patch(torch._inductor.list_mode_options(self.mode)):
+                return torch.compiler.load_compiled_function(io.BytesIO(payload), f_globals=vars(sys.modules[__name__]))
+        except Exception as exc:   # noqa: BLE001 - a file another torch wrote, say: compile afresh
+            self.warn(f"runtime.precompile: {path} could not be loaded ({_first_line(exc)}); compiling it again")
+            self.events.append({"op": "unloadable", "file": path.name, "reason": _first_line(exc)})
+            return None
+
+    def _save(self, compiled, path: Path) -> int | None:
+        """The function with its checksum at `path`, atomically; its size, or None if it could not be written
+        (a warning: this life runs it all the same, the next compiles again)."""
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryDirectory(dir=self.folder, prefix="tmp-") as scratch:
+                raw = Path(scratch) / "function.pt"
+                compiled.save_compiled_function(str(raw))
+                write_checked(path, raw.read_bytes())
+            return path.stat().st_size
+        except Exception as exc:   # noqa: BLE001 - a full disk, or a function torch cannot serialise
+            self.warn(f"runtime.precompile: the compiled model was not saved to {path} ({_first_line(exc)}); the "
+                      "next start compiles it again")
+            return None
+
+    def model_key(self) -> str:
+        if self._model_key is None:
+            self._model_key = artefact_key(self.module, self.mode, self.settings)[:24]
+        return self._model_key
+
+
+def install(module: torch.nn.Module, mode: str, settings: dict, folder: Path,
+            warn: Callable[[str], None] | None = None) -> Precompiled:
+    """Put a Precompiled forward on `module` (an instance attribute over its class's forward)."""
+    if mode in CUDA_GRAPH_MODES:
+        # CUDA graph trees keep their state in thread-local storage that autograd's threads inherit, set up when
+        # the module is first imported: here, on the main thread, not inside a compile or a load (a first run on
+        # an H100 whose ahead-of-time compile failed then failed its backward: "_is_key_in_tls")
+        import torch._inductor.cudagraph_trees  # noqa: F401
+    precompiled = Precompiled(module, mode, settings, folder, warn)
+    module.forward = precompiled
+    return precompiled
+
+
+def events(module: torch.nn.Module) -> list[dict]:
+    """What `module`'s Precompiled forward did in this process (none if it has none)."""
+    forward = module.__dict__.get("forward")
+    return forward.report() if isinstance(forward, Precompiled) else []
+
+
+def default_folder(env=os.environ) -> Path:
+    """COMPILE_CACHE/precompiled: the run's compile cache (TORCHINDUCTOR_CACHE_DIR), or torch's default one."""
+    root = env.get("TORCHINDUCTOR_CACHE_DIR")
+    if not root:
+        from torch._inductor.runtime.cache_dir_utils import cache_dir
+        root = cache_dir()
+    return Path(root) / FOLDER
+
+
+# -- what a saved function depends on ---------------------------------------------------------------------
+def call_kind(args: tuple, kwargs: dict, training: bool) -> tuple:
+    """What the compiled function was specialised to, for one call: each input tensor's shape, stride, dtype,
+    device and requires_grad, the other inputs' values, grad mode, autocast, the module's training flag."""
+    leaves, spec = _pytree.tree_flatten((args, kwargs))
+    described = tuple((tuple(leaf.shape), leaf.stride(), str(leaf.dtype), str(leaf.device), leaf.requires_grad)
+                      if isinstance(leaf, torch.Tensor) else (type(leaf).__name__, repr(leaf)) for leaf in leaves)
+    autocast = tuple((device, torch.is_autocast_enabled(device), str(torch.get_autocast_dtype(device)))
+                     for device in ("cpu", "cuda"))
+    return (str(spec), described, torch.is_grad_enabled(), autocast, training)
+
+
+def artefact_key(module: torch.nn.Module, mode: str, settings: dict) -> str:
+    """A hash of what the compiled model depends on beyond its call: torch and the device, the model's modules
+    (their classes and any forward set on an instance, and the source files defining them), its parameters' and
+    buffers' names, shapes and dtypes, the compile mode and the runner's settings."""
+    parts: list[str] = [torch.__version__, str(torch.version.cuda), mode, repr(sorted(settings.items()))]
+    if torch.cuda.is_available():
+        parts += [torch.cuda.get_device_name(), repr(torch.cuda.get_device_capability())]
+    files: set[str] = {__file__}   # what is compiled (class_forward) and how
+    for name, sub in module.named_modules():
+        forward = sub.__dict__.get("forward")   # an instance's own forward (runtime.geglu=split sets one)
+        own = getattr(forward, "__func__", None) if forward is not None and forward is not sub.forward else None
+        parts.append(f"{name}:{type(sub).__module__}.{type(sub).__qualname__}:{getattr(own, '__qualname__', '')}")
+        for thing in (type(sub), own):
+            source = _source_file(thing) if thing is not None else None
+            if source is not None:
+                files.add(source)
+    for name, tensor in [*module.named_parameters(), *module.named_buffers()]:
+        parts.append(f"{name}:{tuple(tensor.shape)}:{tensor.dtype}:{tensor.requires_grad}")
+    for source in sorted(files):
+        try:
+            parts.append(f"{source}:{_digest(Path(source).read_bytes())}")
+        except OSError:
+            parts.append(f"{source}:unreadable")
+    return _digest("\n".join(parts))
+
+
+# -- the file ----------------------------------------------------------------------------------------------
+def write_checked(path: Path, payload: bytes) -> None:
+    """MAGIC, the payload's SHA-256 in hex, the payload: written to a temporary file beside `path`, renamed."""
+    handle, name = tempfile.mkstemp(prefix="tmp-", suffix=".pt", dir=path.parent)
+    try:
+        with os.fdopen(handle, "wb") as out:
+            out.write(MAGIC + hashlib.sha256(payload).hexdigest().encode() + payload)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(name, path)
+    except BaseException:
+        Path(name).unlink(missing_ok=True)
+        raise
+
+
+def checked_payload(data: bytes) -> bytes | None:
+    """The payload of a file `write_checked` wrote, or None if it is not one or its checksum does not match."""
+    if not data.startswith(MAGIC) or len(data) < len(MAGIC) + DIGEST_BYTES:
+        return None
+    digest = data[len(MAGIC):len(MAGIC) + DIGEST_BYTES].decode("ascii", errors="replace")
+    payload = data[len(MAGIC) + DIGEST_BYTES:]
+    return payload if hashlib.sha256(payload).hexdigest() == digest else None
+
+
+# -- helpers -----------------------------------------------------------------------------------------------
+def class_forward(module: torch.nn.Module, *args, **kwargs):
+    """What is compiled: the module's class's forward (not its call: the module's own call, which runs its hooks,
+    is what calls the saved function). A function of this module, so that the saved one names it and resolves its
+    globals here."""
+    return type(module).forward(module, *args, **kwargs)
+
+
+def _compiled(mode: str):
+    # mode's options spelled out: torch.compile takes a mode or options, and the guard filter is an option
+    options: dict[str, Any] = {**torch._inductor.list_mode_options(mode), "guard_filter_fn": portable_guards}
+    with torch._dynamo.config.patch(enable_aot_compile=True):   # off by default in torch 2.11: no .aot_compile
+        return torch.compile(class_forward, fullgraph=True, options=options)
+
+
+def portable_guards(entries) -> list[bool]:
+    """Keep the guards a saved function can carry (torch.compiler.keep_portable_guards_unsafe's choice, spelled
+    out for the torch versions without it): the global state (grad mode, autocast) and the shape environment, and
+    each local tensor's metadata. The module's attributes go unguarded: the file's name covers them."""
+    return [entry.guard_type in ("GLOBAL_STATE", "SHAPE_ENV")
+            or (entry.guard_type == "TENSOR_MATCH" and not entry.is_global) for entry in entries]
+
+
+def _bound(function, module: torch.nn.Module) -> Callable:
+    """The compiled function called with the module first. Its guards are checked once, here or by the compile
+    that made it: every call that reaches it is of the same kind (`call_kind`), and checking each tensor's
+    metadata (the parameters' too) at every call cost the tiny CPU UNet's step a third more."""
+    function.disable_guard_check()
+
+    def call(*args, **kwargs):
+        return function(module, *args, **kwargs)
+    return call
+
+
+def _forced_eager() -> bool:
+    from torch._dynamo import eval_frame  # set_stance's state (no public getter)
+    stance = getattr(eval_frame, "_stance", None)
+    return getattr(stance, "stance", "default") == "force_eager"
+
+
+def _source_file(thing) -> str | None:
+    try:
+        return inspect.getsourcefile(thing)
+    except TypeError:   # a builtin
+        return None
+
+
+def _digest(data: str | bytes) -> str:
+    return hashlib.sha256(data.encode() if isinstance(data, str) else data).hexdigest()
+
+
+def _first_line(exc: BaseException) -> str:
+    text = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
+    return f"{type(exc).__name__}: {text}"[:300] if text else type(exc).__name__

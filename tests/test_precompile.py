@@ -1,0 +1,155 @@
+"""runtime.precompile (runner.precompile): the whole model's compiled forward and backward saved in the compile
+cache and loaded by the next process, which then traces nothing."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from costsim.runtime import Runtime  # noqa: E402
+from runner import precompile, speed  # noqa: E402
+from tests.runner_helpers import events, execute, summary, tiny_plan  # noqa: E402
+
+
+class Net(torch.nn.Module):
+    """A small model of this module's (the saved function names its class)."""
+
+    def __init__(self, width: int = 16):
+        super().__init__()
+        self.inner = torch.nn.Linear(8, width)
+        self.outer = torch.nn.Linear(width, 4)
+
+    def forward(self, x, scale: float = 1.0):
+        return self.outer(torch.nn.functional.gelu(self.inner(x))) * scale
+
+
+def _net(width: int = 16) -> Net:
+    torch.manual_seed(0)
+    return Net(width)
+
+
+def _step(model, x) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    out = model(x)
+    out.square().mean().backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad(set_to_none=True)
+    return out.detach(), grads
+
+
+def test_a_checked_file_gives_back_its_payload_and_a_damaged_one_nothing(tmp_path):
+    path = tmp_path / "f.pt"
+    precompile.write_checked(path, b"payload bytes")
+    data = path.read_bytes()
+    assert precompile.checked_payload(data) == b"payload bytes"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith("tmp")]   # the temporary file was renamed
+    flipped = data[:-1] + bytes([data[-1] ^ 1])
+    assert precompile.checked_payload(flipped) is None                           # a bit flipped
+    assert precompile.checked_payload(data[:-3]) is None                         # cut short
+    assert precompile.checked_payload(b"\x80\x04 a pickle") is None              # not one of ours
+
+
+def test_the_files_name_follows_the_model_and_the_settings():
+    key = precompile.artefact_key(_net(), "default", Runtime(compile="model").as_dict())
+    assert key == precompile.artefact_key(_net(), "default", Runtime(compile="model").as_dict())
+    assert key != precompile.artefact_key(_net(32), "default", Runtime(compile="model").as_dict())
+    assert key != precompile.artefact_key(_net(), "max-autotune-no-cudagraphs", Runtime(compile="model").as_dict())
+    assert key != precompile.artefact_key(_net(), "default", Runtime(compile="model", geglu="split").as_dict())
+    kinds = {precompile.call_kind((torch.zeros(2, 8),), {}, True), precompile.call_kind((torch.zeros(3, 8),), {}, True),
+             precompile.call_kind((torch.zeros(2, 8),), {}, False),
+             precompile.call_kind((torch.zeros(2, 8),), {"scale": 2.0}, True)}
+    with torch.no_grad():
+        kinds.add(precompile.call_kind((torch.zeros(2, 8),), {}, True))
+    assert len(kinds) == 5
+
+
+@pytest.mark.slow
+def test_the_next_process_loads_what_the_first_saved_and_computes_the_same(tmp_path):
+    x = torch.randn(5, 8)
+    expected, expected_grads = _step(_net(), x)
+    model = _net()
+    first = precompile.install(model, "default", {"compile": "model"}, tmp_path)
+    out, grads = _step(model, x)
+    (saved,) = first.report()
+    assert saved["op"] == "compile" and saved["bytes"] > 0 and (tmp_path / saved["file"]).is_file()
+    assert torch.allclose(out, expected, atol=1e-6) and all(torch.allclose(g, e, atol=1e-6)
+                                                             for g, e in zip(grads, expected_grads))
+    assert list(model.state_dict()) == list(_net().state_dict())   # the checkpoint's keys are the model's
+    # a new model (as a restarted process builds) finds the file and loads it: no compile
+    again = _net()
+    second = precompile.install(again, "default", {"compile": "model"}, tmp_path)
+    out, grads = _step(again, x)
+    assert [e["op"] for e in second.report()] == ["load"]
+    assert torch.allclose(out, expected, atol=1e-6) and all(torch.allclose(g, e, atol=1e-6)
+                                                             for g, e in zip(grads, expected_grads))
+    # another kind of call (another batch) gets a file of its own; force_eager (the runner's validation) none
+    _step(again, torch.randn(3, 8))
+    assert [e["op"] for e in second.report()] == ["load", "compile"] and len(list(tmp_path.glob("*.pt"))) == 2
+    with torch.compiler.set_stance("force_eager"), torch.no_grad():
+        y = torch.randn(7, 8)
+        assert torch.equal(again(y), Net.forward(again, y))   # the eager forward, and no compile for it
+    assert len(second.report()) == 2
+
+
+@pytest.mark.slow
+def test_a_damaged_file_is_compiled_again_never_loaded(tmp_path):
+    x = torch.randn(5, 8)
+    expected, _ = _step(_net(), x)
+    precompile.install(model := _net(), "default", {"compile": "model"}, tmp_path)
+    _step(model, x)
+    (path,) = tmp_path.glob("*.pt")
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+    warnings: list[str] = []
+    again = precompile.install(_net(), "default", {"compile": "model"}, tmp_path, warn=warnings.append)
+    out, _ = _step(again.module, x)
+    assert [e["op"] for e in again.report()] == ["damaged", "compile"]
+    assert len(warnings) == 1 and "damaged" in warnings[0] and str(path) in warnings[0]
+    assert torch.allclose(out, expected, atol=1e-6)
+    assert precompile.checked_payload(path.read_bytes()) is not None   # written afresh
+
+
+@pytest.mark.slow
+def test_a_resumed_ddp_run_loads_the_saved_model_and_ends_as_the_run_straight_through(tmp_path, monkeypatch):
+    """Two processes (gloo), compile=model with precompile: the first life compiles the model ahead of time and
+    saves it in the run's compile cache; the life after the kill loads it (no trace) and the run ends in the same
+    state, bit for bit, as the same run without the kill and as the plain compile=model run."""
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    plan = tiny_plan(tmp_path, interval_steps=4)
+    settings = ("--runtime", "compile=model", "--runtime", "ddp_graph=whole")
+    args = ("--steps", "10", "--seed", "3", *settings)
+    drill, clean, plain = tmp_path / "drill", tmp_path / "clean", tmp_path / "plain"
+    for folder, extra in ((drill, ("--runtime", "precompile=true", "--inject-preemptions", "kill@6")),
+                          (clean, ("--runtime", "precompile=true")), (plain, ())):
+        result = execute(plan, folder, *args, *extra, timeout=300)
+        assert result.returncode == 0, result.stderr[-3000:]
+    assert summary(drill)["restarts"] == 1
+    lives = [c["precompiled"] for c in events(drill, "compile")]
+    assert [[e["op"] for e in life] for life in lives] == [["compile"], ["load"]]
+    assert lives[0][0]["file"] == lives[1][0]["file"] and (drill / "compile-cache" / "precompiled" /
+                                                           lives[0][0]["file"]).is_file()
+    # the loaded life traced nothing: Dynamo captured no frame
+    assert "stats.unique_graphs" not in events(drill, "compile")[1]["counters"]
+    assert summary(drill)["final_state_sha256"] == summary(clean)["final_state_sha256"] == \
+        summary(plain)["final_state_sha256"]
+    report = subprocess.run([sys.executable, "-m", "runner", "report", str(drill)], capture_output=True, text=True)
+    text = " ".join(report.stdout.split())   # the report wraps its lines
+    assert "model compiled ahead of time" in text and "precompiled model loaded" in text
+
+
+def test_precompile_is_installed_only_for_the_whole_model(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    model = _net()
+    assert speed.prepare_model(model, Runtime(compile="model", ddp_graph="whole", precompile=True)) == 1
+    assert isinstance(model.__dict__["forward"], precompile.Precompiled)
+    installed = model.__dict__["forward"]
+    assert installed.folder == tmp_path / "precompiled"
+    # the file follows the settings that change the graph, not DDP's buckets or the garbage collector's pace
+    assert set(installed.settings) == set(speed.GRAPH_SETTINGS) and installed.settings["compile_mode"] == "default"
+    plain = _net()
+    speed.prepare_model(plain, Runtime(compile="model"))
+    assert not precompile.events(plain) and not isinstance(plain.__dict__.get("forward"), precompile.Precompiled)
