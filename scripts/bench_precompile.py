@@ -1,0 +1,155 @@
+#!/usr/bin/env python3
+"""A compile=model start with and without runtime.precompile, side by side: the first step from an empty compile
+cache (cold: what a job's first start pays) and from the cache that start left (warm: what a restart pays), then
+the steady step, for the SDXL UNet built from its config (random weights), each start a process of its own:
+
+    python3 scripts/bench_precompile.py [--device cuda] [--mode default|reduce-overhead] [--batch N] [--steps N]
+        [--config FILE] [--ways plain,precompile] [--runtime K=V ...]
+
+`plain` is the runner's compile=model (Module.compile: Dynamo traces the whole model at every start, its Inductor
+and AOTAutograd caches answering from the second); `precompile` the same with runtime.precompile=true
+(runner.precompile: the second start loads the compiled forward and backward and traces nothing). Both run through
+runner.speed.prepare_model, each way with a compile cache of its own, in the order plain cold, plain warm,
+precompile cold, precompile warm. A step is one micro-batch's forward and backward under bf16 autocast and an AdamW
+step, as the runner's; under CUDA graphs (--mode reduce-overhead) each step is marked as a new one. Prints each
+start's figures, then the ratios precompile / plain of the warm first step and of the steady step, and whether
+the two ways' losses agree.
+
+On CPU with the tiny UNet (tests/data/tiny_unet_config.json) for trying it: `--config tests/data/tiny_unet_config.json
+--batch 2`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from costsim.runtime import parse_pairs  # noqa: E402  (no torch in the parent process)
+
+SDXL_CONFIG = ROOT / "data" / "models" / "sdxl_unet_config.json"
+TEXT_TOKENS = 77
+
+
+def one(args) -> dict:
+    """In this process: build, apply the way's settings, run the steps; the figures as a dict."""
+    import torch
+    from diffusers import UNet2DConditionModel
+
+    from runner import precompile, speed
+    device = torch.device(args.device)
+    runtime = parse_pairs(["compile=model", "ddp_graph=whole", f"compile_mode={args.mode}",
+                           f"precompile={'true' if args.one == 'precompile' else 'false'}", *args.runtime])
+    config = json.loads(Path(args.config).read_text())
+    torch.manual_seed(0)
+    started = time.perf_counter()
+    with device:
+        model = UNet2DConditionModel.from_config(config)
+    speed.configure_backends(runtime)
+    speed.prepare_model(model, runtime)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=device.type == "cuda")
+    size = config["sample_size"]
+    pooled = config["projection_class_embeddings_input_dim"] - 6 * config["addition_time_embed_dim"]
+    generator = torch.Generator(device).manual_seed(1)
+
+    def draw(*shape):
+        return torch.randn(*shape, device=device, generator=generator)
+
+    batch = args.batch
+    inputs = (draw(batch, config["in_channels"], size, size), torch.randint(0, 1000, (batch,), device=device))
+    kwargs = {"encoder_hidden_states": draw(batch, TEXT_TOKENS, config["cross_attention_dim"]), "return_dict": False,
+              "added_cond_kwargs": {"text_embeds": draw(batch, pooled), "time_ids": draw(batch, 6)}}
+    target = draw(batch, config["out_channels"], size, size)
+    built_s = time.perf_counter() - started
+
+    def step() -> float:
+        if runtime.cuda_graphs:
+            torch.compiler.cudagraph_mark_step_begin()
+        with torch.autocast(device.type, dtype=torch.bfloat16):
+            out = model(*inputs, **kwargs)[0]
+        loss = torch.nn.functional.mse_loss(out.float(), target)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)   # a gradient kept across steps would be a CUDA graph's output
+        return loss.detach()
+
+    def sync():
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    losses = []
+    started = time.perf_counter()
+    losses.append(step())
+    sync()
+    first = time.perf_counter() - started
+    times = []
+    for _ in range(args.steps):
+        started = time.perf_counter()
+        losses.append(step())
+        sync()
+        times.append(time.perf_counter() - started)
+    steady = sorted(times)[len(times) // 2]
+    recorded = None
+    if runtime.cuda_graphs:
+        from torch._inductor import cudagraph_trees
+        manager = cudagraph_trees.get_manager(device.index or 0, create_if_none_exists=False)
+        recorded = sum(len(nodes) for nodes in manager.roots.values()) if manager is not None else 0
+    return {"way": args.one, "build_s": round(built_s, 3), "first_step_s": round(first, 3),
+            "steady_step_s": round(steady, 5), "cuda_graphs_recorded": recorded,
+            "losses": [float(x) for x in losses], "precompiled": precompile.events(model),
+            "peak_gb": round(torch.cuda.max_memory_allocated(device) / 1e9, 2) if device.type == "cuda" else None}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", default="cpu", help="cpu, or cuda on a GPU machine")
+    parser.add_argument("--mode", default="default", choices=["default", "reduce-overhead"],
+                        help="torch.compile mode (reduce-overhead: CUDA graphs, GPU only)")
+    parser.add_argument("--batch", type=int, default=4, help="samples a step (default 4: an H100's under CUDA graphs)")
+    parser.add_argument("--steps", type=int, default=6, help="steady steps after the first (default 6)")
+    parser.add_argument("--config", default=str(SDXL_CONFIG), help="the UNet's config (default: SDXL's)")
+    parser.add_argument("--ways", default="plain,precompile", help="comma-separated: plain, precompile")
+    parser.add_argument("--runtime", action="append", default=[], metavar="K=V",
+                        help="more runner settings for both ways, e.g. geglu=split")
+    parser.add_argument("--one", choices=["plain", "precompile"], help=argparse.SUPPRESS)   # a child's way
+    args = parser.parse_args()
+    parse_pairs(["compile=model", "ddp_graph=whole", f"compile_mode={args.mode}", *args.runtime])   # bad input: now
+    if args.one:
+        print(json.dumps(one(args)), flush=True)
+        return
+    ways = [w.strip() for w in args.ways.split(",") if w.strip()]
+    if not ways or any(w not in ("plain", "precompile") for w in ways):
+        parser.error(f"--ways {args.ways}: expected plain and/or precompile, comma-separated")
+    results: dict[tuple[str, str], dict] = {}
+    child = [sys.executable, __file__, "--device", args.device, "--mode", args.mode, "--batch", str(args.batch),
+             "--steps", str(args.steps), "--config", args.config, *[f"--runtime={p}" for p in args.runtime]]
+    for way in ways:
+        with tempfile.TemporaryDirectory(prefix=f"bench-precompile-{way}-") as cache:
+            for label in ("cold", "warm"):
+                print(f"{way}, {label}: running", file=sys.stderr, flush=True)
+                done = subprocess.run([*child, "--one", way], capture_output=True, text=True,
+                                      env={**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache})
+                lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+                result = json.loads(lines[-1]) if lines else {"error": done.stderr.strip()[-500:]}
+                results[way, label] = result
+                shown = {k: v for k, v in result.items() if k != "losses"}
+                print(f"{way:10} {label:5} {json.dumps(shown)}", flush=True)
+    plain, pre = results.get(("plain", "warm"), {}), results.get(("precompile", "warm"), {})
+    if "first_step_s" in plain and "first_step_s" in pre:
+        print(f"precompile / plain, warm first step: {pre['first_step_s'] / plain['first_step_s']:.3f} "
+              f"({pre['first_step_s']:.2f} s against {plain['first_step_s']:.2f} s)")
+        print(f"precompile / plain, steady step: {pre['steady_step_s'] / plain['steady_step_s']:.3f}")
+        worst = max(abs(a - b) / max(abs(b), 1e-12) for a, b in zip(pre["losses"], plain["losses"]))
+        print(f"losses, the largest relative difference between the ways: {worst:.2e}")
+
+
+if __name__ == "__main__":
+    main()
