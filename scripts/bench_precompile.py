@@ -33,10 +33,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from costsim.errors import InputError  # noqa: E402
 from costsim.runtime import parse_pairs  # noqa: E402  (no torch in the parent process)
 
 SDXL_CONFIG = ROOT / "data" / "models" / "sdxl_unet_config.json"
 TEXT_TOKENS = 77
+OWN_SETTINGS = ("compile", "compile_mode", "ddp_graph", "precompile")   # what each way is
 
 
 def one(args) -> dict:
@@ -121,7 +123,13 @@ def main() -> None:
                         help="more runner settings for both ways, e.g. geglu=split")
     parser.add_argument("--one", choices=["plain", "precompile"], help=argparse.SUPPRESS)   # a child's way
     args = parser.parse_args()
-    parse_pairs(["compile=model", "ddp_graph=whole", f"compile_mode={args.mode}", *args.runtime])   # bad input: now
+    own = [pair for pair in args.runtime if pair.split("=", 1)[0] in OWN_SETTINGS]
+    if own:
+        parser.error(f"--runtime {own[0]}: this benchmark sets {', '.join(OWN_SETTINGS)} itself (--mode, --ways)")
+    try:   # bad input: now, in one line
+        parse_pairs(["compile=model", "ddp_graph=whole", f"compile_mode={args.mode}", *args.runtime])
+    except InputError as exc:
+        parser.error(str(exc))
     if args.one:
         print(json.dumps(one(args)), flush=True)
         return
