@@ -43,15 +43,21 @@ WIDTHS = {8: {"block_out_channels": [40, 80, 160], "norm_num_groups": 8},
           64: {"block_out_channels": [128, 256, 512], "attention_head_dim": [2, 4, 8]}}
 
 
+def narrow_config(head_size: int = 8) -> dict:
+    """SDXL's UNet config at a narrow width (WIDTHS): the same blocks, depth and calls, so the same tracing work."""
+    config = json.loads((ROOT / "data" / "models" / "sdxl_unet_config.json").read_text())
+    config.update(WIDTHS[head_size], cross_attention_dim=64, addition_time_embed_dim=16,
+                  projection_class_embeddings_input_dim=64 + 6 * 16, sample_size=16)
+    return config
+
+
 def one(way: str, backend: str, device: str, head_size: int) -> None:
     """In this process: build, compile `way`, call once; print one JSON line."""
     import torch
     from diffusers import UNet2DConditionModel
     from diffusers.models.attention import BasicTransformerBlock
 
-    config = json.loads((ROOT / "data" / "models" / "sdxl_unet_config.json").read_text())
-    config.update(WIDTHS[head_size], cross_attention_dim=64, addition_time_embed_dim=16,
-                  projection_class_embeddings_input_dim=64 + 6 * 16, sample_size=16)
+    config = narrow_config(head_size)
     if way == "regions":
         BasicTransformerBlock.forward = torch.compiler.nested_compile_region(BasicTransformerBlock.forward)
     torch.manual_seed(0)

@@ -16,7 +16,7 @@ start's figures, then the ratios precompile / plain of the warm first step and o
 the two ways' losses agree.
 
 On CPU with the tiny UNet (tests/data/tiny_unet_config.json) for trying it: `--config tests/data/tiny_unet_config.json
---batch 2`.
+--batch 2`; with SDXL's own depth at a narrow width (Dynamo's tracing as the full model's): `--config narrow --batch 2`.
 """
 
 from __future__ import annotations
@@ -50,7 +50,11 @@ def one(args) -> dict:
     device = torch.device(args.device)
     runtime = parse_pairs(["compile=model", "ddp_graph=whole", f"compile_mode={args.mode}",
                            f"precompile={'true' if args.one == 'precompile' else 'false'}", *args.runtime])
-    config = json.loads(Path(args.config).read_text())
+    if args.config == "narrow":
+        from bench_compile_regions import narrow_config  # this script's folder is on the path when it runs
+        config = narrow_config()
+    else:
+        config = json.loads(Path(args.config).read_text())
     torch.manual_seed(0)
     started = time.perf_counter()
     with device:
@@ -117,7 +121,9 @@ def main() -> None:
                         help="torch.compile mode (reduce-overhead: CUDA graphs, GPU only)")
     parser.add_argument("--batch", type=int, default=4, help="samples a step (default 4: an H100's under CUDA graphs)")
     parser.add_argument("--steps", type=int, default=6, help="steady steps after the first (default 6)")
-    parser.add_argument("--config", default=str(SDXL_CONFIG), help="the UNet's config (default: SDXL's)")
+    parser.add_argument("--config", default=str(SDXL_CONFIG),
+                        help="the UNet's config (default: SDXL's), or narrow: SDXL's blocks and depth at a narrow width "
+                             "(scripts/bench_compile_regions.py's; the same tracing work, little compute)")
     parser.add_argument("--ways", default="plain,precompile", help="comma-separated: plain, precompile")
     parser.add_argument("--runtime", action="append", default=[], metavar="K=V",
                         help="more runner settings for both ways, e.g. geglu=split")
