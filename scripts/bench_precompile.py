@@ -129,6 +129,8 @@ def main() -> None:
                         help="more runner settings for both ways, e.g. geglu=split")
     parser.add_argument("--one", choices=["plain", "precompile"], help=argparse.SUPPRESS)   # a child's way
     args = parser.parse_args()
+    if args.mode == "reduce-overhead" and not args.device.startswith("cuda"):
+        parser.error("--mode reduce-overhead records CUDA graphs: give --device cuda, or use --mode default")
     own = [pair for pair in args.runtime if pair.split("=", 1)[0] in OWN_SETTINGS]
     if own:
         parser.error(f"--runtime {own[0]}: this benchmark sets {', '.join(OWN_SETTINGS)} itself (--mode, --ways)")
