@@ -45,6 +45,7 @@ from typing import Any
 import torch
 from torch.utils import _pytree
 
+from costsim.contract.jsonfiles import replacing
 from costsim.runtime import CUDA_GRAPH_MODES
 
 FOLDER = "precompiled"
@@ -213,20 +214,17 @@ def call_kind(args: tuple, kwargs: dict, training: bool) -> tuple:
 
 def artefact_key(module: torch.nn.Module, mode: str, settings: dict) -> str:
     """A hash of what the compiled model depends on beyond its call: torch and the device, the model's modules
-    (their classes and any forward set on an instance, and the source files defining them), its parameters' and
-    buffers' names, shapes and dtypes, the compile mode and the runner's settings."""
+    (their classes and the source files defining them), its parameters' and buffers' names, shapes and dtypes, the
+    compile mode and the runner's settings."""
     parts: list[str] = [torch.__version__, str(torch.version.cuda), mode, repr(sorted(settings.items()))]
     if torch.cuda.is_available():
         parts += [torch.cuda.get_device_name(), repr(torch.cuda.get_device_capability())]
     files: set[str] = {__file__}   # what is compiled (class_forward) and how
     for name, sub in module.named_modules():
-        forward = sub.__dict__.get("forward")   # an instance's own forward (runtime.geglu=split sets one)
-        own = getattr(forward, "__func__", None) if forward is not None and forward is not sub.forward else None
-        parts.append(f"{name}:{type(sub).__module__}.{type(sub).__qualname__}:{getattr(own, '__qualname__', '')}")
-        for thing in (type(sub), own):
-            source = _source_file(thing) if thing is not None else None
-            if source is not None:
-                files.add(source)
+        parts.append(f"{name}:{type(sub).__module__}.{type(sub).__qualname__}")
+        source = _source_file(type(sub))
+        if source is not None:
+            files.add(source)
     for name, tensor in [*module.named_parameters(), *module.named_buffers()]:
         parts.append(f"{name}:{tuple(tensor.shape)}:{tensor.dtype}:{tensor.requires_grad}")
     for source in sorted(files):
@@ -240,16 +238,10 @@ def artefact_key(module: torch.nn.Module, mode: str, settings: dict) -> str:
 # -- the file ----------------------------------------------------------------------------------------------
 def write_checked(path: Path, payload: bytes) -> None:
     """MAGIC, the payload's SHA-256 in hex, the payload: written to a temporary file beside `path`, renamed."""
-    handle, name = tempfile.mkstemp(prefix="tmp-", suffix=".pt", dir=path.parent)
-    try:
-        with os.fdopen(handle, "wb") as out:
-            out.write(MAGIC + hashlib.sha256(payload).hexdigest().encode() + payload)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(name, path)
-    except BaseException:
-        Path(name).unlink(missing_ok=True)
-        raise
+    with replacing(path) as temporary, open(temporary, "wb") as out:
+        out.write(MAGIC + hashlib.sha256(payload).hexdigest().encode() + payload)
+        out.flush()
+        os.fsync(out.fileno())
 
 
 def checked_payload(data: bytes) -> bytes | None:
@@ -285,9 +277,9 @@ def portable_guards(entries) -> list[bool]:
 
 
 def _bound(function, module: torch.nn.Module) -> Callable:
-    """The compiled function called with the module first. Its guards are checked once, here or by the compile
-    that made it: every call that reaches it is of the same kind (`call_kind`), and checking each tensor's
-    metadata (the parameters' too) at every call cost the tiny CPU UNet's step a third more."""
+    """The compiled function called with the module first. Its guards are checked once, by the load
+    (`Precompiled._obtain`) or by the compile that made it: every call that reaches it is of the same kind
+    (`call_kind`), so checking every tensor's metadata, the parameters' too, again at each call would add nothing."""
     function.disable_guard_check()
 
     def call(*args, **kwargs):
