@@ -10,9 +10,11 @@ the steady step, for the SDXL UNet built from its config (random weights), each 
 and AOTAutograd caches answering from the second); `precompile` the same with runtime.precompile=true
 (runner.precompile: the second start loads the compiled forward and backward and traces nothing). Both run through
 runner.speed.prepare_model, each way with a compile cache of its own, in the order plain cold, plain warm,
-precompile cold, precompile warm. A step is one micro-batch's forward and backward under bf16 autocast and an AdamW
-step, as the runner's; under CUDA graphs (--mode reduce-overhead) each step is marked as a new one. Prints each
-start's figures, then the ratios precompile / plain of the warm first step and of the steady step, and whether
+precompile cold, precompile warm. With --share-cache both ways share one cache: a later way's first start ("cold*")
+then finds Inductor's and AOTAutograd's caches warm, which leaves the warm figures as they are and lets the full
+model on an H100 fit one device call. A step is one micro-batch's forward and backward under bf16 autocast and an
+AdamW step, as the runner's; under CUDA graphs (--mode reduce-overhead) each step is marked as a new one. Prints
+each start's figures, then the ratios precompile / plain of the warm first step and of the steady step, and whether
 the two ways' losses agree.
 
 On CPU with the tiny UNet (tests/data/tiny_unet_config.json) for trying it: `--config tests/data/tiny_unet_config.json
@@ -22,6 +24,7 @@ On CPU with the tiny UNet (tests/data/tiny_unet_config.json) for trying it: `--c
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -127,6 +130,9 @@ def main() -> None:
     parser.add_argument("--ways", default="plain,precompile", help="comma-separated: plain, precompile")
     parser.add_argument("--runtime", action="append", default=[], metavar="K=V",
                         help="more runner settings for both ways, e.g. geglu=split")
+    parser.add_argument("--share-cache", action="store_true",
+                        help="one compile cache for every way (the later ways' cold starts then find Inductor's and "
+                             "AOTAutograd's caches warm: a shorter run, the warm figures unchanged)")
     parser.add_argument("--one", choices=["plain", "precompile"], help=argparse.SUPPRESS)   # a child's way
     args = parser.parse_args()
     if args.mode == "reduce-overhead" and not args.device.startswith("cuda"):
@@ -147,9 +153,13 @@ def main() -> None:
     results: dict[tuple[str, str], dict] = {}
     child = [sys.executable, __file__, "--device", args.device, "--mode", args.mode, "--batch", str(args.batch),
              "--steps", str(args.steps), "--config", args.config, *[f"--runtime={p}" for p in args.runtime]]
+    shared = tempfile.TemporaryDirectory(prefix="bench-precompile-") if args.share_cache else None
     for way in ways:
-        with tempfile.TemporaryDirectory(prefix=f"bench-precompile-{way}-") as cache:
-            for label in ("cold", "warm"):
+        with (contextlib.nullcontext(shared.name) if shared else
+              tempfile.TemporaryDirectory(prefix=f"bench-precompile-{way}-")) as cache:
+            for n, label in enumerate(("cold", "warm")):
+                if shared and n == 0 and way != ways[0]:
+                    label = "cold*"   # its own file compiled, Inductor's and AOTAutograd's caches already warm
                 print(f"{way}, {label}: running", file=sys.stderr, flush=True)
                 done = subprocess.run([*child, "--one", way], capture_output=True, text=True,
                                       env={**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache})
@@ -158,6 +168,8 @@ def main() -> None:
                 results[way, label] = result
                 shown = {k: v for k, v in result.items() if k != "losses"}
                 print(f"{way:10} {label:5} {json.dumps(shown)}", flush=True)
+    if shared:
+        shared.cleanup()
     plain, pre = results.get(("plain", "warm"), {}), results.get(("precompile", "warm"), {})
     if "first_step_s" in plain and "first_step_s" in pre:
         print(f"precompile / plain, warm first step: {pre['first_step_s'] / plain['first_step_s']:.3f} "

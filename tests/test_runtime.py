@@ -34,6 +34,7 @@ GEGLU = ROOT / "data" / "measurements" / "2026-12-06-h200-geglu-split"
 FINETUNE = ROOT / "data" / "measurements" / "2026-11-30-h200-sdxl-finetune"
 GRAPHS_RUN = ROOT / "data" / "measurements" / "2026-12-06-h100-graphs-runner" / "run"
 GRAPHS_RESUME_RUN = ROOT / "data" / "measurements" / "2026-12-07-h100-graphs-resume-load" / "run"   # a resume
+PRECOMPILED_RUN = ROOT / "data" / "measurements" / "2026-12-07-h100-precompile" / "as-written-precompile" / "run"
 
 
 def test_defaults_are_the_plain_eager_loop():
@@ -587,18 +588,24 @@ def test_calibrating_new_runner_settings_adds_a_configuration_beside_the_others(
     redone = updated_profile_document(str(written), again)
     assert list(redone["gpus"]["H100"]["variants"]) == ["model-graphs"]
     assert redone["gpus"]["H100"]["compute_per_sample"] == shipped["compute_per_sample"]
-    # the shipped profile has it (named `graphs`): found by its runner settings, refitted to the same figures
-    found = calibrate([run], shipped_profile)
-    assert not found.new_configuration and found.after.variant == "graphs"
-    assert found.after.compute_per_sample_s == pytest.approx(result.after.compute_per_sample_s)
-    assert found.after.restart_s == pytest.approx(result.after.restart_s)
-    # its figures are since 2026-12-07 the resume's (its restart read the notice's checkpoint), calibrated alone
+    # the shipped profile's `graphs` is this configuration precompiled (runtime.precompile): a run without precompile
+    # is another configuration beside it, one with it is found by its runner settings
+    plain = calibrate([run], shipped_profile)
+    assert plain.new_configuration and plain.after.variant == "model-graphs"
+    assert plain.after.compute_per_sample_s == pytest.approx(result.after.compute_per_sample_s)
     (graphs,) = [g for g in shipped_profile.configurations("H100") if g.variant == "graphs"]
+    assert graphs.runtime.precompile and not result.after.runtime.precompile
+    precompiled = calibrate([load_run(str(PRECOMPILED_RUN))], shipped_profile)
+    assert not precompiled.new_configuration and precompiled.after.variant == "graphs"
+    # its restart and start-up are the precompiled resume's, its compute figure the plain resume's (the same steady
+    # step: data/measurements/2026-12-07-h100-precompile)
+    assert (graphs.restart_s, graphs.startup_s) == pytest.approx(
+        (precompiled.after.restart_s, precompiled.after.startup_s), rel=1e-5)
     resumed = calibrate([load_run(str(GRAPHS_RESUME_RUN))], shipped_profile)
-    assert not resumed.new_configuration and resumed.after.variant == "graphs"
-    assert (graphs.compute_per_sample_s, graphs.restart_s, graphs.startup_s) == pytest.approx(
-        (resumed.after.compute_per_sample_s, resumed.after.restart_s, resumed.after.startup_s), rel=1e-5)
-    assert resumed.after.restart_s < result.after.restart_s   # 35.7 s with its load against 47.9 s from step 0
+    assert resumed.new_configuration
+    assert graphs.compute_per_sample_s == pytest.approx(resumed.after.compute_per_sample_s, rel=1e-5)
+    # 23.5 s loading the saved model against 35.7 s tracing it again, and 47.9 s from step 0
+    assert precompiled.after.restart_s < resumed.after.restart_s < result.after.restart_s
 
     assert configuration_name(Runtime(), set()) == "eager"
     assert configuration_name(parse_pairs(["compile=blocks", "compile_mode=max-autotune"]), {"blocks-graphs"}) \
