@@ -18,6 +18,14 @@ again, never run. A model that ahead-of-time compilation cannot take (a graph br
 under plain torch.compile instead, with a warning. (Under CUDA graphs, on an H100, that fallback once failed its
 first backward after a failed ahead-of-time compile: see the measurements' README, item 3, and `install`.)
 
+A start that finds this model's files loads them on a thread (`preload`), started by runner.train as soon as the model
+is prepared (on a new node, once the compile cache is fetched): the load (3.0 s of the full SDXL UNet's resumed first
+step on an H100 under CUDA graphs, where no warm step runs) then runs beside the wrap and the checkpoint's read, and
+the model's first call (the first step's, or the warm step's: runner.warm_step) takes the loaded function, waiting
+for it if need be. Files are preloaded newest first (a load marks its file as used), at most PRELOAD_MOST: the kinds
+of call this model met lately. `COSTSIM_PRECOMPILE_PRELOAD=0` loads at the first call instead (to measure the two
+side by side).
+
 The file is code, as Inductor's cache is (its kernels and wrappers, which the workers import and run): it lives in
 the run's compile cache, written by the runner itself, and travels to the job's next node only with that cache
 (runner.compile_share, opt-in, through a store only the job's runners can write). It is never read from a plan.
@@ -30,6 +38,7 @@ classes, torch's and the runner's settings.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import inspect
 import io
@@ -47,10 +56,13 @@ from torch.utils import _pytree
 
 from costsim.contract.jsonfiles import replacing
 from costsim.runtime import CUDA_GRAPH_MODES
+from runner import warm_step
 
 FOLDER = "precompiled"
 MAGIC = b"costsim-precompiled-1\n"
 DIGEST_BYTES = 64   # the hex SHA-256 of what follows it
+PRELOAD_ENV = "COSTSIM_PRECOMPILE_PRELOAD"
+PRELOAD_MOST = 4    # files preloaded at most: a training call's kind, and validation's, with room for a batch change
 
 
 class Precompiled:
@@ -68,6 +80,8 @@ class Precompiled:
         self._lock = threading.Lock()
         self._fallback: Callable | None = None
         self._model_key: str | None = None
+        self._preloading: threading.Thread | None = None
+        self._preloaded: dict[str, tuple[Any, float]] = {}   # file name: (the loaded function or None, seconds)
 
     def __call__(self, *args, **kwargs):
         if _forced_eager():   # torch.compiler.set_stance("force_eager"), as the runner's validation uses
@@ -83,18 +97,70 @@ class Precompiled:
     def report(self) -> list[dict]:
         return list(self.events)
 
+    def preload(self, device: torch.device | None = None) -> int:
+        """Start loading this model's saved files (the newest PRELOAD_MOST) on a daemon thread, for the first calls
+        to take (`_obtain`); how many. `device`: the CUDA device the thread loads for (this rank's)."""
+        if self._preloading is not None:   # once a process
+            return 0
+        paths = self._saved_files()[:PRELOAD_MOST]
+        if not paths:
+            return 0
+
+        def run():
+            try:
+                if device is not None and device.type == "cuda":
+                    torch.cuda.set_device(device)   # a new thread's current device is the first, not this rank's
+                for path in paths:
+                    started = time.perf_counter()
+                    loaded = self._load(path)
+                    self._preloaded[path.name] = (loaded, time.perf_counter() - started)
+            finally:
+                warm_step.short_switches.release()
+        # the load unpickles, holding the interpreter lock for long stretches: the read's threads beside it get the
+        # lock back within the warm step's short switch interval (runner.warm_step says what the default cost)
+        warm_step.short_switches.acquire()
+        self._preloading = threading.Thread(target=run, name="precompile-preload", daemon=True)
+        self._preloading.start()
+        return len(paths)
+
+    def _saved_files(self) -> list[Path]:
+        """This model's files in the folder, the most recently written or loaded first."""
+        found = []
+        try:
+            for entry in os.scandir(self.folder):
+                if entry.name.startswith(f"{self.model_key()}-") and entry.name.endswith(".pt"):
+                    with contextlib.suppress(OSError):   # removed meanwhile
+                        found.append((entry.stat().st_mtime, Path(entry.path)))
+        except OSError:   # no folder yet
+            return []
+        return [path for _, path in sorted(found, key=lambda pair: pair[0], reverse=True)]
+
+    def _preloaded_file(self, path: Path) -> tuple[Any, float] | None:
+        """What the preload made of `path` (waiting for it to end), or None if it did not try that file."""
+        if self._preloading is None:
+            return None
+        self._preloading.join()
+        return self._preloaded.pop(path.name, None)
+
     # -- one kind of call --------------------------------------------------------------------------------
     def _obtain(self, kind: tuple, args: tuple, kwargs: dict) -> Callable:
         path = self.folder / f"{self.model_key()}-{_digest(repr(kind))[:16]}.pt"
         started = time.perf_counter()
-        loaded = self._load(path)
+        preloaded = self._preloaded_file(path)
+        waited_s = time.perf_counter() - started
+        loaded, load_s = preloaded if preloaded is not None else (self._load(path), None)
         if loaded is not None and not loaded.guard_check(self.module, *args, **kwargs):
             self.warn(f"runtime.precompile: {path} does not fit this call (its guards fail); compiling it again")
             self.events.append({"op": "guards failed", "file": path.name})
             loaded = None
         if loaded is not None:
-            self.events.append({"op": "load", "file": path.name, "bytes": path.stat().st_size,
-                                "duration_s": round(time.perf_counter() - started, 3)})
+            with contextlib.suppress(OSError):
+                os.utime(path)   # used now: the next start preloads it first
+            event = {"op": "load", "file": path.name, "bytes": path.stat().st_size,
+                     "duration_s": round(time.perf_counter() - started if load_s is None else load_s, 3)}
+            if load_s is not None:
+                event.update(preloaded=True, waited_s=round(waited_s, 3))
+            self.events.append(event)
             return _bound(loaded, self.module)
         # Dynamo pickles the module with its guards: this object (and its lock) leaves its attributes meanwhile, and
         # so do the parameters' gradients (made before the first step under DDP, runner.train.grads_for_buckets),
@@ -185,10 +251,26 @@ def install(module: torch.nn.Module, mode: str, settings: dict, folder: Path,
     return precompiled
 
 
+def installed(module: torch.nn.Module) -> Precompiled | None:
+    """`module`'s Precompiled forward, if it has one."""
+    forward = module.__dict__.get("forward")
+    return forward if isinstance(forward, Precompiled) else None
+
+
+def preload_enabled(env=os.environ) -> bool:
+    """COSTSIM_PRECOMPILE_PRELOAD: 1 (the default) loads the saved files beside the start, 0 at the first call."""
+    text = env.get(PRELOAD_ENV, "1")
+    if text not in ("0", "1"):
+        from runner.speed import RuntimeConfigError
+        raise RuntimeConfigError(f"{PRELOAD_ENV}={text!r}: expected 1 (load the saved model beside the start, the "
+                                 "default) or 0 (at the first call)")
+    return text == "1"
+
+
 def events(module: torch.nn.Module) -> list[dict]:
     """What `module`'s Precompiled forward did in this process (none if it has none)."""
-    forward = module.__dict__.get("forward")
-    return forward.report() if isinstance(forward, Precompiled) else []
+    forward = installed(module)
+    return forward.report() if forward is not None else []
 
 
 def default_folder(env=os.environ) -> Path:

@@ -183,6 +183,9 @@ def _compile_line(report: dict) -> str:
 def _precompiled_part(event: dict) -> str:
     op, size = event.get("op"), event.get("bytes")
     mb = (f", {size / 1e6:.0f} MB" if size >= 1e6 else f", {size / 1e3:.0f} kB") if size else ""
+    if op == "load" and event.get("preloaded"):   # on a thread from before the checkpoint's read
+        return (f"precompiled model loaded in {event['duration_s']:.1f} s{mb} beside the start (its first call "
+                f"waited {event.get('waited_s', 0.0):.1f} s for it)")
     if op == "load":
         return f"precompiled model loaded in {event['duration_s']:.1f} s{mb}"
     if op == "compile":

@@ -173,6 +173,8 @@ class Trainer:
         speed.configure_backends(self.runtime)
         compiled = speed.prepare_model(built.model, self.runtime, warn=self.warn)
         self.compiled = bool(compiled)
+        if self.compile_share is None:   # the node's own compile cache: its saved model loads from now
+            self.start_preload()
         # One process has nothing to all-reduce: DDP's gradient hooks and buckets would only cost time
         # and memory. The checkpoint's names are the same either way.
         self.ddp_buckets: str | None = None   # how DDP's buckets were made (speed.configure_ddp); None without DDP
@@ -362,6 +364,14 @@ class Trainer:
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         return bool(flag[0])
 
+    def start_preload(self) -> None:
+        """runtime.precompile: this model's saved compiled files loaded on a thread from now, beside the checkpoint's
+        read, for the first step to take (runner.precompile)."""
+        enabled = precompile.preload_enabled()   # a bad value stops any start
+        saved = precompile.installed(self.built.model) if self.runtime.precompile else None
+        if saved is not None and enabled:
+            saved.preload(self.device)
+
     def start_prewarm(self) -> prewarm.Prewarm | None:
         """The modules earlier starts' first steps imported, imported on a thread from now (runner.prewarm)."""
         path = prewarm.imports_file() if self.compiled and prewarm.enabled() else None
@@ -390,12 +400,14 @@ class Trainer:
                      and not self.runtime.cuda_graphs)
         if want_warm:
             self.wait_compile_cache()
+            self.start_preload()   # a new node's saved model, in place now (on the node's own, started already)
         warm = self.make_warm_step(self.resume_step) if want_warm else None
         warming = None if warm else self.start_prewarm()
         self.restore(warm)
         if not want_warm and self.compile_share is not None:
             self.wait_compile_cache()
             warming = warming or self.start_prewarm()   # a new node's list came with the cache
+            self.start_preload()   # and its saved model
         if warming:
             warming.wait()   # no import on another thread while the first step traces (runner.prewarm)
         record_imports = (prewarm.imports_file() if self.rank == 0 and self.compiled and prewarm.enabled()

@@ -53,6 +53,32 @@ WARM_STEP_ENV = "COSTSIM_WARM_STEP"
 SWITCH_INTERVAL_S = 0.0002
 
 
+class ShortSwitches:
+    """The interpreter's switch interval at SWITCH_INTERVAL_S while any holder needs it (the warm step, the
+    precompiled model's preload: runner.precompile), put back when the last one lets go."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._holders = 0
+        self._before = 0.005
+
+    def acquire(self) -> None:
+        with self._lock:
+            if self._holders == 0:
+                self._before = sys.getswitchinterval()
+                sys.setswitchinterval(min(self._before, SWITCH_INTERVAL_S))
+            self._holders += 1
+
+    def release(self) -> None:
+        with self._lock:
+            self._holders -= 1
+            if self._holders == 0:
+                sys.setswitchinterval(self._before)
+
+
+short_switches = ShortSwitches()
+
+
 # COSTSIM_WARM_STEP's values: where the warm step starts, if at all
 MODES = {"1": "read", "early": "restore", "0": "off"}
 
@@ -85,7 +111,6 @@ class WarmStep:
     started_s: float | None = None   # when start() ran, from the WarmStep's making (None: never)
     started_at: str = ""             # from where: "restore" or "read" (the mode's point)
     _done: threading.Event = field(default_factory=threading.Event)
-    _interval: float = 0.005   # the switch interval before start(), put back by join()
     _made: float = field(default_factory=time.monotonic)
 
     def start(self, at: str = "read") -> WarmStep:
@@ -93,8 +118,7 @@ class WarmStep:
         if self.started_s is not None:
             return self
         self.started_s, self.started_at = time.monotonic() - self._made, at
-        self._interval = sys.getswitchinterval()
-        sys.setswitchinterval(min(self._interval, SWITCH_INTERVAL_S))
+        short_switches.acquire()   # let go by join()
         threading.Thread(target=self._run, name="warm-step", daemon=True).start()
         return self
 
@@ -115,7 +139,7 @@ class WarmStep:
         started = time.monotonic()
         self._done.wait()
         self.waited_s = time.monotonic() - started
-        sys.setswitchinterval(self._interval)
+        short_switches.release()
         return self
 
     def report(self) -> dict:

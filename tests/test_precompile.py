@@ -3,6 +3,7 @@ cache and loaded by the next process, which then traces nothing."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -106,6 +107,7 @@ def test_a_damaged_file_is_compiled_again_never_loaded(tmp_path):
     path.write_bytes(bytes(data))
     warnings: list[str] = []
     again = precompile.install(_net(), "default", {"compile": "model"}, tmp_path, warn=warnings.append)
+    assert again.preload() == 1   # found by the preload, which finds it damaged: the first call compiles
     out, _ = _step(again.module, x)
     assert [e["op"] for e in again.report()] == ["damaged", "compile"]
     assert len(warnings) == 1 and "damaged" in warnings[0] and str(path) in warnings[0]
@@ -123,22 +125,58 @@ def test_a_resumed_ddp_run_loads_the_saved_model_and_ends_as_the_run_straight_th
     settings = ("--runtime", "compile=model", "--runtime", "ddp_graph=whole")
     args = ("--steps", "10", "--seed", "3", *settings)
     drill, clean, plain = tmp_path / "drill", tmp_path / "clean", tmp_path / "plain"
-    for folder, extra in ((drill, ("--runtime", "precompile=true", "--inject-preemptions", "kill@6")),
-                          (clean, ("--runtime", "precompile=true")), (plain, ())):
+    cold = tmp_path / "cold"   # a drill without the warm step (as under CUDA graphs): the first step takes the load
+    kill = ("--runtime", "precompile=true", "--inject-preemptions", "kill@6")
+    for folder, extra in ((drill, kill), (clean, ("--runtime", "precompile=true")), (plain, ()), (cold, kill)):
+        monkeypatch.setenv("COSTSIM_WARM_STEP", "0" if folder == cold else "1")
         result = execute(plan, folder, *args, *extra, timeout=300)
         assert result.returncode == 0, result.stderr[-3000:]
-    assert summary(drill)["restarts"] == 1
+    assert summary(drill)["restarts"] == summary(cold)["restarts"] == 1
+    assert events(drill, "warm_step") and not events(cold, "warm_step")
+    (preloaded,) = events(cold, "compile")[1]["precompiled"]
+    assert preloaded["op"] == "load" and preloaded["preloaded"] and preloaded["waited_s"] <= preloaded["duration_s"]
     lives = [c["precompiled"] for c in events(drill, "compile")]
     assert [[e["op"] for e in life] for life in lives] == [["compile"], ["load"]]
+    assert lives[1][0]["preloaded"] and lives[1][0]["waited_s"] <= lives[1][0]["duration_s"]   # beside the read
     assert lives[0][0]["file"] == lives[1][0]["file"] and (drill / "compile-cache" / "precompiled" /
                                                            lives[0][0]["file"]).is_file()
     # the loaded life traced nothing: Dynamo captured no frame
     assert "stats.unique_graphs" not in events(drill, "compile")[1]["counters"]
     assert summary(drill)["final_state_sha256"] == summary(clean)["final_state_sha256"] == \
-        summary(plain)["final_state_sha256"]
+        summary(plain)["final_state_sha256"] == summary(cold)["final_state_sha256"]
     report = subprocess.run([sys.executable, "-m", "runner", "report", str(drill)], capture_output=True, text=True)
     text = " ".join(report.stdout.split())   # the report wraps its lines
     assert "model compiled ahead of time" in text and "precompiled model loaded" in text
+
+
+def test_the_preload_takes_this_models_files_the_most_recently_used_first(tmp_path):
+    saved = precompile.install(_net(), "default", {"compile": "model"}, tmp_path)
+    assert saved.preload() == 0 and saved._preloading is None   # nothing saved yet
+    key, most = saved.model_key(), precompile.PRELOAD_MOST
+    names = [f"{key}-{n:016x}.pt" for n in range(most + 1)]
+    for age, name in enumerate(names):   # names[0] the newest
+        (tmp_path / name).write_bytes(b"not a saved function")
+        os.utime(tmp_path / name, (1e9 - age, 1e9 - age))
+    (tmp_path / "0123456789abcdef01234567-0000000000000000.pt").write_bytes(b"another model's")
+    assert [p.name for p in saved._saved_files()] == names
+    os.utime(tmp_path / names[-1])   # loaded just now (as _obtain marks a file it loads)
+    assert [p.name for p in saved._saved_files()][0] == names[-1]
+    warnings: list[str] = []
+    saved.warn = warnings.append
+    assert saved.preload() == most
+    saved._preloading.join()
+    # each one read, found not to be one of ours, and kept from being run: the first call would compile afresh
+    assert sorted(saved._preloaded) == sorted([names[-1], *names[:most - 1]])
+    assert all(function is None for function, _ in saved._preloaded.values())
+    assert len(warnings) == most and all("damaged" in w for w in warnings)
+    assert saved.preload() == 0   # once a process
+
+
+def test_the_preload_switch_takes_0_or_1():
+    assert precompile.preload_enabled({}) and precompile.preload_enabled({precompile.PRELOAD_ENV: "1"})
+    assert not precompile.preload_enabled({precompile.PRELOAD_ENV: "0"})
+    with pytest.raises(speed.RuntimeConfigError, match="COSTSIM_PRECOMPILE_PRELOAD='yes': expected 1"):
+        precompile.preload_enabled({precompile.PRELOAD_ENV: "yes"})
 
 
 def test_precompile_is_installed_only_for_the_whole_model(tmp_path, monkeypatch):
@@ -153,3 +191,22 @@ def test_precompile_is_installed_only_for_the_whole_model(tmp_path, monkeypatch)
     plain = _net()
     speed.prepare_model(plain, Runtime(compile="model"))
     assert not precompile.events(plain) and not isinstance(plain.__dict__.get("forward"), precompile.Precompiled)
+
+
+def test_the_short_switch_interval_lasts_while_any_holder_needs_it():
+    """The warm step and the preload shorten the interpreter's switch interval together: the last to finish puts
+    the interval back, whichever order they end in."""
+    from runner.warm_step import SWITCH_INTERVAL_S, ShortSwitches
+    before = sys.getswitchinterval()
+    assert before > SWITCH_INTERVAL_S
+    switches = ShortSwitches()
+    try:
+        switches.acquire()   # the preload
+        switches.acquire()   # the warm step
+        assert sys.getswitchinterval() == pytest.approx(SWITCH_INTERVAL_S)
+        switches.release()   # the preload ends first
+        assert sys.getswitchinterval() == pytest.approx(SWITCH_INTERVAL_S)
+        switches.release()
+        assert sys.getswitchinterval() == pytest.approx(before)
+    finally:
+        sys.setswitchinterval(before)
