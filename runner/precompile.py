@@ -15,8 +15,9 @@ that call, named by a hash of everything it depends on (`artefact_key`): it load
 and saves it (atomically: a temporary file renamed into place), and every later call of that kind runs it. The file
 is written with a SHA-256 of its contents and checked before it is loaded: a damaged one is reported and compiled
 again, never run. A model that ahead-of-time compilation cannot take (a graph break, a guard it cannot save) runs
-under plain torch.compile instead, with a warning. (Under CUDA graphs, on an H100, that fallback once failed its
-first backward after a failed ahead-of-time compile: see the measurements' README, item 3, and `install`.)
+under plain torch.compile instead, with a warning, and without CUDA graphs (FALLBACK_MODES): under them, on an H100
+with torch 2.11, the one such fallback measured failed its first backward in every life, so the run stopped (the
+measurements' README, item 3; the cause not established): a run a little slower beats one that cannot go on.
 
 A start that finds this model's files loads them on a thread (`preload`), started by runner.train as soon as the model
 is prepared (on a new node, once the compile cache is fetched): the load (3.0 s of the full SDXL UNet's resumed first
@@ -61,6 +62,8 @@ from runner import warm_step
 FOLDER = "precompiled"
 MAGIC = b"costsim-precompiled-1\n"
 DIGEST_BYTES = 64   # the hex SHA-256 of what follows it
+# the mode a fallback to torch.compile runs in: the same, less CUDA graphs (module docstring)
+FALLBACK_MODES = {"reduce-overhead": "default", "max-autotune": "max-autotune-no-cudagraphs"}
 PRELOAD_ENV = "COSTSIM_PRECOMPILE_PRELOAD"
 PRELOAD_MOST = 4    # files preloaded at most: a training call's kind, and validation's, with room for a batch change
 
@@ -172,10 +175,11 @@ class Precompiled:
         try:
             compiled = _compiled(self.mode).aot_compile(((self.module, *args), kwargs))
         except Exception as exc:   # noqa: BLE001 - any failure of the experimental path falls back to torch.compile
-            reason = _first_line(exc)
+            reason, mode = _first_line(exc), FALLBACK_MODES.get(self.mode, self.mode)
+            graphs = f" in compile mode {mode} (no CUDA graphs)" if mode != self.mode else ""
             self.warn(f"runtime.precompile: the model could not be compiled ahead of time ({reason}); it runs "
-                      "under torch.compile instead, traced again at every start")
-            self.events.append({"op": "fallback", "reason": reason,
+                      f"under torch.compile instead{graphs}, traced again at every start")
+            self.events.append({"op": "fallback", "reason": reason, "mode": mode,
                                 "duration_s": round(time.perf_counter() - started, 3)})
             return self.fallback()
         finally:
@@ -191,7 +195,7 @@ class Precompiled:
 
     def fallback(self) -> Callable:
         if self._fallback is None:
-            self._fallback = torch.compile(self.original, mode=self.mode)
+            self._fallback = torch.compile(self.original, mode=FALLBACK_MODES.get(self.mode, self.mode))
         return self._fallback
 
     def _load(self, path: Path):

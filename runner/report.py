@@ -192,7 +192,8 @@ def _precompiled_part(event: dict) -> str:
         saved = mb if size else ", not saved"
         return f"model compiled ahead of time in {event['compile_s']:.1f} s{saved}"
     if op == "fallback":
-        return f"precompile fell back to torch.compile ({event.get('reason', '?')})"
+        mode = f" in compile mode {event['mode']}" if event.get("mode") else ""
+        return f"precompile fell back to torch.compile{mode} ({event.get('reason', '?')})"
     return f"precompiled file {op} ({event.get('file', '?')})"   # damaged, unloadable, guards failed
 
 

@@ -149,6 +149,39 @@ def test_a_resumed_ddp_run_loads_the_saved_model_and_ends_as_the_run_straight_th
     assert "model compiled ahead of time" in text and "precompiled model loaded" in text
 
 
+class Breaking(Net):
+    """A forward with a graph break, which an ahead-of-time compile (whole graph) cannot take."""
+
+    def forward(self, x, scale: float = 1.0):
+        hidden = torch.nn.functional.gelu(self.inner(x))
+        torch._dynamo.graph_break()
+        return self.outer(hidden) * scale
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode, runs_in", [("default", "default"), ("reduce-overhead", "default")])
+def test_a_model_it_cannot_compile_ahead_of_time_runs_under_torch_compile_without_cuda_graphs(tmp_path, mode,
+                                                                                             runs_in):
+    torch.manual_seed(0)
+    eager = Breaking()
+    x = torch.randn(5, 8)
+    expected, expected_grads = _step(eager, x)
+    warnings: list[str] = []
+    model = Breaking()
+    model.load_state_dict(eager.state_dict())
+    saved = precompile.install(model, mode, {"compile": "model"}, tmp_path, warn=warnings.append)
+    out, grads = _step(model, x)
+    (event,) = saved.report()
+    assert event["op"] == "fallback" and event["mode"] == runs_in and "graph_break()" in event["reason"]
+    assert len(warnings) == 1 and "could not be compiled ahead of time" in warnings[0]
+    assert ("no CUDA graphs" in warnings[0]) == (mode != runs_in)
+    assert not list(tmp_path.glob("*.pt"))   # nothing saved: the next start tries again
+    assert torch.allclose(out, expected, atol=1e-6) and all(torch.allclose(g, e, atol=1e-6)
+                                                             for g, e in zip(grads, expected_grads))
+    _step(model, x)   # the next call runs the same fallback, without another attempt
+    assert len(saved.report()) == 1 and len(warnings) == 1
+
+
 def test_the_preload_takes_this_models_files_the_most_recently_used_first(tmp_path):
     saved = precompile.install(_net(), "default", {"compile": "model"}, tmp_path)
     assert saved.preload() == 0 and saved._preloading is None   # nothing saved yet
