@@ -4,7 +4,9 @@ started (fresh, on the same node from its own checkpoint, on a new node from the
 execute`'s start to the end of its first step, the fetch and the load, its steady samples per second, and,
 where a notice ended it, notice to exit with the decision, whether a write was in flight and how long removing
 old checkpoints for room took inside it (COSTSIM_REMOVE_AHEAD=0, or nothing removed them ahead). The lives
-come from one GPU run (`scripts/gpu_sdxl_restart_bench.sh`), so the ratios compare like with like.
+come from one GPU run (`scripts/gpu_sdxl_restart_bench.sh`), so the ratios compare like with like. A life the
+supervisor restarted inside (a notice or a failed worker: `scripts/gpu_sdxl_as_written.sh`'s) has a row for each
+restart, from its decision to the end of the first step after it, with its load, as the same node's start and load.
 No torch here.
 
     python3 scripts/bench_restart.py RUN_DIR_OR_TELEMETRY [...]
@@ -19,6 +21,7 @@ from pathlib import Path
 from costsim.contract.jsonfiles import read_jsonl
 from costsim.contract.lives import split_lives
 from costsim.contract.telemetry import is_event, read_job_events
+from runner.report import restart_phases, restart_times  # telemetry only: no torch
 
 # where the issue started (its "Where it stands"), seconds unless said
 BASELINE = {"same node: execute to the first step": 47.6, "same node: load": 10.8, "new node: fetch": 49.2,
@@ -30,16 +33,35 @@ GOAL = {"same node: execute to the first step": 20.0, "new node: execute to the 
         "notice to exit, no save": 20.0, "steady samples/s": 22.0}
 
 
+def _as_issue_names(name: str) -> str:
+    """A restart inside a life (the supervisor's) is compared with the same node's start and load."""
+    if name.startswith("same node: restart"):
+        return "same node: load" if name.endswith(", load") else "same node: execute to the first step"
+    return name
+
+
+def goal(name: str) -> float | None:
+    return GOAL.get(_as_issue_names(name))
+
+
+def baseline(name: str) -> float | None:
+    return BASELINE.get(_as_issue_names(name))
+
+
 def figures(life: list[dict]) -> dict[str, float]:
-    """What one life measured, named as BASELINE and GOAL name them."""
+    """What one life measured, named as BASELINE and GOAL name them: its first start, and each restart inside it
+    (the supervisor's, after a notice or a failed worker: from its decision to the end of the first step)."""
     # from `runner execute`'s own start where the supervisor recorded it (its option check came before `instance`)
     start = life[0].get("process_start_t") or life[0]["t"]
-    first = lambda kind: next((e for e in life if e["event"] == kind and e.get("rank") in (0, None)), None)  # noqa: E731
-    fetch, load, ended = first("checkpoint_fetch"), first("checkpoint_load"), first("exit")
+    restarted = next((i for i, e in enumerate(life) if e["event"] == "restart"), len(life))
+    first = lambda kind: next((e for e in life[:restarted] if e["event"] == kind and e.get("rank") in (0, None)),  # noqa: E731
+                              None)
+    fetch, load = first("checkpoint_fetch"), first("checkpoint_load")
+    ended = next((e for e in life if e["event"] == "exit" and e.get("rank") is None), None)
     kind = "new node" if fetch else "same node" if load else "fresh"
     steps = [e for e in life if e["event"] == "step" and e.get("rank") == 0]
     out: dict[str, float] = {}
-    if steps:
+    if steps and steps[0]["t"] < (life[restarted]["t"] if restarted < len(life) else float("inf")):
         out[f"{kind}: execute to the first step"] = steps[0]["t"] - start
     if fetch:
         out["new node: fetch"] = fetch["duration_s"]
@@ -77,6 +99,12 @@ def figures(life: list[dict]) -> dict[str, float]:
         stopped = notice.get("stopped_t") or (saved["t"] - saved["duration_s"] if saved is not None else None)
         if stopped is not None:
             out["notice: training stopped after"] = stopped - ended["notice_t"]
+    phases = restart_phases(life)
+    for n, seconds in enumerate(restart_times(life), start=1):
+        if seconds is not None:
+            out[f"same node: restart {n}, decision to the first step"] = seconds
+            if phases[n - 1].get("load_s") is not None:
+                out[f"same node: restart {n}, load"] = phases[n - 1]["load_s"]
     return out
 
 
@@ -90,13 +118,13 @@ def main() -> None:
         for index, life in enumerate(split_lives(list(events)), start=1):
             for name, value in figures(life).items():
                 rows.append((f"{source.name} life {index}", name, value))
-    print(f"{'life':<28} {'figure':<44} {'now':>8} {'issue':>8} {'ratio':>7}  goal")
+    print(f"{'life':<28} {'figure':<50} {'now':>8} {'issue':>8} {'ratio':>7}  goal")
     for where, name, value in rows:
-        base, goal = BASELINE.get(name), GOAL.get(name)
+        base, target = baseline(name), goal(name)
         ratio = f"{value / base:.2f}x" if base else ""
-        met = "" if goal is None else ("met" if (value >= goal if "samples" in name else value <= goal) else "not")
-        print(f"{where:<28} {name:<44} {value:8.1f} {base if base else '':>8} {ratio:>7}  "
-              f"{f'{goal:g} {met}' if goal else ''}")
+        met = "" if target is None else ("met" if (value >= target if "samples" in name else value <= target) else "not")
+        print(f"{where:<28} {name:<50} {value:8.1f} {base if base else '':>8} {ratio:>7}  "
+              f"{f'{target:g} {met}' if target else ''}")
 
 
 if __name__ == "__main__":

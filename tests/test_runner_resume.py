@@ -1,12 +1,17 @@
 """Real DDP runs on CPU (gloo, 2 processes): exact resume, notice handling, damaged checkpoints."""
 
 import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from tests.runner_helpers import clean_and_killed, events, execute, summary, tiny_plan
 
 pytest.importorskip("torch")
+
+ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow   # real DDP runs (see pyproject's markers)
 STEPS, INTERVAL = "400", 50
 
@@ -57,6 +62,12 @@ def test_three_sigkills_resume_to_the_same_final_state(plan, clean, tmp_path):
     instance = events(tmp_path, "instance", rank=None)[0]
     worker = events(tmp_path, "runtime")[0]
     assert instance["process_start_t"] <= instance["t"] < worker["process_start_t"]
+    # ... and each of the supervisor's restarts inside that life, from its decision to the first step after it
+    bench = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_restart.py"), str(tmp_path)],
+                           capture_output=True, text=True, check=True)
+    rows = [line for line in bench.stdout.splitlines() if "decision to the first step" in line]
+    assert [line.split(",")[0].split()[-1] for line in rows] == ["1", "2", "3"]
+    assert "fresh: execute to the first step" in bench.stdout   # the first start is not taken for a resume
 
 
 def test_sigterm_notice_checkpoints_and_loses_no_step(plan, clean, tmp_path):
