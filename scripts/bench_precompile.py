@@ -11,8 +11,11 @@ and AOTAutograd caches answering from the second); `precompile` the same with ru
 (runner.precompile: the second start loads the compiled forward and backward and traces nothing). Both run through
 runner.speed.prepare_model, each way with a compile cache of its own, in the order plain cold, plain warm,
 precompile cold, precompile warm. With --share-cache both ways share one cache: a later way's first start ("cold*")
-then finds Inductor's and AOTAutograd's caches warm, which leaves the warm figures as they are and lets the full
-model on an H100 fit one device call. A step is one micro-batch's forward and backward under bf16 autocast and an
+then finds what Inductor's and AOTAutograd's caches hold of the earlier way's, which leaves the warm figures as they
+are. That helps where the ways' graphs match (the tiny UNet on the CPU: precompile's cold* 54 s after plain, against
+106 s cold) and not where they do not (the full SDXL UNet on an H100: plain's cold* after precompile had not ended
+in 270 s; run the ways in two calls there, `--ways plain` and `--ways precompile`, and compare the printed losses).
+A step is one micro-batch's forward and backward under bf16 autocast and an
 AdamW step, as the runner's; under CUDA graphs (--mode reduce-overhead) each step is marked as a new one. Prints
 each start's figures, then the ratios precompile / plain of the warm first step and of the steady step, and whether
 the two ways' losses agree.
@@ -131,8 +134,8 @@ def main() -> None:
     parser.add_argument("--runtime", action="append", default=[], metavar="K=V",
                         help="more runner settings for both ways, e.g. geglu=split")
     parser.add_argument("--share-cache", action="store_true",
-                        help="one compile cache for every way (the later ways' cold starts then find Inductor's and "
-                             "AOTAutograd's caches warm: a shorter run, the warm figures unchanged)")
+                        help="one compile cache for every way (a later way's cold start finds what the caches "
+                             "hold of the earlier way's: shorter where their graphs match; the warm figures unchanged)")
     parser.add_argument("--one", choices=["plain", "precompile"], help=argparse.SUPPRESS)   # a child's way
     args = parser.parse_args()
     if args.mode == "reduce-overhead" and not args.device.startswith("cuda"):
@@ -166,8 +169,7 @@ def main() -> None:
                 lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
                 result = json.loads(lines[-1]) if lines else {"error": done.stderr.strip()[-500:]}
                 results[way, label] = result
-                shown = {k: v for k, v in result.items() if k != "losses"}
-                print(f"{way:10} {label:5} {json.dumps(shown)}", flush=True)
+                print(f"{way:10} {label:5} {json.dumps(result)}", flush=True)   # the losses too: calls compare
     if shared:
         shared.cleanup()
     plain, pre = results.get(("plain", "warm"), {}), results.get(("precompile", "warm"), {})
