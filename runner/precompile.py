@@ -305,19 +305,21 @@ def artefact_key(module: torch.nn.Module, mode: str, settings: dict) -> str:
     parts: list[str] = [torch.__version__, str(torch.version.cuda), mode, repr(sorted(settings.items()))]
     if torch.cuda.is_available():
         parts += [torch.cuda.get_device_name(), repr(torch.cuda.get_device_capability())]
-    files: set[str] = {__file__}   # what is compiled (class_forward) and how
+    # the source files by their modules' names, not their paths: a new node with the same code under another
+    # install path (another venv) finds the same file
+    files: dict[str, str] = {__name__: __file__}   # what is compiled (class_forward) and how
     for name, sub in module.named_modules():
         parts.append(f"{name}:{type(sub).__module__}.{type(sub).__qualname__}")
         source = _source_file(type(sub))
         if source is not None:
-            files.add(source)
+            files[type(sub).__module__] = source
     for name, tensor in [*module.named_parameters(), *module.named_buffers()]:
         parts.append(f"{name}:{tuple(tensor.shape)}:{tensor.dtype}:{tensor.requires_grad}")
-    for source in sorted(files):
+    for owner, source in sorted(files.items()):
         try:
-            parts.append(f"{source}:{_digest(Path(source).read_bytes())}")
+            parts.append(f"{owner}:{_digest(Path(source).read_bytes())}")
         except OSError:
-            parts.append(f"{source}:unreadable")
+            parts.append(f"{owner}:unreadable")
     return _digest("\n".join(parts))
 
 

@@ -53,6 +53,20 @@ def test_a_checked_file_gives_back_its_payload_and_a_damaged_one_nothing(tmp_pat
     assert precompile.checked_payload(b"\x80\x04 a pickle") is None              # not one of ours
 
 
+def test_the_files_name_follows_the_code_not_where_it_is_installed(tmp_path, monkeypatch):
+    settings = Runtime(compile="model").as_dict()
+    key = precompile.artefact_key(_net(), "default", settings)
+    source = precompile._source_file(Net)
+    moved = tmp_path / "elsewhere" / "test_precompile.py"   # the same code under another install path
+    moved.parent.mkdir()
+    moved.write_bytes(open(source, "rb").read())
+    real = precompile._source_file
+    monkeypatch.setattr(precompile, "_source_file", lambda cls: str(moved) if cls is Net else real(cls))
+    assert precompile.artefact_key(_net(), "default", settings) == key
+    moved.write_bytes(moved.read_bytes() + b"\n# edited\n")   # other code: another file
+    assert precompile.artefact_key(_net(), "default", settings) != key
+
+
 def test_the_files_name_follows_the_model_and_the_settings():
     key = precompile.artefact_key(_net(), "default", Runtime(compile="model").as_dict())
     assert key == precompile.artefact_key(_net(), "default", Runtime(compile="model").as_dict())
