@@ -136,6 +136,7 @@ def test_a_resumed_ddp_run_loads_the_saved_model_and_ends_as_the_run_straight_th
     the run ends in the same state, bit for bit, as the plain compile=model run straight through; so does the same
     drill without the warm step (the order under CUDA graphs: the first step takes the preloaded model)."""
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    monkeypatch.setenv(precompile.PRELOAD_ENV, "1")   # opt-in (runner.precompile says why)
     plan = tiny_plan(tmp_path, interval_steps=4)
     settings = ("--runtime", "compile=model", "--runtime", "ddp_graph=whole")
     args = ("--steps", "10", "--seed", "3", *settings)
@@ -221,8 +222,8 @@ def test_the_preload_takes_this_models_files_the_most_recently_used_first(tmp_pa
 
 
 def test_the_preload_switch_takes_0_or_1():
-    assert precompile.preload_enabled({}) and precompile.preload_enabled({precompile.PRELOAD_ENV: "1"})
-    assert not precompile.preload_enabled({precompile.PRELOAD_ENV: "0"})
+    assert precompile.preload_enabled({precompile.PRELOAD_ENV: "1"})
+    assert not precompile.preload_enabled({}) and not precompile.preload_enabled({precompile.PRELOAD_ENV: "0"})
     with pytest.raises(speed.RuntimeConfigError, match="COSTSIM_PRECOMPILE_PRELOAD='yes': expected 1"):
         precompile.preload_enabled({precompile.PRELOAD_ENV: "yes"})
 
