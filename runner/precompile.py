@@ -155,13 +155,15 @@ class Precompiled:
         preloaded = self._preloaded_file(path)
         waited_s = time.perf_counter() - started
         loaded, load_s = preloaded if preloaded is not None else (self._load(path), None)
-        if load_s is not None and loaded is not None and not loaded.guard_check(self.module, *args, **kwargs):
-            # loaded outside this call's state (a tiny SDXL UNet under bf16 autocast on the CPU failed its guards
-            # so, where the same file loaded inside the call passed them): load it again here
+        fits = loaded is not None and loaded.guard_check(self.module, *args, **kwargs)
+        if load_s is not None and loaded is not None and not fits:
+            # loaded outside this call's autocast: its tensors' guards took their dispatch keys then (a tiny SDXL
+            # UNet under bf16 autocast on the CPU lacked AutocastCPU; the file loaded inside the call fits): again here
             self.events.append({"op": "preload did not fit", "file": path.name,
                                 "guard": _failed_guard(loaded, self.module, args, kwargs)})
             loaded, load_s = self._load(path), None
-        if loaded is not None and not loaded.guard_check(self.module, *args, **kwargs):
+            fits = loaded is not None and loaded.guard_check(self.module, *args, **kwargs)
+        if loaded is not None and not fits:
             failed = _failed_guard(loaded, self.module, args, kwargs)
             self.warn(f"runtime.precompile: {path} does not fit this call (its guards fail{': ' if failed else ''}"
                       f"{failed}); compiling it again")

@@ -194,7 +194,7 @@ def _precompiled_part(event: dict) -> str:
     if op == "fallback":
         mode = f" in compile mode {event['mode']}" if event.get("mode") else ""
         return f"precompile fell back to torch.compile{mode} ({event.get('reason', '?')})"
-    return f"precompiled file {op} ({event.get('file', '?')})"   # damaged, unloadable, guards failed
+    return f"precompiled file {op} ({event.get('file', '?')})"   # damaged, unloadable, guards failed, preload did not fit
 
 
 def first_step_after(events: list[dict], name: str, index: int) -> float | None:

@@ -63,7 +63,9 @@ EVENT_FIELDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "compile": ("worker, rank 0, after a start's first step when the model is compiled: torch.compile's counters "
                 "(frames, graphs, recompiles, AOTAutograd, FX-graph and Dynamo cache hits and misses) and its slowest "
                 "phases; precompiled, under runtime.precompile: what each kind of call did (op load, compile, "
-                "fallback, damaged, unloadable or guards failed; file, bytes, compile_s, duration_s, reason)",
+                "fallback, damaged, unloadable, guards failed or preload did not fit; file, bytes, compile_s, "
+                "duration_s, reason, mode (a fallback's compile mode), guard (the guard that failed), preloaded and "
+                "waited_s (a load on the preload's thread, and the first call's wait for it))",
                 ("step", "counters", "phases_s", "precompiled")),
     "prewarm": ("worker, rank 0, after a compiled start's first step: recorded, the modules a resume's first step "
                 "imported (written for later starts); or what a later start imported beside its checkpoint's read "
