@@ -24,11 +24,13 @@ is prepared (on a new node, once the compile cache is fetched): the load (3.0 s 
 step on an H100 under CUDA graphs, where no warm step runs) then runs beside the wrap and the checkpoint's read, and
 the model's first call (the first step's, or the warm step's: runner.warm_step) takes the loaded function, waiting
 for it if need be. Files are preloaded newest first (a load marks its file as used), at most PRELOAD_MOST: the kinds
-of call this model met lately. Opt-in (`COSTSIM_PRECOMPILE_PRELOAD=1`): a drill with the tiny SDXL UNet under bf16
-autocast on the CPU found the preloaded file's guards failing at the first call: a tensor's dispatch key set, taken
-at the load on a thread outside autocast, lacked AutocastCPU (the same file loaded inside the call passed them). A
-preloaded function that does not fit is loaded again inside the call (restart 8.0 s against 7.1 s without the
-preload and 66.4 s compiling again), and the preload stays off until it loads under the call's autocast.
+of call this model met lately. Each file carries the grad mode and autocast of its kind of call, and is loaded under
+them: its tensors' guards take their dispatch keys from the loading thread's state, and a drill with the tiny SDXL
+UNet under bf16 autocast on the CPU found a file preloaded outside autocast failing them (AutocastCPU missing) at
+the first call. Loaded under its state it fits: that drill's restart took 6.3 s, against 7.5 s loading the file
+inside the call (data/measurements/2026-12-07-h100-precompile/cpu/preload-sdxl-tiny). A preloaded function that does
+not fit all the same is reported and loaded again inside the call. Opt-in (`COSTSIM_PRECOMPILE_PRELOAD=1`) until it
+has run on a GPU under CUDA graphs.
 
 The file is code, as Inductor's cache is (its kernels and wrappers, which the workers import and run): it lives in
 the run's compile cache, written by the runner itself, and travels to the job's next node only with that cache
@@ -46,6 +48,7 @@ import contextlib
 import hashlib
 import inspect
 import io
+import json
 import os
 import sys
 import tempfile
@@ -63,7 +66,7 @@ from costsim.runtime import CUDA_GRAPH_MODES
 from runner import warm_step
 
 FOLDER = "precompiled"
-MAGIC = b"costsim-precompiled-1\n"
+MAGIC = b"costsim-precompiled-2\n"
 DIGEST_BYTES = 64   # the hex SHA-256 of what follows it
 # the mode a fallback to torch.compile runs in: the same, less CUDA graphs (module docstring)
 FALLBACK_MODES = {"reduce-overhead": "default", "max-autotune": "max-autotune-no-cudagraphs"}
@@ -201,7 +204,7 @@ class Precompiled:
             if installed is not None:
                 self.module.forward = installed
         compile_s = time.perf_counter() - started
-        size = self._save(compiled, path)
+        size = self._save(compiled, path, kind)
         self.events.append({"op": "compile", "file": path.name, "bytes": size, "compile_s": round(compile_s, 3),
                             "duration_s": round(time.perf_counter() - started, 3)})
         return _bound(compiled, self.module)
@@ -219,30 +222,34 @@ class Precompiled:
         except OSError as exc:
             self.warn(f"runtime.precompile: {path} could not be read ({exc.strerror or exc}); compiling it again")
             return None
-        payload = checked_payload(data)
-        if payload is None:
+        unpacked = unpack(checked_payload(data))
+        if unpacked is None:
             self.warn(f"runtime.precompile: {path} is damaged (its checksum does not match); compiling it again")
             self.events.append({"op": "damaged", "file": path.name, "bytes": len(data)})
             return None
+        state, function = unpacked
         try:
             # the mode's Inductor settings while it loads: whether the loaded graphs replay as CUDA graphs is read
-            # from them then, not from the file (torch 2.11 and 2.13: aot_autograd_result's deserialisation)
-            with torch._inductor.config.patch(torch._inductor.list_mode_options(self.mode)):
-                return torch.compiler.load_compiled_function(io.BytesIO(payload), f_globals=vars(sys.modules[__name__]))
+            # from them then, not from the file (torch 2.11 and 2.13: aot_autograd_result's deserialisation); and
+            # the grad mode and autocast it was compiled in: its tensors' guards take their dispatch keys from the
+            # loading thread's (the preload's thread runs outside the step's autocast)
+            with torch._inductor.config.patch(torch._inductor.list_mode_options(self.mode)), global_state(state):
+                return torch.compiler.load_compiled_function(io.BytesIO(function),
+                                                             f_globals=vars(sys.modules[__name__]))
         except Exception as exc:   # noqa: BLE001 - a file another torch wrote, say: compile afresh
             self.warn(f"runtime.precompile: {path} could not be loaded ({_first_line(exc)}); compiling it again")
             self.events.append({"op": "unloadable", "file": path.name, "reason": _first_line(exc)})
             return None
 
-    def _save(self, compiled, path: Path) -> int | None:
-        """The function with its checksum at `path`, atomically; its size, or None if it could not be written
-        (a warning: this life runs it all the same, the next compiles again)."""
+    def _save(self, compiled, path: Path, kind: tuple) -> int | None:
+        """The function, with the global state of its kind of call and a checksum, at `path`, atomically; its size,
+        or None if it could not be written (a warning: this life runs it all the same, the next compiles again)."""
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
             with tempfile.TemporaryDirectory(dir=self.folder, prefix="tmp-") as scratch:
                 raw = Path(scratch) / "function.pt"
                 compiled.save_compiled_function(str(raw))
-                write_checked(path, raw.read_bytes())
+                write_checked(path, pack(kind_state(kind), raw.read_bytes()))
             return path.stat().st_size
         except Exception as exc:   # noqa: BLE001 - a full disk, or a function torch cannot serialise
             self.warn(f"runtime.precompile: the compiled model was not saved to {path} ({_first_line(exc)}); the "
@@ -337,6 +344,43 @@ def artefact_key(module: torch.nn.Module, mode: str, settings: dict) -> str:
 
 
 # -- the file ----------------------------------------------------------------------------------------------
+# A file is MAGIC, the SHA-256 of the rest, then the rest: one line of JSON (the global state of the call it was
+# compiled for: `kind_state`), then what torch's save_compiled_function wrote.
+def kind_state(kind: tuple) -> dict:
+    """The global state a kind of call (`call_kind`) was made in: grad mode and each device's autocast."""
+    _, _, grad, autocast, _ = kind
+    return {"grad": grad, "autocast": [list(entry) for entry in autocast]}
+
+
+@contextlib.contextmanager
+def global_state(state: dict):
+    """Grad mode and autocast as `state` says, on this thread, for the block (those that differ from it now)."""
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(torch.set_grad_enabled(state["grad"]))
+        for device, enabled, dtype in state["autocast"]:
+            wanted = getattr(torch, dtype.removeprefix("torch."))
+            if torch.is_autocast_enabled(device) != enabled or (enabled and torch.get_autocast_dtype(device) != wanted):
+                stack.enter_context(torch.autocast(device, dtype=wanted, enabled=enabled))
+        yield
+
+
+def pack(state: dict, function: bytes) -> bytes:
+    return json.dumps(state, sort_keys=True).encode() + b"\n" + function
+
+
+def unpack(payload: bytes | None) -> tuple[dict, bytes] | None:
+    """`pack`'s state and function, or None if `payload` is none or not what `pack` wrote."""
+    if payload is None:
+        return None
+    line, newline, function = payload.partition(b"\n")
+    try:
+        state = json.loads(line) if newline else None
+    except ValueError:
+        return None
+    # a state `global_state` cannot take fails the load, which then compiles afresh (Precompiled._load)
+    return (state, function) if isinstance(state, dict) else None
+
+
 def write_checked(path: Path, payload: bytes) -> None:
     """MAGIC, the payload's SHA-256 in hex, the payload: written to a temporary file beside `path`, renamed."""
     with replacing(path) as temporary, open(temporary, "wb") as out:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -107,6 +108,31 @@ def test_the_next_process_loads_what_the_first_saved_and_computes_the_same(tmp_p
         y = torch.randn(7, 8)
         assert torch.equal(again(y), Net.forward(again, y))   # the eager forward, and no compile for it
     assert len(second.report()) == 2
+
+
+@pytest.mark.slow
+def test_a_file_preloaded_beside_the_start_fits_a_call_under_autocast(tmp_path):
+    """The preload's thread runs outside the training step's bf16 autocast: it loads the file under the autocast
+    and grad mode the file was compiled in, so the first call takes it as it is (loaded outside autocast, a
+    tensor's guard lacked AutocastCPU, and the call had to load the file again)."""
+    x = torch.randn(5, 8)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        expected, expected_grads = _step(_net(), x)
+        first = precompile.install(_net(), "default", {"compile": "model"}, tmp_path)
+        _step(first.module, x)
+    assert [e["op"] for e in first.report()] == ["compile"]
+    again = precompile.install(_net(), "default", {"compile": "model"}, tmp_path)
+    assert again.preload() == 1
+    again._preloading.join()   # loaded before the call, as on a start whose read takes longer than the load
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out, grads = _step(again.module, x)
+    (event,) = again.report()
+    assert event["op"] == "load" and event["preloaded"], again.report()
+    assert out.dtype == torch.bfloat16 and torch.equal(out, expected)
+    assert all(torch.equal(g, e) for g, e in zip(grads, expected_grads))
+    # the same file called outside autocast is another kind of call: a file of its own, compiled
+    _step(again.module, x)
+    assert [e["op"] for e in again.report()] == ["load", "compile"]
 
 
 @pytest.mark.slow
@@ -226,6 +252,26 @@ def test_the_preload_switch_takes_0_or_1():
     assert not precompile.preload_enabled({}) and not precompile.preload_enabled({precompile.PRELOAD_ENV: "0"})
     with pytest.raises(speed.RuntimeConfigError, match="COSTSIM_PRECOMPILE_PRELOAD='yes': expected 1"):
         precompile.preload_enabled({precompile.PRELOAD_ENV: "yes"})
+
+
+def test_a_file_carries_its_calls_grad_mode_and_autocast_and_the_load_takes_them_on():
+    with torch.autocast("cpu", dtype=torch.bfloat16), torch.no_grad():
+        kind = precompile.call_kind((torch.zeros(2, 8),), {}, True)
+    state, function = precompile.unpack(precompile.pack(precompile.kind_state(kind), b"\n torch's bytes"))
+    assert function == b"\n torch's bytes" and state["grad"] is False
+    seen = {}
+
+    def load():   # a fresh thread, as the preload's: no autocast, grad on
+        with precompile.global_state(state):
+            seen.update(cpu=torch.is_autocast_enabled("cpu"), dtype=torch.get_autocast_dtype("cpu"),
+                        grad=torch.is_grad_enabled(), cuda=torch.is_autocast_enabled("cuda"))
+        seen["after"] = torch.is_autocast_enabled("cpu"), torch.is_grad_enabled()
+    thread = threading.Thread(target=load)
+    thread.start()
+    thread.join()
+    assert seen == {"cpu": True, "dtype": torch.bfloat16, "grad": False, "cuda": False, "after": (False, True)}
+    assert precompile.unpack(None) is None and precompile.unpack(b"torch's bytes, no state line") is None
+    assert precompile.unpack(b"[1, 2]\nbytes") is None   # JSON, but not a state
 
 
 def test_precompile_is_installed_only_for_the_whole_model(tmp_path, monkeypatch):
