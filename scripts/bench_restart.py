@@ -72,7 +72,11 @@ def figures(life: list[dict]) -> dict[str, float]:
     steady = [e["samples"] / e["step_time_s"] for e in steps[2:] if e.get("step_time_s") and e.get("samples")]
     if len(steady) >= 3:
         out["steady samples/s"] = statistics.median(steady)
-    notice = next((e for e in life if e["event"] == "preempted" and e.get("kind") == "notice"), None)
+    # the notice that ended the life: its workers' stop comes after it (an earlier one inside the life was a
+    # restart's, by the supervisor; a notice that came after the training ended, during the final save or the
+    # export, stopped no worker and has none)
+    notice = next((e for e in life if e["event"] == "preempted" and e.get("kind") == "notice"
+                   and ended and ended.get("notice_t") and e["t"] >= ended["notice_t"]), None)
     if ended and ended.get("notice_t") and notice:
         saved = next((e for e in life if e["event"] == "checkpoint_save" and e.get("reason") == "notice"), None)
         if saved is not None and saved.get("upload_s"):
@@ -108,6 +112,11 @@ def figures(life: list[dict]) -> dict[str, float]:
     return out
 
 
+def label(source: Path) -> str:
+    """A run folder by its name; a kept telemetry file by its folder's (they are all telemetry.jsonl)."""
+    return source.parent.name if source.is_file() and source.name == "telemetry.jsonl" else source.name
+
+
 def main() -> None:
     sources = [Path(a) for a in sys.argv[1:]]
     if not sources or not all(p.exists() for p in sources):
@@ -117,7 +126,7 @@ def main() -> None:
         events = read_job_events(source) if source.is_dir() else read_jsonl(source, valid=is_event)
         for index, life in enumerate(split_lives(list(events)), start=1):
             for name, value in figures(life).items():
-                rows.append((f"{source.name} life {index}", name, value))
+                rows.append((f"{label(source)} life {index}", name, value))
     print(f"{'life':<28} {'figure':<50} {'now':>8} {'issue':>8} {'ratio':>7}  goal")
     for where, name, value in rows:
         base, target = baseline(name), goal(name)
