@@ -70,7 +70,9 @@ def measure(run_dir: Path, skip: int = WARMUP_STEPS) -> dict:
                                          if e["event"] == "runtime" and e.get("rank") == 0],
         # each start's torch.compile report after its first step (runner.speed.compile_report)
         "compile_at_start": [{"counters": e.get("counters") or {}, "phases_s": e.get("phases_s") or {},
-                              **({"precompiled": e["precompiled"]} if e.get("precompiled") else {})}
+                              **({"precompiled": e["precompiled"]} if e.get("precompiled") else {}),
+                              **({"graph_tree_disagreed": e["graph_tree_disagreed"]}
+                                 if e.get("graph_tree_disagreed") else {})}
                              for e in events if e["event"] == "compile"],
         "startup_to_first_step_s": first_step_after(events, "launch", 0),
         # the first start's parts, as for a restart (first_step_s: compilation, from the cache if warm)
@@ -173,6 +175,8 @@ def _compile_line(report: dict) -> str:
     recorded = phases.get("CUDAGraphNode.record")   # compile_mode=reduce-overhead: every start records them again
     if recorded is not None:
         parts.append(f"CUDA graphs recorded {recorded:.1f} s")
+    if report.get("graph_tree_disagreed"):   # runner.graph_trees put torch's own scans back
+        parts.append(f"CUDA graph trees' index disagreed with torch ({report['graph_tree_disagreed']})")
     if c.get("inductor.cudagraph_skips"):
         parts.append(f"{c['inductor.cudagraph_skips']} graph(s) ran without CUDA graphs")
     for event in report.get("precompiled", []):   # runtime.precompile: the saved model's load, or its compile

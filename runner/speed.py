@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from costsim.runtime import CUDA_GRAPH_MODES, Runtime
-from runner import gcstart
+from runner import gcstart, graph_trees
 
 
 class RuntimeConfigError(RuntimeError):
@@ -68,6 +68,8 @@ def prepare_model(model: torch.nn.Module, runtime: Runtime, warn=None) -> int:
     if runtime.channels_last:
         # parameters keep their identity: the optimizer is unaffected (Module.to accepts it; its stubs do not say so)
         model.to(memory_format=torch.channels_last)   # type: ignore[call-overload]
+    if runtime.cuda_graphs and graph_trees.enabled():
+        graph_trees.install()   # their recording without its quadratic scans (runner.graph_trees)
     if runtime.compile == "model" and runtime.precompile:
         from runner import precompile
         settings = {name: value for name, value in runtime.as_dict().items() if name in GRAPH_SETTINGS}

@@ -27,7 +27,18 @@ from costsim.contract import notice as notice_rule
 from costsim.contract.telemetry import read_events
 from costsim.contract.timing import save_durations
 from costsim.devices import plan_gpu_mismatch
-from runner import checkpoint_reader, compile_share, faults, gcstart, layout, precompile, prewarm, speed, warm_step
+from runner import (
+    checkpoint_reader,
+    compile_share,
+    faults,
+    gcstart,
+    graph_trees,
+    layout,
+    precompile,
+    prewarm,
+    speed,
+    warm_step,
+)
 from runner.checkpoint import Checkpointer, SharedStorageError
 from runner.compile_share import CompileCacheShare
 from runner.diskspace import DiskFullError, free_bytes, is_disk_full, quiet_disk_full_in_threads, refuse
@@ -447,6 +458,8 @@ class Trainer:
                 if compiled is not None:   # what compiling cost this start (a warm cache too)
                     if self.runtime.precompile:   # the saved model's load, or its compile and save
                         compiled["precompiled"] = precompile.events(self.built.model)
+                    if self.runtime.cuda_graphs:
+                        compiled.update(graph_trees.report())
                     self.telemetry.event("compile", step=self.step, **compiled)
                 if record_imports and compiled is not None and not any("miss" in k for k in compiled["counters"]):
                     # what this first step imported, for the next start to import early; a step that
