@@ -8,7 +8,9 @@ whole model's graph takes the forward's saved activations and the parameters as 
 are those activations: the full SDXL UNet's backward recording made 16 million storage comparisons and 10 million
 liveness checks, 31 s of a 37.4 s first step under the profiler, in every process's first step (an H100, micro-batch
 4, the precompiled model resumed: data/measurements/2026-12-07-h100-graph-tree-index). Torch's code for both has not
-changed since graph trees came (2023) but for its annotations.
+changed since graph trees came (2023) but for its annotations. With the index, recording SDXL's 140 graphs under
+compile=blocks took 4.9-7.5 s against 20.7-22.1 s on one H100, in one process, the losses the same
+(`scripts/bench_graph_trees.py --record`).
 
 `install` replaces the two methods with lookups in an index of the path's outputs by storage address, built once per
 node and rebuilt whenever an output list on the path grows (the tree only appends to them; an entry it replaces
