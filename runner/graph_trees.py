@@ -102,8 +102,8 @@ def output_index(node) -> dict[int, list[tuple[int, int]]]:
 def is_recorded(node, tensor) -> bool:
     """Is `tensor`'s storage an output of a graph on `node`'s path (live or not)."""
     address = tensor.untyped_storage().data_ptr()
-    return any(_at(node, where) is not None and _at(node, where).data_ptr() == address
-               for where in output_index(node).get(address, ()))
+    return any(ref is not None and ref.data_ptr() == address
+               for ref in (_at(node, where) for where in output_index(node).get(address, ())))
 
 
 def live_alias(node, tensor) -> tuple[int, int] | None:

@@ -29,8 +29,10 @@ them: its tensors' guards take their dispatch keys from the loading thread's sta
 UNet under bf16 autocast on the CPU found a file preloaded outside autocast failing them (AutocastCPU missing) at
 the first call. Loaded under its state it fits: that drill's restart took 6.3 s, against 7.5 s loading the file
 inside the call (data/measurements/2026-12-07-h100-precompile/cpu/preload-sdxl-tiny). A preloaded function that does
-not fit all the same is reported and loaded again inside the call. Opt-in (`COSTSIM_PRECOMPILE_PRELOAD=1`) until it
-has run on a GPU under CUDA graphs.
+not fit all the same is reported and loaded again inside the call. Opt-in (`COSTSIM_PRECOMPILE_PRELOAD=1`): on an
+H100 under CUDA graphs the preloaded file fitted and its load left the first step (15.7 s against 18.5 s), but the
+restart was no shorter (29.3 s against 28.8 s, one pair on one machine: the load took 7.5 s on its thread beside the
+read against 3.5 s alone; data/measurements/2026-12-07-h100-graph-tree-index).
 
 The file is code, as Inductor's cache is (its kernels and wrappers, which the workers import and run): it lives in
 the run's compile cache, written by the runner itself, and travels to the job's next node only with that cache
