@@ -147,7 +147,10 @@ class Precompiled:
         return [path for _, path in sorted(found, key=lambda pair: pair[0], reverse=True)]
 
     def _preloaded_file(self, path: Path) -> tuple[Any, float] | None:
-        """What the preload made of `path` (waiting for it to end), or None if it did not try that file."""
+        """What the preload made of `path` (waiting for it to end), or None if it did not try that file. A call whose
+        file the preload does not try waits all the same: its load or compile must not run beside the preload's (the
+        Inductor settings a load patches are global, and Dynamo compiles one thing at a time); the wait is a few
+        seconds of loads, against a compile's minutes."""
         if self._preloading is None:
             return None
         self._preloading.join()
