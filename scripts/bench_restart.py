@@ -34,7 +34,10 @@ GOAL = {"same node: execute to the first step": 20.0, "new node: execute to the 
 
 
 def _as_issue_names(name: str) -> str:
-    """A restart inside a life (the supervisor's) is compared with the same node's start and load."""
+    """A restart inside a life (the supervisor's) is compared with the same node's start and load; a drill's notice
+    inside a life with the notice to exit of its case."""
+    if name.startswith("notice to exit, ") and " (drill, restart " in name:
+        return name.split(" (drill, restart ")[0]
     if name.startswith("same node: restart"):
         return "same node: load" if name.endswith(", load") else "same node: execute to the first step"
     return name
@@ -103,12 +106,37 @@ def figures(life: list[dict]) -> dict[str, float]:
         stopped = notice.get("stopped_t") or (saved["t"] - saved["duration_s"] if saved is not None else None)
         if stopped is not None:
             out["notice: training stopped after"] = stopped - ended["notice_t"]
+    out.update(drill_notices(life))
     phases = restart_phases(life)
     for n, seconds in enumerate(restart_times(life), start=1):
         if seconds is not None:
             out[f"same node: restart {n}, decision to the first step"] = seconds
             if phases[n - 1].get("load_s") is not None:
                 out[f"same node: restart {n}, load"] = phases[n - 1]["load_s"]
+    return out
+
+
+def drill_notices(life: list[dict]) -> dict[str, float]:
+    """A drill's notice inside a life (`--inject-preemptions term@N`: SIGTERM to every worker, which saves and exits;
+    the supervisor restarts them): from the notice to the supervisor's restart, that is to the workers' exit, for each
+    restart that followed one."""
+    out: dict[str, float] = {}
+    since = 0
+    restarts = [i for i, e in enumerate(life) if e["event"] == "restart"]
+    for n, index in enumerate(restarts, start=1):
+        segment, since = life[since:index], index + 1
+        injected = next((e for e in segment if e["event"] == "preempted" and e.get("kind") == "injected-term"
+                         and e.get("rank") == 0), None)
+        stop = next((e for e in segment if e["event"] == "preempted" and e.get("kind") == "notice"
+                     and e.get("rank") == 0), None)
+        if injected is None or stop is None:
+            continue
+        saved = stop.get("emergency_checkpoint") is not None
+        if (stop.get("wait_s") or 0) > 0:
+            case = "a write in flight" + (", then a save" if saved else "")
+        else:
+            case = "a save, nothing in flight" if saved else "no save"
+        out[f"notice to exit, {case} (drill, restart {n})"] = life[index]["t"] - injected["t"]
     return out
 
 
@@ -127,12 +155,12 @@ def main() -> None:
         for index, life in enumerate(split_lives(list(events)), start=1):
             for name, value in figures(life).items():
                 rows.append((f"{label(source)} life {index}", name, value))
-    print(f"{'life':<28} {'figure':<50} {'now':>8} {'issue':>8} {'ratio':>7}  goal")
+    print(f"{'life':<28} {'figure':<62} {'now':>8} {'issue':>8} {'ratio':>7}  goal")
     for where, name, value in rows:
         base, target = baseline(name), goal(name)
         ratio = f"{value / base:.2f}x" if base else ""
         met = "" if target is None else ("met" if (value >= target if "samples" in name else value <= target) else "not")
-        print(f"{where:<28} {name:<50} {value:8.1f} {base if base else '':>8} {ratio:>7}  "
+        print(f"{where:<28} {name:<62} {value:8.1f} {base if base else '':>8} {ratio:>7}  "
               f"{f'{target:g} {met}' if target else ''}")
 
 
