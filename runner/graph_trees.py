@@ -16,8 +16,8 @@ compile=blocks took 4.9-7.5 s against 20.7-22.1 s on one H100, in one process, t
 node and rebuilt whenever an output list on the path grows (the tree only appends to them; an entry it replaces
 keeps its address, and the lookup reads the entry in place, so its liveness is always the current one). The answers
 are the same by construction, in the same order (the first live output by depth, then by index). For safety the
-first CHECKED_CALLS calls of each also ask torch's own method, and at the first disagreement the originals are put
-back for the rest of the process, with a warning.
+first CHECKED_CALLS calls of each also ask torch's own method, and at the first disagreement (or a lookup that fails:
+a torch whose graph trees differ) the originals are put back for the rest of the process, with a warning.
 """
 
 from __future__ import annotations
@@ -85,17 +85,19 @@ def report() -> dict:
 
 def output_index(node) -> dict[int, list[tuple[int, int]]]:
     """Each storage address of an output on `node`'s path: where it is, (depth, index), in the path's order."""
-    levels = node.path_weakrefs
-    shape = tuple((id(refs), len(refs)) for refs in levels)
-    cached = node.__dict__.get(_INDEX)
-    if cached is not None and cached[0] == shape:
-        return cached[1]
+    levels = list(node.path_weakrefs)
+    lengths = [len(refs) for refs in levels]
+    cached = node.__dict__.get(_INDEX)   # a node without a __dict__ fails here: _checked gives torch's back
+    # the same lists (held here, so that no other list can take one's place at its address) of the same lengths
+    if (cached is not None and len(cached[0]) == len(levels) and all(a is b for a, b in zip(cached[0], levels))
+            and cached[1] == lengths):
+        return cached[2]
     index: dict[int, list[tuple[int, int]]] = {}
     for depth, refs in enumerate(levels):
         for position, ref in enumerate(refs):
             if ref is not None:
                 index.setdefault(ref.data_ptr(), []).append((depth, position))
-    node.__dict__[_INDEX] = (shape, index)
+    node.__dict__[_INDEX] = (levels, lengths, index)
     return index
 
 
@@ -122,21 +124,30 @@ def _at(node, where: tuple[int, int]):
     return node.path_weakrefs[depth][position]
 
 
+def _give_back(reason: str) -> None:
+    """torch's own methods back for the rest of the process, with a warning."""
+    _state.disagreed = reason[:300]
+    uninstall()
+    print(f"runner: warning: {ENV}: the indexed lookup disagreed with torch's ({_state.disagreed}); torch's own "
+          "scans from now on", file=sys.stderr, flush=True)
+
+
 def _checked(name: str, fast):
     def method(self, tensor):
         original = _state.originals.get(name)
         if original is None:   # put back meanwhile
             from torch._inductor.cudagraph_trees import CUDAGraphNode
             return getattr(CUDAGraphNode, name)(self, tensor)
-        answer = fast(self, tensor)
+        try:
+            answer = fast(self, tensor)
+        except Exception as exc:   # noqa: BLE001 - a torch whose graph trees differ: theirs from now on
+            _give_back(f"{name} failed: {type(exc).__name__}: {exc}")
+            return original(self, tensor)
         if _state.checked[name] < CHECKED_CALLS:
             _state.checked[name] += 1
             expected = original(self, tensor)
             if expected != answer:
-                _state.disagreed = f"{name}: {answer!r}, torch's own {expected!r}"
-                uninstall()
-                print(f"runner: warning: {ENV}: the indexed lookup disagreed with torch's ({_state.disagreed}); "
-                      "torch's own scans from now on", file=sys.stderr, flush=True)
+                _give_back(f"{name}: {answer!r}, torch's own {expected!r}")
                 return expected
         return answer
     method.__name__ = name

@@ -67,6 +67,17 @@ def test_a_disagreement_puts_torchs_scans_back_with_a_warning(installed, capsys)
     assert graph_trees.report()["graph_tree_index"] is False and "graph_tree_disagreed" in graph_trees.report()
 
 
+def test_a_lookup_that_fails_puts_torchs_scans_back_and_answers_as_torch(installed, capsys):
+    a = torch.randn(3)
+    node = types.SimpleNamespace(path_weakrefs=[[trees.StorageWeakRefWrapper(a)]])
+    assert trees.CUDAGraphNode._is_cuda_graph_recorded_tensor(node, a)
+    node.path_weakrefs = [[(1, 2)]]   # not what this index reads (a torch whose nodes hold other things): it fails
+    with pytest.raises(AttributeError):   # and so do torch's own scans on such a node: the same answer, an error
+        trees.CUDAGraphNode._is_cuda_graph_recorded_tensor(node, a)
+    assert "failed: AttributeError" in capsys.readouterr().err
+    assert trees.CUDAGraphNode._is_cuda_graph_recorded_tensor is ORIGINAL["_is_cuda_graph_recorded_tensor"]
+
+
 def test_the_switch_takes_0_or_1():
     assert graph_trees.enabled({}) and graph_trees.enabled({graph_trees.ENV: "1"})
     assert not graph_trees.enabled({graph_trees.ENV: "0"})
