@@ -107,14 +107,24 @@ def record(args) -> None:
     print(f"every step's loss the same: {len(every) == 1} ({sorted(every)[:3]})")
 
 
+def positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a whole number >= 1")
+    return value
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--outputs", type=int, default=1620, help="outputs on the path (default: SDXL's backward)")
-    parser.add_argument("--queries", type=int, default=9930, help="lookups of each kind (default: SDXL's backward)")
+    parser.add_argument("--outputs", type=positive, default=1620, help="outputs on the path (default: SDXL's backward)")
+    parser.add_argument("--queries", type=positive, default=9930, help="lookups of each kind (default: SDXL's backward)")
     parser.add_argument("--record", action="store_true", help="on a GPU: record SDXL's CUDA graphs with each way")
     parser.add_argument("--compile", choices=("blocks", "model"), default="blocks", help="with --record")
-    parser.add_argument("--batch", type=int, default=4, help="with --record: the micro-batch")
-    parser.add_argument("--rounds", type=int, default=3, help="with --record: rounds of both ways")
+    parser.add_argument("--batch", type=positive, default=4, help="with --record: the micro-batch")
+    parser.add_argument("--rounds", type=positive, default=3, help="with --record: rounds of both ways")
     args = parser.parse_args()
     if args.record:
         if not torch.cuda.is_available():
