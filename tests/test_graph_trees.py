@@ -83,3 +83,16 @@ def test_the_switch_takes_0_or_1():
     assert not graph_trees.enabled({graph_trees.ENV: "0"})
     with pytest.raises(RuntimeConfigError, match="COSTSIM_GRAPH_TREE_INDEX='on': expected 1"):
         graph_trees.enabled({graph_trees.ENV: "on"})
+
+
+def test_the_benchmark_compares_both_ways_answers():
+    """scripts/bench_graph_trees.py at a small scale: it runs, and both ways answer alike (its timings are its own)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    script = Path(__file__).resolve().parent.parent / "scripts" / "bench_graph_trees.py"
+    done = subprocess.run([sys.executable, str(script), "--outputs", "60", "--queries", "40"], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0 and "the same answers: True" in done.stdout, done.stdout + done.stderr
+    bad = subprocess.run([sys.executable, str(script), "--outputs", "0"], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "--outputs: '0': expected a whole number >= 1" in bad.stderr
