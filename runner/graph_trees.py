@@ -42,12 +42,8 @@ _state = _State()
 
 
 def enabled(env=os.environ) -> bool:
-    text = env.get(ENV, "1")
-    if text not in ("0", "1"):
-        from runner.speed import RuntimeConfigError
-        raise RuntimeConfigError(f"{ENV}={text!r}: expected 1 (index CUDA graph trees' outputs, the default) or 0 "
-                                 "(torch's own scans)")
-    return text == "1"
+    from runner.speed import env_switch  # runner.speed imports this module
+    return env_switch(env, ENV, "1", "index CUDA graph trees' outputs, the default", "torch's own scans")
 
 
 def install() -> bool:

@@ -66,6 +66,7 @@ from torch.utils import _pytree
 from costsim.contract.jsonfiles import replacing
 from costsim.runtime import CUDA_GRAPH_MODES
 from runner import warm_step
+from runner.speed import env_switch
 
 FOLDER = "precompiled"
 MAGIC = b"costsim-precompiled-2\n"
@@ -288,12 +289,7 @@ def installed(module: torch.nn.Module) -> Precompiled | None:
 
 def preload_enabled(env=os.environ) -> bool:
     """COSTSIM_PRECOMPILE_PRELOAD: 1 loads the saved files beside the start, 0 (the default) at the first call."""
-    text = env.get(PRELOAD_ENV, "0")
-    if text not in ("0", "1"):
-        from runner.speed import RuntimeConfigError
-        raise RuntimeConfigError(f"{PRELOAD_ENV}={text!r}: expected 1 (load the saved model beside the start) or 0 "
-                                 "(at the first call, the default)")
-    return text == "1"
+    return env_switch(env, PRELOAD_ENV, "0", "load the saved model beside the start", "at the first call, the default")
 
 
 def events(module: torch.nn.Module) -> list[dict]:

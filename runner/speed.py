@@ -27,6 +27,15 @@ class RuntimeConfigError(RuntimeError):
     """A setting this workload or device cannot honour: restarting cannot help."""
 
 
+def env_switch(env, name: str, default: str, one: str, zero: str) -> bool:
+    """An environment switch that takes 1 or 0 (`default` when unset); anything else is a RuntimeConfigError
+    saying what each means (`one`, `zero`)."""
+    text = env.get(name, default)
+    if text not in ("0", "1"):
+        raise RuntimeConfigError(f"{name}={text!r}: expected 1 ({one}) or 0 ({zero})")
+    return text == "1"
+
+
 def check_device(runtime: Runtime, device: torch.device) -> None:
     if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
         shown = torch.cuda.device_count()

@@ -36,14 +36,14 @@ def record(args) -> None:
     """--record: the graphs recorded again with each way, alternating, in one process (module docstring)."""
     import json
     import statistics
-    from pathlib import Path
 
+    from bench_precompile import SDXL_CONFIG, sdxl_batch  # this script's folder is on the path when it runs
     from diffusers import UNet2DConditionModel
 
     from costsim.runtime import parse_pairs
     from runner import speed
     device = torch.device("cuda")
-    config = json.loads((Path(__file__).resolve().parents[1] / "data" / "models" / "sdxl_unet_config.json").read_text())
+    config = json.loads(SDXL_CONFIG.read_text())
     runtime = parse_pairs([f"compile={args.compile}", "ddp_graph=whole", "compile_mode=reduce-overhead",
                            "geglu=split"])
     torch.manual_seed(0)
@@ -54,16 +54,7 @@ def record(args) -> None:
     # lr 0: the optimizer runs (its state is among the graphs' inputs) and the weights stay, so every step's loss is
     # the same number whichever way recorded its graphs
     optimizer = torch.optim.AdamW(model.parameters(), lr=0.0, fused=True)
-    generator = torch.Generator(device).manual_seed(1)
-    size, batch = config["sample_size"], args.batch
-    pooled = config["projection_class_embeddings_input_dim"] - 6 * config["addition_time_embed_dim"]
-
-    def draw(*shape):
-        return torch.randn(*shape, device=device, generator=generator)
-    inputs = (draw(batch, config["in_channels"], size, size), torch.randint(0, 1000, (batch,), device=device))
-    kwargs = {"encoder_hidden_states": draw(batch, 77, config["cross_attention_dim"]), "return_dict": False,
-              "added_cond_kwargs": {"text_embeds": draw(batch, pooled), "time_ids": draw(batch, 6)}}
-    target = draw(batch, config["out_channels"], size, size)
+    inputs, kwargs, target = sdxl_batch(config, args.batch, device)
 
     def step() -> tuple[float, float]:
         started = time.perf_counter()

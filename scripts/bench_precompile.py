@@ -35,6 +35,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -42,9 +43,29 @@ sys.path.insert(0, str(ROOT))
 from costsim.errors import InputError  # noqa: E402
 from costsim.runtime import parse_pairs  # noqa: E402  (no torch in the parent process)
 
+if TYPE_CHECKING:   # torch only in the children (the parent process runs without it)
+    import torch
+
 SDXL_CONFIG = ROOT / "data" / "models" / "sdxl_unet_config.json"
 TEXT_TOKENS = 77
 OWN_SETTINGS = ("compile", "compile_mode", "ddp_graph", "precompile")   # what each way is
+
+
+def sdxl_batch(config: dict, batch: int, device) -> tuple[tuple, dict, torch.Tensor]:
+    """A micro-batch for a UNet of `config`, drawn from a generator seeded 1 on `device`: the UNet's positional
+    inputs (latents, timesteps), its keyword inputs (text states, SDXL's added conditions) and the target."""
+    import torch
+    size = config["sample_size"]
+    pooled = config["projection_class_embeddings_input_dim"] - 6 * config["addition_time_embed_dim"]
+    generator = torch.Generator(device).manual_seed(1)
+
+    def draw(*shape):
+        return torch.randn(*shape, device=device, generator=generator)
+
+    inputs = (draw(batch, config["in_channels"], size, size), torch.randint(0, 1000, (batch,), device=device))
+    kwargs = {"encoder_hidden_states": draw(batch, TEXT_TOKENS, config["cross_attention_dim"]), "return_dict": False,
+              "added_cond_kwargs": {"text_embeds": draw(batch, pooled), "time_ids": draw(batch, 6)}}
+    return inputs, kwargs, draw(batch, config["out_channels"], size, size)
 
 
 def one(args) -> dict:
@@ -68,21 +89,10 @@ def one(args) -> dict:
     speed.configure_backends(runtime)
     speed.prepare_model(model, runtime)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=device.type == "cuda")
-    size = config["sample_size"]
-    pooled = config["projection_class_embeddings_input_dim"] - 6 * config["addition_time_embed_dim"]
-    generator = torch.Generator(device).manual_seed(1)
-
-    def draw(*shape):
-        return torch.randn(*shape, device=device, generator=generator)
-
-    batch = args.batch
-    inputs = (draw(batch, config["in_channels"], size, size), torch.randint(0, 1000, (batch,), device=device))
-    kwargs = {"encoder_hidden_states": draw(batch, TEXT_TOKENS, config["cross_attention_dim"]), "return_dict": False,
-              "added_cond_kwargs": {"text_embeds": draw(batch, pooled), "time_ids": draw(batch, 6)}}
-    target = draw(batch, config["out_channels"], size, size)
+    inputs, kwargs, target = sdxl_batch(config, args.batch, device)
     built_s = time.perf_counter() - started
 
-    def step() -> float:
+    def step() -> torch.Tensor:   # the loss, on the device (read once the steps are done)
         if runtime.cuda_graphs:
             torch.compiler.cudagraph_mark_step_begin()
         with torch.autocast(device.type, dtype=torch.bfloat16):
