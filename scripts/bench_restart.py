@@ -140,9 +140,18 @@ def drill_notices(life: list[dict]) -> dict[str, float]:
     return out
 
 
-def label(source: Path) -> str:
-    """A run folder by its name; a kept telemetry file by its folder's (they are all telemetry.jsonl)."""
-    return source.parent.name if source.is_file() and source.name == "telemetry.jsonl" else source.name
+def labels(sources: list[Path]) -> list[str]:
+    """A run folder by its name; a kept telemetry file by its folder's (they are all telemetry.jsonl). Where two
+    share a name (on/run and off/run), by their paths from the folder their paths last differ in."""
+    folders = [s.parent if s.is_file() and s.name == "telemetry.jsonl" else s for s in sources]
+    names = [f.name for f in folders]
+    if len(set(names)) == len(names):
+        return names
+    parts = [f.resolve().parts for f in folders]
+    common = 0
+    while all(len(p) > common + 1 for p in parts) and len({p[common] for p in parts}) == 1:
+        common += 1
+    return ["/".join(p[common:]) for p in parts]
 
 
 def main() -> None:
@@ -150,11 +159,11 @@ def main() -> None:
     if not sources or not all(p.exists() for p in sources):
         sys.exit("usage: python3 scripts/bench_restart.py RUN_DIR_OR_TELEMETRY [...]")
     rows = []
-    for source in sources:
+    for source, label in zip(sources, labels(sources)):
         events = read_job_events(source) if source.is_dir() else read_jsonl(source, valid=is_event)
         for index, life in enumerate(split_lives(list(events)), start=1):
             for name, value in figures(life).items():
-                rows.append((f"{label(source)} life {index}", name, value))
+                rows.append((f"{label} life {index}", name, value))
     print(f"{'life':<28} {'figure':<62} {'now':>8} {'issue':>8} {'ratio':>7}  goal")
     for where, name, value in rows:
         base, target = baseline(name), goal(name)

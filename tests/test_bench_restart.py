@@ -31,3 +31,15 @@ def test_a_notice_after_the_training_ended_gives_no_notice_figures_and_a_drills_
     # labelled by the kept file's folder, each its report's restart
     assert restarts == {name: round(restart_times(read_jsonl(KEPT / name / "telemetry.jsonl"))[0], 1)
                         for name in ("on", "off")}
+
+
+def test_runs_kept_in_folders_of_one_name_are_told_apart_by_their_paths():
+    """precompiled-resume keeps on/run and off/run: labelled `run` both, their rows could not be told apart."""
+    kept = KEPT.parent / "precompiled-resume"
+    bench = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_restart.py"),
+                            str(kept / "on" / "run" / "telemetry.jsonl"), str(kept / "off" / "run")],
+                           capture_output=True, text=True, check=True)
+    restarts = {row.split()[0]: float(row.split()[-5]) for row in bench.stdout.splitlines()[1:]
+                if "decision to the first step" in row}
+    assert restarts == {f"{name}/run": round(restart_times(read_jsonl(kept / name / "run" / "telemetry.jsonl"))[0], 1)
+                        for name in ("on", "off")}

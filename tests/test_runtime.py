@@ -35,6 +35,7 @@ FINETUNE = ROOT / "data" / "measurements" / "2026-11-30-h200-sdxl-finetune"
 GRAPHS_RUN = ROOT / "data" / "measurements" / "2026-12-06-h100-graphs-runner" / "run"
 GRAPHS_RESUME_RUN = ROOT / "data" / "measurements" / "2026-12-07-h100-graphs-resume-load" / "run"   # a resume
 PRECOMPILED_RUN = ROOT / "data" / "measurements" / "2026-12-07-h100-precompile" / "as-written-precompile" / "run"
+INDEXED_RUN = ROOT / "data" / "measurements" / "2026-12-07-h100-graph-tree-index" / "precompiled-resume" / "on" / "run"
 
 
 def test_defaults_are_the_plain_eager_loop():
@@ -597,10 +598,13 @@ def test_calibrating_new_runner_settings_adds_a_configuration_beside_the_others(
     assert graphs.runtime.precompile and not result.after.runtime.precompile
     precompiled = calibrate([load_run(str(PRECOMPILED_RUN))], shipped_profile)
     assert not precompiled.new_configuration and precompiled.after.variant == "graphs"
-    # its restart and start-up are the precompiled resume's, its compute figure the plain resume's (the same steady
-    # step: data/measurements/2026-12-07-h100-precompile)
+    # its start-up is the precompiled resume's, its restart the same resume's with the graph-tree index (another,
+    # slower host: its start-up not kept), its compute figure the plain resume's (the same steady step:
+    # data/measurements/2026-12-07-h100-precompile)
+    indexed = calibrate([load_run(str(INDEXED_RUN))], shipped_profile)
+    assert not indexed.new_configuration and indexed.after.variant == "graphs"
     assert (graphs.restart_s, graphs.startup_s) == pytest.approx(
-        (precompiled.after.restart_s, precompiled.after.startup_s), rel=1e-5)
+        (indexed.after.restart_s, precompiled.after.startup_s), rel=1e-5)
     resumed = calibrate([load_run(str(GRAPHS_RESUME_RUN))], shipped_profile)
     assert resumed.new_configuration
     assert graphs.compute_per_sample_s == pytest.approx(resumed.after.compute_per_sample_s, rel=1e-5)
