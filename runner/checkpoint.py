@@ -454,6 +454,9 @@ class Checkpointer:
         if staged and stream is None and planner is None:
             assert self._stager is not None
             state = self._stager.stage(state)   # one copy into the host buffers
+        # how much of the buffers the touching thread had faulted in when this save claimed them (the rest faults in
+        # as the copy writes it: a save at a life's second step)
+        prefaulted = self._stager.prefaulted() if staged and self._stager is not None else None
         if staged and not blocking:   # async mode: training goes on while a thread writes the copy
             if stream is not None:
                 state, planner = stream.staged, stream.planner
@@ -461,7 +464,7 @@ class Checkpointer:
             stall = stream.stall_s if stream is not None else (lambda: stall_s)
             self._worker = threading.Thread(target=self._complete,
                                             args=(state, step, tmp, started, stall, reason, planner,
-                                                  "streaming" if stream is not None else "first"),
+                                                  "streaming" if stream is not None else "first", prefaulted),
                                             name=f"checkpoint-{step}", daemon=True)
             self._writing = (step, started)
             self._worker.start()
@@ -479,7 +482,8 @@ class Checkpointer:
             except BaseException as exc:
                 raise self._failed_save(exc, step, tmp) from exc
             stall_s = time.perf_counter() - started
-            self._finish(step, tmp, started, stall_s, reason, staged=staged, staging=self._staging)
+            self._finish(step, tmp, started, stall_s, reason, staged=staged, staging=self._staging,
+                         prefaulted=prefaulted)
 
     def in_flight(self) -> tuple[int, float] | None:
         """The async write under way: (its step, seconds it has run); None when none is."""
@@ -653,16 +657,17 @@ class Checkpointer:
         if self._stager is not None:
             self._stager.wait_allocated()
 
-    def _complete(self, staged, step, tmp, started, stall: Callable[[], float], reason, planner, staging) -> None:
+    def _complete(self, staged, step, tmp, started, stall: Callable[[], float], reason, planner, staging,
+                  prefaulted: float | None) -> None:
         try:
             dcp.save(staged, checkpoint_id=str(tmp), storage_writer=self._writer, planner=planner,
                      process_group=self._group)
-            self._finish(step, tmp, started, stall(), reason, staged=True, staging=staging)
+            self._finish(step, tmp, started, stall(), reason, staged=True, staging=staging, prefaulted=prefaulted)
         except BaseException as exc:  # surfaced by wait() in the training thread
             self._error = self._failed_save(exc, step, tmp)
 
     def _finish(self, step: int, tmp: Path, started: float, stall_s: float, reason: str, *, staged: bool,
-                staging: str) -> None:
+                staging: str, prefaulted: float | None = None) -> None:
         upload_s = commit_s = read_back = threads = None
         known = self._gather_sums(tmp)
         if self.rank == 0:
@@ -682,7 +687,8 @@ class Checkpointer:
                       upload_s=upload_s, location=self.store.url if self.store is not None else None,
                       staged=staged, staging=staging if staged else None, commit_s=commit_s,
                       write_threads=self._writer.thread_count, commit_read_bytes=read_back,
-                      commit_threads=threads if read_back else None)
+                      commit_threads=threads if read_back else None,
+                      prefaulted=None if prefaulted is None else round(prefaulted, 4))
 
     def set_staging(self, mode: str) -> None:
         """How a blocking save uses the staging buffers: "pipelined" (each tensor copied as its writer reaches

@@ -1,9 +1,14 @@
 """Host staging for asynchronous checkpoints: the training stall is one device-to-host copy.
 
-The host buffers are allocated once, by a background thread started right after the first training
-step, when the optimizer's state exists, and touched there (zeroed), so that the first copy does not
-fault its pages in. They are pageable: page-locked (pinned) buffers make each copy faster (SDXL's
-30.8 GB: a 0.58 s stall against 2.59 s), but pinning them, even from a background thread, held the
+The host buffers are mapped once, right after the first training step, when the optimizer's state exists,
+and touched (zeroed) by a background thread, so that the first copy does not fault its pages in. A save
+that comes before the thread is done (a notice at a life's second step) stops it and copies into the
+buffers as they are: the pages it did not reach fault in as the copy writes them. Before, such a save
+could not use the buffers at all, and a notice's save written from the device tensors took 24.2 s
+against 13.8 s staged (an H100, data/measurements/2026-12-07-h100-graph-tree-index).
+
+They are pageable: page-locked (pinned) buffers make each copy faster (SDXL's 30.8 GB: a 0.58 s stall
+against 2.59 s), but pinning them, even from a background thread, held the
 GPU's work up: the step beside it took 35.7 s instead of 0.52, after every start of the process
 (pageable: 0.68 s; data/measurements/2026-12-01-h200-save). Done inside the first save, as PyTorch's
 own `async_save` staging does, it would be a stall of that length at that save. Each save copies the
@@ -34,6 +39,7 @@ from torch.distributed.checkpoint._nested_dict import flatten_state_dict, unflat
 
 HUGE_PAGE_BYTES = 2 << 20
 ALIGN_BYTES = 4096   # each buffer starts on a page
+PREFAULT_CHUNK_BYTES = 64 << 20   # how much the touching thread zeroes between looks at its stop flag
 
 
 def _tensors(value) -> list[torch.Tensor]:
@@ -51,9 +57,10 @@ def _aligned(nbytes: int) -> int:
 
 
 class HostArena:
-    """Zeroed host tensors carved from one mapping on huge pages: `take(size, dtype)` hands out the next."""
+    """Zeroed host tensors carved from one mapping on huge pages: `take(size, dtype)` hands out the next.
+    With prefault=False the pages are faulted in later by prefault(), or by whatever writes them first."""
 
-    def __init__(self, nbytes: int):
+    def __init__(self, nbytes: int, prefault: bool = True):
         self._mapping = mmap.mmap(-1, nbytes + HUGE_PAGE_BYTES, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
         if hasattr(mmap, "MADV_HUGEPAGE"):
             try:
@@ -64,8 +71,26 @@ class HostArena:
         address = torch.frombuffer(self._view[:1], dtype=torch.uint8).data_ptr()
         self._next = -address % HUGE_PAGE_BYTES   # the first buffer on a huge page's start
         self._end = self._next + nbytes
-        # Fresh pages read as zeros; writing them faults them in here, not at the first copy.
-        torch.frombuffer(self._view[self._next:self._end], dtype=torch.uint8).zero_()
+        self._start = self._touched = self._next
+        if prefault:
+            self.prefault()
+
+    def prefault(self, stop: threading.Event | None = None) -> bool:
+        """Fault the pages in, a chunk at a time, until all are or `stop` is set; whether all are. Fresh pages read
+        as zeros, so writing zeros changes no buffer's value, but it must end before any buffer is written: a
+        chunk zeroed after a copy would wipe it (HostStager stops it and waits first)."""
+        while self._touched < self._end:
+            if stop is not None and stop.is_set():
+                return False
+            end = min(self._touched + PREFAULT_CHUNK_BYTES, self._end)
+            torch.frombuffer(self._view[self._touched:end], dtype=torch.uint8).zero_()
+            self._touched = end
+        return True
+
+    def prefaulted(self) -> float:
+        """The share of the arena's bytes faulted in by prefault()."""
+        size = self._end - self._start
+        return 1.0 if size == 0 else (self._touched - self._start) / size
 
     def take(self, size: torch.Size, dtype: torch.dtype) -> torch.Tensor:
         nbytes = size.numel() * dtype.itemsize
@@ -78,12 +103,18 @@ class HostArena:
         return tensor
 
 
-def host_buffers(value, pin: bool = False):
+def host_buffers(value, pin: bool = False, arena: HostArena | None = None):
     """Host tensors shaped like `value`'s tensors, in the same structure: zeroed views of one huge-page
-    arena, or (`pin`) page-locked tensors for the CUDA ones."""
-    tensors = _tensors(value)
-    arena = None if pin else HostArena(sum(_aligned(t.numel() * t.element_size()) for t in tensors))
+    arena (`arena`, one sized by arena_bytes(value), or a fresh one faulted in now), or (`pin`) page-locked
+    tensors for the CUDA ones."""
+    if arena is None and not pin:
+        arena = HostArena(arena_bytes(value))
     return _allocate(value, pin, arena)
+
+
+def arena_bytes(value) -> int:
+    """The bytes of an arena that holds a buffer for each of `value`'s tensors."""
+    return sum(_aligned(t.numel() * t.element_size()) for t in _tensors(value))
 
 
 def _allocate(value, pin: bool, arena: HostArena | None):
@@ -117,20 +148,30 @@ def _copy(value, buffer):
 
 
 class HostStager:
-    """Host buffers for one training state's structure, allocated in the background, reused."""
+    """Host buffers for one training state's structure, faulted in (or, pinned, allocated) in the background,
+    reused."""
 
     def __init__(self, pin: bool = False):
         self.pin = pin          # page-locked buffers on GPUs: faster copies, a long stall to allocate (above)
         self._buffers = None
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
+        self._stop = threading.Event()   # a copy is about to use the buffers: the touching thread ends
+        self._arena: HostArena | None = None
 
     def prepare(self, state: dict) -> None:
-        """Start allocating buffers shaped like `state` (once); training goes on meanwhile."""
+        """Map buffers shaped like `state` now (once) and fault them in on a thread; training goes on meanwhile.
+        Pinned buffers are allocated on the thread (pinning is the slow part)."""
         if self._thread is not None or self._buffers is not None:
             return
-        self._thread = threading.Thread(target=self._allocate_in_background, args=(state,),
-                                        name="checkpoint-staging-alloc", daemon=True)
+        if self.pin:
+            self._thread = threading.Thread(target=self._allocate_in_background, args=(state,),
+                                            name="checkpoint-staging-alloc", daemon=True)
+        else:
+            self._arena = HostArena(arena_bytes(state), prefault=False)
+            self._buffers = host_buffers(state, arena=self._arena)
+            self._thread = threading.Thread(target=self._prefault_in_background, args=(self._arena,),
+                                            name="checkpoint-staging-prefault", daemon=True)
         self._thread.start()
 
     def _allocate_in_background(self, state) -> None:
@@ -139,16 +180,34 @@ class HostStager:
         except BaseException as exc:   # re-raised by wait_allocated()
             self._error = exc
 
+    def _prefault_in_background(self, arena: HostArena) -> None:
+        try:
+            arena.prefault(self._stop)
+        except BaseException as exc:   # re-raised by wait_allocated()
+            self._error = exc
+
     def ready(self) -> bool:
-        """Whether buffers are allocated (without waiting for a background allocation still running)."""
-        return self._buffers is not None and (self._thread is None or not self._thread.is_alive()) \
-            and self._error is None
+        """Whether a copy may use the buffers now: mapped (their pages faulted in or not: a copy stops the
+        touching thread), or, pinned, allocated (without waiting for an allocation still running)."""
+        if self._buffers is None or self._error is not None:
+            return False
+        return not self.pin or self._thread is None or not self._thread.is_alive()
+
+    def prefaulted(self) -> float | None:
+        """The share of the buffers' bytes faulted in ahead of the copies (None: not mapped as one arena)."""
+        return None if self._arena is None else self._arena.prefaulted()
+
+    def _claim(self, state: dict) -> None:
+        """The buffers, for a copy: mapped now if prepare() was not called; a touching thread still going stopped
+        and waited for (its zeros would land on the copy's data), a pinned allocation waited for."""
+        if self._thread is None and self._buffers is None:
+            self._buffers = host_buffers(state, self.pin)
+        self._stop.set()
+        self.wait_allocated()
 
     def stage(self, state: dict) -> dict:
         """A host copy of `state` in the (reused) buffers; returns once the copy is complete."""
-        if self._thread is None and self._buffers is None:
-            self._buffers = host_buffers(state, self.pin)
-        self.wait_allocated()
+        self._claim(state)
         staged = _copy(state, self._buffers)
         if torch.cuda.is_available():
             torch.cuda.synchronize()
@@ -156,9 +215,7 @@ class HostStager:
 
     def planner(self, state: dict) -> StagingSavePlanner:
         """A blocking save's planner that stages each tensor as its writer reaches it (StagingSavePlanner)."""
-        if self._thread is None and self._buffers is None:
-            self._buffers = host_buffers(state, self.pin)
-        self.wait_allocated()
+        self._claim(state)
         if not isinstance(self._buffers, dict):
             raise RuntimeError("the staging buffers are not a state dict's")
         return StagingSavePlanner(self._buffers)
@@ -166,9 +223,7 @@ class HostStager:
     def streaming(self, state: dict) -> StreamingStage | None:
         """An async save's staging that its writer threads follow (StreamingStage); None where a tensor of
         `state` has no buffer of its shape and dtype (the structure changed: stage() copies it whole)."""
-        if self._thread is None and self._buffers is None:
-            self._buffers = host_buffers(state, self.pin)
-        self.wait_allocated()
+        self._claim(state)
         if not isinstance(self._buffers, dict):
             return None
         flat, mapping = flatten_state_dict(state)
@@ -186,7 +241,8 @@ class HostStager:
         return StreamingStage(staged, pairs)
 
     def wait_allocated(self) -> None:
-        """Block until a background allocation (if any) is done; re-raise its error."""
+        """Block until the background thread (if any) is done: the buffers faulted in (unless a copy stopped it)
+        or allocated; re-raise its error."""
         if self._thread is not None:
             self._thread.join()
             self._thread = None

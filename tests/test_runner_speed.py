@@ -4,6 +4,8 @@ checkpoint and its compile cache after a SIGKILL."""
 
 import pickle
 import shutil
+import threading
+import time
 
 import pytest
 
@@ -47,6 +49,41 @@ def test_staging_buffers_are_views_of_one_arena_each_a_storage_of_its_own_size()
     addresses.sort()
     assert all(a % ALIGN_BYTES == 0 for a, _ in addresses)
     assert all(a + n <= b for (a, n), (b, _) in zip(addresses, addresses[1:]))   # none overlaps another
+
+
+def test_a_copy_right_after_prepare_uses_the_buffers_and_stops_their_touching_first():
+    """A notice at a life's second step: the buffers are mapped at prepare() and usable at once (a notice's save
+    is staged, not written from the device tensors); the thread faulting them in is stopped before the copy, so
+    none of its zeros lands on copied data, and the pages it did not reach fault in as the copy writes them."""
+    from runner.staging import PREFAULT_CHUNK_BYTES, HostArena
+    arena = HostArena(3 * PREFAULT_CHUNK_BYTES, prefault=False)
+    stop = threading.Event()
+    stop.set()
+    assert arena.prefault(stop) is False and arena.prefaulted() == 0.0   # stopped before its first chunk
+    assert arena.prefault() is True and arena.prefaulted() == 1.0
+    state = {"model": {f"w{i}": torch.full((PREFAULT_CHUNK_BYTES // 4,), float(i)) for i in range(8)},
+             "progress": {"step": 2}}
+    for use in ("stage", "planner"):
+        stager = HostStager()
+        stager.prepare(state)
+        assert stager.ready()                       # at once: no wait for the 512 MiB to be touched
+        if use == "stage":
+            staged = stager.stage(state)
+        else:
+            planner = stager.planner(state)
+            staged = {"model": {k: planner._buffers[f"model.{k}"] for k in state["model"]}}
+            for k, v in state["model"].items():
+                staged["model"][k].copy_(v)         # as the planner's resolve_data does, tensor by tensor
+        assert stager._thread is None and 0.0 <= stager.prefaulted() <= 1.0   # stopped and waited for
+        for k, v in state["model"].items():
+            assert torch.equal(staged["model"][k], v), (use, k)
+        time.sleep(0.05)                            # a thread left running would zero some of it by now
+        for k, v in state["model"].items():
+            assert torch.equal(staged["model"][k], v), (use, k)
+    left = HostStager()
+    left.prepare(state)
+    left.wait_allocated()                           # nothing claimed it: the thread faults every page in
+    assert left.prefaulted() == 1.0 and all(not b.any() for b in left._buffers["model"].values())
 
 
 def test_staging_survives_a_state_whose_structure_changed():

@@ -90,14 +90,16 @@ EVENT_FIELDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "validation": ("worker: the unweighted noise-prediction error on held-out data", ("step", "loss", "samples",
                                                                                        "duration_s")),
     "checkpoint_save": ("worker; mode sync|async; reason " + "|".join(SAVE_REASONS) + "; staged: written from the "
-                        "host staging buffers, staging: pipelined (each tensor copied as it is written) or first; "
+                        "host staging buffers, staging: pipelined (each tensor copied as it is written) or first, "
+                        "prefaulted: the share of those buffers faulted in ahead when the save claimed them; "
                         "commit_s: rank 0's manifest and rename, commit_read_bytes what it read back "
                         "(files whose CRCs were not summed as they were written) on commit_threads threads (every "
                         "core where training waited for it); with an object store, "
                         "the upload's time and the store's URL", ("step", "duration_s", "stall_s", "bytes", "mode",
                                                                     "reason", "upload_s", "location", "staged",
                                                                     "staging", "commit_s", "write_threads",
-                                                                    "commit_read_bytes", "commit_threads")),
+                                                                    "commit_read_bytes", "commit_threads",
+                                                                    "prefaulted")),
     "checkpoint_fetch": ("worker, rank 0, or the supervisor (by: supervisor, beside torchrun's start): a checkpoint "
                          "fetched from the object store (ranged reads, `threads` in flight), into memory (a tmpfs, "
                          "dropped once loaded) or onto the disk (the local folder)",
