@@ -5,7 +5,9 @@ and touched (zeroed) by a background thread, so that the first copy does not fau
 that comes before the thread is done (a notice at a life's second step) stops it and copies into the
 buffers as they are: the pages it did not reach fault in as the copy writes them. Before, such a save
 could not use the buffers at all, and a notice's save written from the device tensors took 24.2 s
-against 13.8 s staged (an H100, data/measurements/2026-12-07-h100-graph-tree-index).
+against 13.8 s staged (an H100, data/measurements/2026-12-07-h100-graph-tree-index); staged with 31% of
+the buffers faulted in, 23.8 s against 22.2 s for the same run's final save (another, slower H100:
+data/measurements/2026-12-07-h100-early-notice-staged).
 
 They are pageable: page-locked (pinned) buffers make each copy faster (SDXL's 30.8 GB: a 0.58 s stall
 against 2.59 s), but pinning them, even from a background thread, held the
