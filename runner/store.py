@@ -60,9 +60,24 @@ class ConditionalWritesRefused(StoreError):
     """The store does not take S3's conditional writes (If-None-Match / If-Match)."""
 
 
-def _unavailable(store: S3Store, what: str, exc: BaseException) -> StoreUnavailable:
+# After a call found no store at its endpoint (connection refused or not made), the process's calls to that endpoint
+# fail at once for this long instead of each spending the client's retries on it (2-6 s a call: a runner whose store
+# had dropped out took 19 s of such calls before its workers started, and 14 s after they ended). The checkpointer's
+# own backoff (runner.checkpoint) decides when an upload is tried again; a store back within the window is found at
+# the first call after it.
+NO_ANSWER_HOLD_S = 10.0
+_no_answer_until: dict[str, float] = {}   # endpoint -> time.monotonic() until which calls to it fail at once
+_no_answer_lock = threading.Lock()
+
+
+def _no_answer(exc: BaseException) -> bool:
+    """Whether the store was not reached at all (no connection made), as opposed to an answer or a slow one."""
     import botocore.exceptions as errors
-    if isinstance(exc, errors.EndpointConnectionError):
+    return isinstance(exc, (errors.EndpointConnectionError, errors.ConnectTimeoutError))
+
+
+def _unavailable(store: S3Store, what: str, exc: BaseException) -> StoreUnavailable:
+    if _no_answer(exc):
         cause = f"no answer from {store._client().meta.endpoint_url}"
     else:
         cause = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
@@ -70,13 +85,24 @@ def _unavailable(store: S3Store, what: str, exc: BaseException) -> StoreUnavaila
 
 
 def _guarded(what: str):
-    """Any botocore error or connection failure of the wrapped store operation is a StoreUnavailable."""
+    """Any botocore error or connection failure of the wrapped store operation is a StoreUnavailable; one within
+    NO_ANSWER_HOLD_S of a call that found no store at the endpoint is one without trying."""
     def wrap(method):
         def guarded(self, *args, **kwargs):
             import botocore.exceptions as errors
+            endpoint = self._client().meta.endpoint_url
+            with _no_answer_lock:
+                held = _no_answer_until.get(endpoint, 0.0) - time.monotonic()
+            if held > 0:
+                raise StoreUnavailable(f"{self.url}: {what} failed: no answer from {endpoint} (a call "
+                                       f"{NO_ANSWER_HOLD_S - held:.1f} s ago found none; tried again after "
+                                       f"{NO_ANSWER_HOLD_S:g} s)")
             try:
                 return method(self, *args, **kwargs)
             except (errors.BotoCoreError, errors.ClientError, ConnectionError, TimeoutError) as exc:
+                if _no_answer(exc):
+                    with _no_answer_lock:
+                        _no_answer_until[endpoint] = time.monotonic() + NO_ANSWER_HOLD_S
                 raise _unavailable(self, what, exc) from None
         guarded.__doc__, guarded.__name__ = method.__doc__, method.__name__
         return guarded
