@@ -13,13 +13,18 @@ optimizer state then exists and the host staging buffers start allocating in the
      copied first, in the order A B B A, then from the device tensors (DCP's own copy, the runner before
      2026-12-01), the CRCs computed while writing, at each writer thread count, each checkpoint removed
      after it is timed (one at a time fits a 64 GiB disk), printed as ratios to the first; then the disk's
-     own bound: the staged bytes written raw by as many threads (os.write + fsync, no serialisation).
+     own bound: the staged bytes written raw by as many threads (os.write + fsync, no serialisation),
+  7. (--early-notice) the notice's blocking save right after the staging buffers are mapped (a notice at a life's
+     second step: the thread faulting them in stopped, the rest faulted in by the copy) against one after they are
+     all faulted in, each with fresh buffers, A B B A, then (unless --skip-device) from the device tensors.
 Each figure is printed as soon as it is measured (a JSON line), so a run cut short still reports.
 
 Usage (GPU machine): python3 scripts/bench_checkpoint.py --workload sdxl --batch 8 --dir /tmp/ckpt-bench
                      python3 scripts/bench_checkpoint.py --workload sdxl --batch 8 --notice 4,16 --dir /tmp/b
                      python3 scripts/bench_checkpoint.py --workload sdxl --batch 8 --steps 8 --staging pinned
                      python3 scripts/bench_checkpoint.py --workload sdxl --batch 8 --skip-sync --async-compare
+                     python3 scripts/bench_checkpoint.py --workload sdxl --batch 4 --steps 1 --skip-async --skip-sync \
+                         --early-notice --skip-device
 On CPU, for trying it: python3 scripts/bench_checkpoint.py --workload tiny --batch 8 --load --async-compare --notice 1,4
 """
 
@@ -53,7 +58,10 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=2, help="training steps before the saves (each one's time printed)")
     parser.add_argument("--staging", choices=("pinned", "pageable"), default="pageable",
                         help="the host staging buffers: pageable (the runner's) or page-locked")
+    parser.add_argument("--skip-async", action="store_true", help="leave out the async save (2.)")
     parser.add_argument("--skip-sync", action="store_true", help="leave out the synchronous save (3.)")
+    parser.add_argument("--early-notice", action="store_true",
+                        help="a notice's save right after the buffers are mapped, and once they are faulted in (7.)")
     parser.add_argument("--async-compare", action="store_true",
                         help="async saves streamed and staged first, side by side (5.)")
     parser.add_argument("--skip-device", action="store_true",
@@ -95,11 +103,12 @@ def main() -> None:
         note="from the start of training; the allocation runs beside the steps")
     say(figure="step_times_s", staging=args.staging,
         values=[round(e["step_time_s"], 3) for e in read_events(folder / "run") if e["event"] == "step"])
-    trainer.checkpointer.save(trainer.step, trainer.state())
-    trainer.checkpointer.wait()
-    save = [e for e in read_events(folder / "run") if e["event"] == "checkpoint_save"][-1]
-    say(figure="async", staging=args.staging, stall_s=save["stall_s"], write_s=save["duration_s"],
-        bytes=save.get("bytes"))
+    if not args.skip_async:
+        trainer.checkpointer.save(trainer.step, trainer.state())
+        trainer.checkpointer.wait()
+        save = [e for e in read_events(folder / "run") if e["event"] == "checkpoint_save"][-1]
+        say(figure="async", staging=args.staging, stall_s=save["stall_s"], write_s=save["duration_s"],
+            bytes=save.get("bytes"))
     if not args.skip_sync:
         trainer.checkpointer.save(trainer.step + 1, trainer.state(), blocking=True, reason="final")
         save = [e for e in read_events(folder / "run") if e["event"] == "checkpoint_save"][-1]
@@ -112,6 +121,8 @@ def main() -> None:
         async_saves(trainer, folder / "run")
     if args.notice:
         notice_saves(trainer, folder / "run", [int(n) for n in args.notice.split(",")], device=not args.skip_device)
+    if args.early_notice:
+        early_notice_saves(trainer, folder / "run", device=not args.skip_device)
     trainer.close()
     dist.destroy_process_group()
 
@@ -170,6 +181,33 @@ def notice_saves(trainer, run: Path, thread_counts: list[int], *, device: bool =
         seconds, total = raw_write(run / "raw", tensors, threads)
         say(figure="raw_write", write_threads=threads, seconds=seconds, gb_per_s=total / seconds / 1e9,
             ratio_to_first=seconds / first)
+
+
+def early_notice_saves(trainer, run: Path, *, device: bool = True) -> None:
+    """The notice's blocking save (pipelined staging) with fresh buffers, right after they are mapped ("early": the
+    faulting thread has just started, as at a life's second step) and once it has faulted them all in ("faulted"),
+    A B B A, each checkpoint removed once timed; then from the device tensors; each as a ratio to the first."""
+    import shutil
+
+    from costsim.contract.telemetry import read_events
+    from runner.staging import HostStager
+    checkpointer, step, first = trainer.checkpointer, trainer.step + 200, None
+    for when in ("early", "faulted", "faulted", "early", *(("device",) if device else ())):
+        for old in checkpointer.steps():          # room for one more on a small disk
+            shutil.rmtree(checkpointer.folder(old), ignore_errors=True)
+        checkpointer._stager = HostStager()       # fresh buffers: the previous ones' pages are all in
+        if when != "device":
+            checkpointer.prepare(trainer.state())
+        if when == "faulted":
+            checkpointer.wait_staging()
+        step += 1
+        checkpointer.save(step, trainer.state(), blocking=True, reason="notice", stage=when != "device")
+        save = [e for e in read_events(run) if e["event"] == "checkpoint_save"][-1]
+        first = first or save["duration_s"]
+        say(figure="early_notice_save", when=when, staged=save["staged"], prefaulted=save.get("prefaulted"),
+            save_s=save["duration_s"], bytes=save["bytes"], ratio_to_first=save["duration_s"] / first)
+    for old in checkpointer.steps():
+        shutil.rmtree(checkpointer.folder(old), ignore_errors=True)
 
 
 def _tensors(value):
