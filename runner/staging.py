@@ -6,7 +6,8 @@ that comes before the thread is done (a notice at a life's second step) stops it
 buffers as they are: the pages it did not reach fault in as the copy writes them. Before, such a save
 could not use the buffers at all, and a notice's save written from the device tensors took 24.2 s
 against 13.8 s staged (an H100, data/measurements/2026-12-07-h100-graph-tree-index); staged with 31% of
-the buffers faulted in, 23.8 s against 22.2 s for the same run's final save (another, slower H100:
+the buffers faulted in, 23.8 s against 22.2 s for the same run's final save (another, slower H100), and
+side by side in one process 18.97 s right after the mapping against 16.44 s fully faulted in (1.15x;
 data/measurements/2026-12-07-h100-early-notice-staged).
 
 They are pageable: page-locked (pinned) buffers make each copy faster (SDXL's 30.8 GB: a 0.58 s stall
