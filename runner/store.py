@@ -61,11 +61,12 @@ class ConditionalWritesRefused(StoreError):
 
 
 # After a call found no store at its endpoint (connection refused or not made), the process's calls to that endpoint
-# fail at once for this long instead of each spending the client's retries on it (2-6 s a call: a runner whose store
-# had dropped out took 19.2 s of such calls before its workers started, 2.0 s with the hold). The checkpointer's
-# own backoff (runner.checkpoint) decides when an upload is tried again; a store back within the window is found at
-# the first call after it.
-NO_ANSWER_HOLD_S = 10.0
+# fail at once for this long instead of each spending the client's retries on it (2-6 s a call): a runner restarted
+# while its store was out reached its workers' launch in 5.2-8.1 s against 12.4-14.1 s (scripts/bench_store_outage.py,
+# which sets COSTSIM_S3_NO_ANSWER_HOLD_S to 0 for every call to try). The checkpointer's own backoff
+# (runner.checkpoint) decides when an upload is tried again; a store back within the window is found at the first
+# call after it.
+NO_ANSWER_HOLD_S = environment.real("COSTSIM_S3_NO_ANSWER_HOLD_S", 10.0, minimum=0.0)
 _no_answer_until: dict[str, float] = {}   # endpoint -> time.monotonic() until which calls to it fail at once
 _no_answer_lock = threading.Lock()
 
