@@ -147,6 +147,11 @@ ENGINE = (os.geteuid() == 0 and (os.environ.get("CI") or os.environ.get("COSTSIM
           and os.environ.get("COSTSIM_ENGINE_TESTS") != "0")
 
 
+def again_short(seconds: int) -> str:
+    """A batch script that sleeps `seconds` in its first run and 1 s once requeued."""
+    return f'if [ "${{SLURM_RESTART_COUNT:-0}}" -gt 0 ]; then sleep 1; else sleep {seconds}; fi'
+
+
 def job_mix(folder: Path) -> None:
     """GPUs as GRES and as TRES counts, an array, a job cancelled while it waited, a CPU-only job, and
     a spot job that a higher-priority job preempts and Slurm requeues, and a job an administrator requeues
@@ -162,7 +167,8 @@ def job_mix(folder: Path) -> None:
     waiting = submit("-p", "on-demand", "-c1", "--gres=gpu:4", "--wrap", "sleep 1")   # waits for the GPUs
     time.sleep(1)
     subprocess.run(["scancel", waiting], check=True, timeout=30)
-    spot = submit("-p", "spot", "-c2", "--gres=gpu:2", "--requeue", "--wrap", "sleep 30")
+    # long enough to be preempted (4 s, then the 5 s grace); its requeued run (SLURM_RESTART_COUNT 1) is short
+    spot = submit("-p", "spot", "-c2", "--gres=gpu:2", "--requeue", "--wrap", again_short(30))
     for _ in range(60):   # preempt it once it runs
         state = subprocess.run(["squeue", "-h", "-j", spot, "-o", "%T"], capture_output=True, text=True).stdout.strip()
         if state == "RUNNING":
@@ -170,7 +176,7 @@ def job_mix(folder: Path) -> None:
         time.sleep(0.5)
     time.sleep(4)
     submit("-p", "reclaim", "-c3", "--wrap", "sleep 5")   # CPU-only; takes the spot job's CPUs
-    requeued = submit("-p", "on-demand", "-c1", "--gres=gpu:1", "--requeue", "--wrap", "sleep 8")
+    requeued = submit("-p", "on-demand", "-c1", "--gres=gpu:1", "--requeue", "--wrap", again_short(8))
     for _ in range(120):   # an administrator's requeue once it runs: its first run ends REQUEUED
         state = subprocess.run(["squeue", "-h", "-j", requeued, "-o", "%T"], capture_output=True, text=True).stdout
         if state.strip() == "RUNNING":
