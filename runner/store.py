@@ -64,10 +64,14 @@ class ConditionalWritesRefused(StoreError):
 # fail at once for this long instead of each spending the client's retries on it (2-6 s a call): a runner restarted
 # while its store was out reached its workers' launch in 5.2-8.1 s against 12.4-14.1 s (scripts/bench_store_outage.py,
 # which sets COSTSIM_S3_NO_ANSWER_HOLD_S to 0 for every call to try). The checkpointer's own backoff
-# (runner.checkpoint) decides when an upload is tried again; a store back within the window is found at the first
-# call after it.
+# (runner.checkpoint) decides when an upload is tried again. Within the window a call first knocks on the endpoint's
+# port (one TCP connect, PROBE_TIMEOUT_S at most, once per PROBE_EVERY_S): a store back meanwhile takes the call and
+# ends the hold, so it is found within a second of its return rather than when the window ends.
 NO_ANSWER_HOLD_S = environment.real("COSTSIM_S3_NO_ANSWER_HOLD_S", 10.0, minimum=0.0)
+PROBE_EVERY_S = 1.0
+PROBE_TIMEOUT_S = 0.25
 _no_answer_until: dict[str, float] = {}   # endpoint -> time.monotonic() until which calls to it fail at once
+_probed_at: dict[str, float] = {}         # endpoint -> time.monotonic() of the hold's last knock on its port
 _no_answer_lock = threading.Lock()
 
 
@@ -87,27 +91,64 @@ def _unavailable(store: S3Store, what: str, exc: BaseException) -> StoreUnavaila
 
 def _guarded(what: str):
     """Any botocore error or connection failure of the wrapped store operation is a StoreUnavailable; one within
-    NO_ANSWER_HOLD_S of a call that found no store at the endpoint is one without trying."""
+    NO_ANSWER_HOLD_S of a call that found no store at the endpoint is one without trying, unless the endpoint's port
+    answers now (`_held`)."""
     def wrap(method):
         def guarded(self, *args, **kwargs):
             import botocore.exceptions as errors
             endpoint = self._client().meta.endpoint_url
-            with _no_answer_lock:
-                held = _no_answer_until.get(endpoint, 0.0) - time.monotonic()
-            if held > 0:
+            if (held := _held(endpoint)) > 0:
                 raise StoreUnavailable(f"{self.url}: {what} failed: no answer from {endpoint} (a call "
-                                       f"{NO_ANSWER_HOLD_S - held:.1f} s ago found none; tried again after "
-                                       f"{NO_ANSWER_HOLD_S:g} s)")
+                                       f"{NO_ANSWER_HOLD_S - held:.1f} s ago found none; asked again once its "
+                                       f"port answers, or after {NO_ANSWER_HOLD_S:g} s)")
             try:
                 return method(self, *args, **kwargs)
             except (errors.BotoCoreError, errors.ClientError, ConnectionError, TimeoutError) as exc:
                 if _no_answer(exc):
-                    with _no_answer_lock:
-                        _no_answer_until[endpoint] = time.monotonic() + NO_ANSWER_HOLD_S
+                    with _no_answer_lock:   # found dead just now: the first knock a PROBE_EVERY_S later
+                        _probed_at[endpoint] = time.monotonic()
+                        _no_answer_until[endpoint] = _probed_at[endpoint] + NO_ANSWER_HOLD_S
                 raise _unavailable(self, what, exc) from None
         guarded.__doc__, guarded.__name__ = method.__doc__, method.__name__
         return guarded
     return wrap
+
+
+def _held(endpoint: str) -> float:
+    """Seconds left of the endpoint's hold (0: none, or its port answered a knock just now, which ends it)."""
+    with _no_answer_lock:
+        now = time.monotonic()
+        held = _no_answer_until.get(endpoint, 0.0) - now
+        if held <= 0 or now - _probed_at.get(endpoint, -PROBE_EVERY_S) < PROBE_EVERY_S:
+            return max(held, 0.0)
+        _probed_at[endpoint] = now
+    if not _port_answers(endpoint):
+        return held
+    with _no_answer_lock:
+        _no_answer_until.pop(endpoint, None)
+    return 0.0
+
+
+def _port_answers(endpoint: str) -> bool:
+    """Whether a TCP connection to the endpoint's host and port is made within PROBE_TIMEOUT_S. False where the
+    client would go through a proxy (the endpoint's port says nothing then) or the endpoint is not host:port."""
+    import socket
+    import urllib.parse
+    import urllib.request
+    parts = urllib.parse.urlsplit(endpoint)
+    try:
+        host, port = parts.hostname, parts.port or {"http": 80, "https": 443}.get(parts.scheme)
+    except ValueError:   # a port that is not a number
+        return False
+    if not host or port is None:
+        return False
+    if urllib.request.getproxies().get(parts.scheme) and not urllib.request.proxy_bypass(host):
+        return False
+    try:
+        socket.create_connection((host, port), timeout=PROBE_TIMEOUT_S).close()
+    except OSError:   # refused, unreachable, not resolved, or no answer within the timeout
+        return False
+    return True
 
 
 def is_store(location: str | None) -> bool:
