@@ -32,7 +32,9 @@ inside the call (data/measurements/2026-12-07-h100-precompile/cpu/preload-sdxl-t
 not fit all the same is reported and loaded again inside the call. Opt-in (`COSTSIM_PRECOMPILE_PRELOAD=1`): on an
 H100 under CUDA graphs the preloaded file fitted and its load left the first step (15.7 s against 18.5 s), but the
 restart was no shorter (29.3 s against 28.8 s, one pair on one machine: the load took 7.5 s on its thread beside the
-read against 3.5 s alone; data/measurements/2026-12-07-h100-graph-tree-index).
+read against 3.5 s alone; data/measurements/2026-12-07-h100-graph-tree-index). With the graph-tree index, A B A on one
+H100, it was longer: 29.2 s against 23.3 and 26.3 s, the checkpoint's read 6.6 s against 2.3-2.8 s beside the
+thread's unpickling (data/measurements/2026-12-07-h100-preload-indexed).
 
 The file is code, as Inductor's cache is (its kernels and wrappers, which the workers import and run): it lives in
 the run's compile cache, written by the runner itself, and travels to the job's next node only with that cache
