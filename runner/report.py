@@ -72,7 +72,8 @@ def measure(run_dir: Path, skip: int = WARMUP_STEPS) -> dict:
         "compile_at_start": [{"counters": e.get("counters") or {}, "phases_s": e.get("phases_s") or {},
                               **({"precompiled": e["precompiled"]} if e.get("precompiled") else {}),
                               **({"graph_tree_disagreed": e["graph_tree_disagreed"]}
-                                 if e.get("graph_tree_disagreed") else {})}
+                                 if e.get("graph_tree_disagreed") else {}),
+                              **({"inductor_bytecode": e["inductor_bytecode"]} if e.get("inductor_bytecode") else {})}
                              for e in events if e["event"] == "compile"],
         "startup_to_first_step_s": first_step_after(events, "launch", 0),
         # the first start's parts, as for a restart (first_step_s: compilation, from the cache if warm)
@@ -181,6 +182,12 @@ def _compile_line(report: dict) -> str:
         parts.append(f"{c['inductor.cudagraph_skips']} graph(s) ran without CUDA graphs")
     for event in report.get("precompiled", []):   # runtime.precompile: the saved model's load, or its compile
         parts.append(_precompiled_part(event))
+    kept = report.get("inductor_bytecode")   # runner.inductor_bytecode
+    if kept and sum(v for k, v in kept.items() if k != "seconds"):
+        damaged = f", {kept['damaged']} damaged" if kept.get("damaged") else ""
+        parts.append(f"generated modules {kept.get('hits', 0)} from kept bytecode, "
+                     f"{kept.get('compiled', 0) + kept.get('damaged', 0) + kept.get('unwritten', 0)} compiled"
+                     f"{damaged} ({kept.get('seconds', 0.0):.1f} s)")
     return "; ".join(parts)
 
 

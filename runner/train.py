@@ -33,6 +33,7 @@ from runner import (
     faults,
     gcstart,
     graph_trees,
+    inductor_bytecode,
     layout,
     precompile,
     prewarm,
@@ -460,6 +461,7 @@ class Trainer:
                         compiled["precompiled"] = precompile.events(self.built.model)
                     if self.runtime.cuda_graphs:
                         compiled.update(graph_trees.report())
+                    compiled.update(inductor_bytecode.report())
                     self.telemetry.event("compile", step=self.step, **compiled)
                 if record_imports and compiled is not None and not any("miss" in k for k in compiled["counters"]):
                     # what this first step imported, for the next start to import early; a step that

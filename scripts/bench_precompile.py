@@ -124,7 +124,15 @@ def one(args) -> dict:
         from torch._inductor import cudagraph_trees
         manager = cudagraph_trees.get_manager(device.index or 0, create_if_none_exists=False)
         recorded = sum(len(nodes) for nodes in manager.roots.values()) if manager is not None else 0
+    from torch._dynamo.utils import compile_times
+
+    from runner import inductor_bytecode
+    names, values = compile_times(repr="csv", aggregate=True)
+    loads = dict(zip(map(str, names), map(str, values))).get("PyCodeCache.load_by_key_path")
     return {"way": args.one, "build_s": round(built_s, 3), "first_step_s": round(first, 3),
+            # Inductor's generated modules loaded (runner.inductor_bytecode: from kept bytecode or compiled)
+            "module_loads_s": float(loads) if loads else None,
+            "inductor_bytecode": inductor_bytecode.report().get("inductor_bytecode"),
             "steady_step_s": round(steady, 5), "cuda_graphs_recorded": recorded,
             "losses": [float(x) for x in losses], "precompiled": precompile.events(model),
             "peak_gb": round(torch.cuda.max_memory_allocated(device) / 1e9, 2) if device.type == "cuda" else None}

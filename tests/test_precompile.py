@@ -184,11 +184,17 @@ def test_a_resumed_ddp_run_loads_the_saved_model_and_ends_as_the_run_straight_th
                                                            lives[0][0]["file"]).is_file()
     # the loaded life traced nothing: Dynamo captured no frame
     assert "stats.unique_graphs" not in events(drill, "compile")[1]["counters"]
+    # and compiled none of Inductor's generated modules from source: the first life kept their bytecode (rank 0's
+    # counts: whichever rank loaded a module first compiled and kept it, the other read it)
+    kept = [c["inductor_bytecode"] for c in events(drill, "compile")]
+    assert kept[0]["compiled"] + kept[0]["hits"] > 0 and any((drill / "compile-cache" / "bytecode").iterdir())
+    assert kept[1]["hits"] > 0 and kept[1]["compiled"] == kept[1]["damaged"] == 0
     assert summary(drill)["final_state_sha256"] == summary(plain)["final_state_sha256"] == \
         summary(cold)["final_state_sha256"]
     report = subprocess.run([sys.executable, "-m", "runner", "report", str(drill)], capture_output=True, text=True)
     text = " ".join(report.stdout.split())   # the report wraps its lines
     assert "model compiled ahead of time" in text and "precompiled model loaded" in text
+    assert f"generated modules {kept[1]['hits']} from kept bytecode, 0 compiled" in text
 
 
 class Breaking(Net):

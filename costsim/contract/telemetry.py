@@ -67,8 +67,11 @@ EVENT_FIELDS: dict[str, tuple[str, tuple[str, ...]]] = {
                 "duration_s, reason, mode (a fallback's compile mode), guard (the guard that failed), preloaded and "
                 "waited_s (a load on the preload's thread, and the first call's wait for it)); under CUDA graphs, "
                 "graph_tree_index (whether their recording looks outputs up in an index: runner.graph_trees) and "
-                "graph_tree_disagreed (the lookup that disagreed with torch's own, which then took over)",
-                ("step", "counters", "phases_s", "precompiled", "graph_tree_index", "graph_tree_disagreed")),
+                "graph_tree_disagreed (the lookup that disagreed with torch's own, which then took over); "
+                "inductor_bytecode: Inductor's generated modules loaded from kept bytecode or compiled (hits, "
+                "compiled, damaged, unwritten, seconds: runner.inductor_bytecode)",
+                ("step", "counters", "phases_s", "precompiled", "graph_tree_index", "graph_tree_disagreed",
+                 "inductor_bytecode")),
     "prewarm": ("worker, rank 0, after a compiled start's first step: recorded, the modules a resume's first step "
                 "imported (written for later starts); or what a later start imported beside its checkpoint's read "
                 "(runner.prewarm): modules listed, imported, failed, seconds, and waited_s, the first step's wait "

@@ -1,0 +1,136 @@
+"""Inductor's generated Python modules loaded from bytecode kept in the compile cache (COSTSIM_INDUCTOR_BYTECODE, on by
+default).
+
+Every start that loads a compiled model, from Inductor's caches or from a precompiled file (runner.precompile), loads
+its generated modules through `PyCodeCache.load_by_key_path`: the wrapper that calls the kernels (one for the forward,
+one for the backward: 1.7 and 3.2 MB of source for SDXL's blocks at a narrow width on the CPU) and, on a GPU, one
+module per Triton kernel. Torch compiles each from its source with `compile()` at every start: the import system and
+its .pyc files are not involved. On an H100, `PyCodeCache.load_by_key_path` took 1.8-2.3 s of each precompiled SDXL
+start's first step (data/measurements/2026-12-07-h100-preload-indexed, the compile events' phases). On the CPU, SDXL's
+blocks at a narrow width: a warm start's loader 2.27 s against 2.95 s, its first step 0.886x
+(`scripts/bench_inductor_bytecode.py`, data/measurements/2026-12-07-cpu-inductor-bytecode).
+
+`install` gives torch's loader (`torch._inductor.runtime.compile_tasks._reload_python_module`, the one place that
+compiles them) a `compile` that keeps each code object, marshalled, in `<compile cache>/bytecode/`, under a key of
+the source, the file name and this Python's bytecode magic number, with a SHA-256 of the marshalled bytes that a
+load checks first (a damaged file is compiled again and rewritten, never run). Written atomically (a temporary
+file, renamed). Torch's loader is otherwise unchanged: the shadowing is of the builtin's name in that module alone,
+and only for what it compiles in "exec" mode. A torch whose loader does not call `compile` is left as it is.
+
+The bytecode is code, as the compile cache it lives in is (Inductor's modules, which the workers import and run):
+it is written by the runner itself, and travels to another node only with that cache (runner.compile_share).
+"""
+
+from __future__ import annotations
+
+import builtins
+import hashlib
+import importlib.util
+import marshal
+import os
+import threading
+import time
+from pathlib import Path
+
+from costsim.contract.jsonfiles import replacing
+
+ENV = "COSTSIM_INDUCTOR_BYTECODE"
+FOLDER = "bytecode"
+MAGIC = b"costsim-bytecode-1\n"
+DIGEST_BYTES = 64   # a SHA-256 in hex
+
+
+class _State:
+    def __init__(self):
+        self.folder: Path | None = None
+        self.lock = threading.Lock()
+        self.counts = {"hits": 0, "compiled": 0, "damaged": 0, "unwritten": 0}
+        self.seconds = 0.0   # spent in the shadowing compile, hits and misses alike
+
+
+_state = _State()
+
+
+def enabled(env=os.environ) -> bool:
+    from runner.speed import env_switch  # runner.speed imports this module
+    return env_switch(env, ENV, "1", "load Inductor's generated modules from kept bytecode, the default",
+                      "compile them from source at every start")
+
+
+def default_folder(env=os.environ) -> Path:
+    """COMPILE_CACHE/bytecode, beside runner.precompile's folder in the run's compile cache."""
+    from runner.precompile import default_folder as precompiled
+    return precompiled(env).parent / FOLDER
+
+
+def install(folder: Path) -> bool:
+    """Shadow `compile` in torch's module loader with the kept bytecode in `folder` (once a process: a later call
+    changes nothing); whether it is on."""
+    try:
+        from torch._inductor.runtime import compile_tasks
+    except ImportError:   # a torch without Inductor
+        return False
+    loader = getattr(compile_tasks, "_reload_python_module", None)
+    if loader is None or "compile" not in getattr(getattr(loader, "__code__", None), "co_names", ()):
+        return False
+    with _state.lock:
+        if _state.folder is None:
+            _state.folder = Path(folder)
+            setattr(compile_tasks, "compile", kept_compile)   # a module global, found before the builtin
+    return True
+
+
+def report() -> dict:
+    """For the compile event: the kept bytecode's hits, compiles (misses), damaged files and files it could not
+    write, and the seconds spent loading or compiling through it; {} when it is off."""
+    if _state.folder is None:
+        return {}
+    with _state.lock:
+        return {"inductor_bytecode": {**_state.counts, "seconds": round(_state.seconds, 3)}}
+
+
+def kept_compile(source, filename, mode, *args, **kwargs):
+    """`compile` as torch's loader calls it: a code object for `source`, from the kept bytecode if it has one."""
+    if mode != "exec" or not isinstance(source, str) or args or _state.folder is None:
+        return builtins.compile(source, filename, mode, *args, **kwargs)
+    started = time.perf_counter()
+    key = hashlib.sha256(b"\0".join((importlib.util.MAGIC_NUMBER, os.fsencode(filename), source.encode(),
+                                     repr(sorted(kwargs.items())).encode()))).hexdigest()
+    path = _state.folder / f"{key[:32]}.bin"
+    code, outcome = _read(path), "hits"
+    if code is False:
+        outcome = "damaged"
+    if code is None or code is False:
+        code = builtins.compile(source, filename, mode, **kwargs)
+        outcome = outcome if outcome == "damaged" else "compiled"
+        if not _write(path, marshal.dumps(code)):
+            outcome = "unwritten"
+    with _state.lock:
+        _state.counts[outcome] += 1
+        _state.seconds += time.perf_counter() - started
+    return code
+
+
+def _read(path: Path):
+    """The code object kept at `path`; None if there is none, False if it is damaged."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    digest, payload = data[len(MAGIC):len(MAGIC) + DIGEST_BYTES], data[len(MAGIC) + DIGEST_BYTES:]
+    if not data.startswith(MAGIC) or hashlib.sha256(payload).hexdigest().encode() != digest:
+        return False
+    try:
+        return marshal.loads(payload)
+    except (EOFError, ValueError, TypeError):
+        return False
+
+
+def _write(path: Path, payload: bytes) -> bool:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with replacing(path) as temporary, open(temporary, "wb") as out:
+            out.write(MAGIC + hashlib.sha256(payload).hexdigest().encode() + payload)
+        return True
+    except OSError:   # a full or read-only disk: this start runs all the same, the next compiles again
+        return False
