@@ -12,7 +12,8 @@ blocks at a narrow width: a warm start's loader 2.27 s against 2.95 s, its first
 
 `install` gives torch's loader (`torch._inductor.runtime.compile_tasks._reload_python_module`, the one place that
 compiles them) a `compile` that keeps each code object, marshalled, in `<compile cache>/bytecode/`, under a key of
-the source, the file name and this Python's bytecode magic number, with a SHA-256 of the marshalled bytes that a
+the source and this Python's bytecode magic number (not the file's name: a new node's run folder may be elsewhere;
+the code read takes this node's), with a SHA-256 of the marshalled bytes that a
 load checks first (a damaged file is compiled again and rewritten, never run). Written atomically (a temporary
 file, renamed). Torch's loader is otherwise unchanged: the shadowing is of the builtin's name in that module alone,
 and only for what it compiles in "exec" mode. A torch whose loader does not call `compile` is left as it is.
@@ -30,6 +31,7 @@ import marshal
 import os
 import threading
 import time
+import types
 from pathlib import Path
 
 from costsim.contract.jsonfiles import replacing
@@ -94,10 +96,14 @@ def kept_compile(source, filename, mode, *args, **kwargs):
     if mode != "exec" or not isinstance(source, str) or args or _state.folder is None:
         return builtins.compile(source, filename, mode, *args, **kwargs)
     started = time.perf_counter()
-    key = hashlib.sha256(b"\0".join((importlib.util.MAGIC_NUMBER, os.fsencode(filename), source.encode(),
+    # not keyed by the file name: a new node's run folder (and so the module's path) may differ, and the cache it
+    # fetched (runner.compile_share) is to answer it; the code read is given this node's name (tracebacks show it)
+    key = hashlib.sha256(b"\0".join((importlib.util.MAGIC_NUMBER, source.encode(),
                                      repr(sorted(kwargs.items())).encode()))).hexdigest()
     path = _state.folder / f"{key[:32]}.bin"
     code, outcome = _read(path), "hits"
+    if isinstance(code, types.CodeType) and code.co_filename != filename:
+        code = _renamed(code, os.fsdecode(filename))
     if code is False:
         outcome = "damaged"
     if code is None or code is False:
@@ -109,6 +115,12 @@ def kept_compile(source, filename, mode, *args, **kwargs):
         _state.counts[outcome] += 1
         _state.seconds += time.perf_counter() - started
     return code
+
+
+def _renamed(code: types.CodeType, filename: str) -> types.CodeType:
+    """`code`, and every code object it holds (its functions', classes'), with `filename` as theirs."""
+    consts = tuple(_renamed(c, filename) if isinstance(c, types.CodeType) else c for c in code.co_consts)
+    return code.replace(co_filename=filename, co_consts=consts)
 
 
 def _read(path: Path):

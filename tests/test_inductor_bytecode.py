@@ -25,9 +25,9 @@ def kept(tmp_path, monkeypatch):
     return tmp_path / "bytecode"
 
 
-def load(tmp_path, add: int):
+def load(tmp_path, add: int, folder: str = "generated"):
     """A generated module's source at a fixed path, loaded as Inductor loads its own (a fresh module each time)."""
-    path = tmp_path / "generated" / "c0ffee.py"
+    path = tmp_path / folder / "c0ffee.py"
     path.parent.mkdir(exist_ok=True)
     path.write_text(SOURCE.format(add=add))
     PyCodeCache.modules_no_attr.pop(str(path), None)   # torch's in-process cache: a new process's load
@@ -51,6 +51,9 @@ def test_the_second_load_of_a_module_is_from_its_kept_bytecode(kept, tmp_path):
     changed = load(tmp_path, 10)   # the same path, another source: its own key, not the old code
     assert changed.call([4.0]) == [12.0] and counts()["compiled"] == 2 and len(list(kept.iterdir())) == 2
     assert file.exists()
+    elsewhere = load(tmp_path, 1, folder="another-run-folder")   # another node's cache path: the same code, renamed
+    assert elsewhere.call([4.0]) == [3.0] and counts()["hits"] == 2
+    assert elsewhere.call.__code__.co_filename == str(tmp_path / "another-run-folder" / "c0ffee.py")
 
 
 def test_a_damaged_file_is_compiled_again_and_rewritten(kept, tmp_path):
