@@ -115,11 +115,11 @@ def test_a_file_preloaded_beside_the_start_fits_a_call_under_autocast(tmp_path):
     """The preload's thread runs outside the training step's bf16 autocast: it loads the file under the autocast
     and grad mode the file was compiled in, so the first call takes it as it is (loaded outside autocast, a
     tensor's guard lacked AutocastCPU, and the call had to load the file again)."""
-    x = torch.randn(5, 8)
+    x = torch.randn(5, 8, generator=torch.Generator().manual_seed(2))
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        expected, expected_grads = _step(_net(), x)
+        eager, eager_grads = _step(_net(), x)
         first = precompile.install(_net(), "default", {"compile": "model"}, tmp_path)
-        _step(first.module, x)
+        expected, expected_grads = _step(first.module, x)
     assert [e["op"] for e in first.report()] == ["compile"]
     again = precompile.install(_net(), "default", {"compile": "model"}, tmp_path)
     assert again.preload() == 1
@@ -128,8 +128,12 @@ def test_a_file_preloaded_beside_the_start_fits_a_call_under_autocast(tmp_path):
         out, grads = _step(again.module, x)
     (event,) = again.report()
     assert event["op"] == "load" and event["preloaded"], again.report()
+    # the loaded function is the compiled one, to the bit; the compiled model sums its gradients in another order
+    # than eager PyTorch (a bias's gradient differed by 1e-4 for some inputs)
     assert out.dtype == torch.bfloat16 and torch.equal(out, expected)
     assert all(torch.equal(g, e) for g, e in zip(grads, expected_grads))
+    assert torch.allclose(out.float(), eager.float(), rtol=1e-2, atol=1e-2)
+    assert all(torch.allclose(g, e, rtol=1e-2, atol=1e-3) for g, e in zip(grads, eager_grads))
     # the same file called outside autocast is another kind of call: a file of its own, compiled
     _step(again.module, x)
     assert [e["op"] for e in again.report()] == ["load", "compile"]
