@@ -101,16 +101,14 @@ def kept_compile(source, filename, mode, *args, **kwargs):
     key = hashlib.sha256(b"\0".join((importlib.util.MAGIC_NUMBER, source.encode(),
                                      repr(sorted(kwargs.items())).encode()))).hexdigest()
     path = _state.folder / f"{key[:32]}.bin"
-    code, outcome = _read(path), "hits"
-    if isinstance(code, types.CodeType) and code.co_filename != filename:
-        code = _renamed(code, os.fsdecode(filename))
-    if code is False:
-        outcome = "damaged"
-    if code is None or code is False:
+    code, outcome = _read(path), "hits"   # a code object, or None (none kept), or False (damaged)
+    if not isinstance(code, types.CodeType):
+        outcome = "compiled" if code is None else "damaged"
         code = builtins.compile(source, filename, mode, **kwargs)
-        outcome = outcome if outcome == "damaged" else "compiled"
         if not _write(path, marshal.dumps(code)):
             outcome = "unwritten"
+    elif code.co_filename != filename:
+        code = _renamed(code, os.fsdecode(filename))
     with _state.lock:
         _state.counts[outcome] += 1
         _state.seconds += time.perf_counter() - started
@@ -133,9 +131,10 @@ def _read(path: Path):
     if not data.startswith(MAGIC) or hashlib.sha256(payload).hexdigest().encode() != digest:
         return False
     try:
-        return marshal.loads(payload)
+        code = marshal.loads(payload)
     except (EOFError, ValueError, TypeError):
         return False
+    return code if isinstance(code, types.CodeType) else False
 
 
 def _write(path: Path, payload: bytes) -> bool:
