@@ -2,24 +2,23 @@
 default).
 
 Every start that loads a compiled model, from Inductor's caches or from a precompiled file (runner.precompile), loads
-its generated modules through `PyCodeCache.load_by_key_path`: the wrapper that calls the kernels (one for the forward,
-one for the backward: 1.7 and 3.2 MB of source for SDXL's blocks at a narrow width on the CPU) and, on a GPU, one
-module per Triton kernel. Torch compiles each from its source with `compile()` at every start: the import system and
-its .pyc files are not involved. On an H100, `PyCodeCache.load_by_key_path` took 1.8-2.3 s of each precompiled SDXL
-start's first step (data/measurements/2026-12-07-h100-preload-indexed, the compile events' phases). On the CPU, SDXL's
-blocks at a narrow width: a warm start's loader 2.27 s against 2.95 s, its first step 0.886x
-(`scripts/bench_inductor_bytecode.py`, data/measurements/2026-12-07-cpu-inductor-bytecode).
+its generated modules through `PyCodeCache.load_by_key_path`: the wrappers that call the kernels (the forward's and
+the backward's) and, on a GPU, one module per Triton kernel. Torch compiles each from its source with `compile()` at
+every start: the import system and its .pyc files are not involved. On an H100, `PyCodeCache.load_by_key_path` took
+1.8-2.3 s of each precompiled SDXL start's first step (data/measurements/2026-12-07-h100-preload-indexed, the compile
+events' phases). On the CPU, SDXL's blocks at a narrow width: a warm start's loader 2.27 s against 2.95 s, its first
+step 0.886x (`scripts/bench_inductor_bytecode.py`, data/measurements/2026-12-07-cpu-inductor-bytecode).
 
 `install` gives torch's loader (`torch._inductor.runtime.compile_tasks._reload_python_module`, the one place that
-compiles them) a `compile` that keeps each code object, marshalled, in `<compile cache>/bytecode/`, under a key of
-the source and this Python's bytecode magic number (not the file's name: a new node's run folder may be elsewhere;
-the code read takes this node's), with a SHA-256 of the marshalled bytes that a
-load checks first (a damaged file is compiled again and rewritten, never run). Written atomically (a temporary
-file, renamed). Torch's loader is otherwise unchanged: the shadowing is of the builtin's name in that module alone,
-and only for what it compiles in "exec" mode. A torch whose loader does not call `compile` is left as it is.
+compiles them) a `compile` that keeps each code object, marshalled, in `<compile cache>/bytecode/`, under a key of the
+source and this Python's bytecode magic number (not the file's name: a new node's run folder may be elsewhere; the
+code read takes this node's), in runner.precompile's checked format (a SHA-256 of the marshalled bytes that a load
+checks first: a damaged file is compiled again and rewritten, never run; written atomically). Torch's loader is
+otherwise unchanged: the shadowing is of the builtin's name in that module alone, and only for what it compiles in
+"exec" mode. A torch whose loader does not call `compile` is left as it is.
 
-The bytecode is code, as the compile cache it lives in is (Inductor's modules, which the workers import and run):
-it is written by the runner itself, and travels to another node only with that cache (runner.compile_share).
+The bytecode is code, as the compile cache it lives in is (Inductor's modules, which the workers import and run): it
+is written by the runner itself, and travels to another node only with that cache (runner.compile_share).
 """
 
 from __future__ import annotations
@@ -34,12 +33,8 @@ import time
 import types
 from pathlib import Path
 
-from costsim.contract.jsonfiles import replacing
-
 ENV = "COSTSIM_INDUCTOR_BYTECODE"
 FOLDER = "bytecode"
-MAGIC = b"costsim-bytecode-1\n"
-DIGEST_BYTES = 64   # a SHA-256 in hex
 
 
 class _State:
@@ -123,12 +118,12 @@ def _renamed(code: types.CodeType, filename: str) -> types.CodeType:
 
 def _read(path: Path):
     """The code object kept at `path`; None if there is none, False if it is damaged."""
+    from runner.precompile import checked_payload
     try:
-        data = path.read_bytes()
+        payload = checked_payload(path.read_bytes())
     except OSError:
         return None
-    digest, payload = data[len(MAGIC):len(MAGIC) + DIGEST_BYTES], data[len(MAGIC) + DIGEST_BYTES:]
-    if not data.startswith(MAGIC) or hashlib.sha256(payload).hexdigest().encode() != digest:
+    if payload is None:   # not a checked file, or its checksum does not match
         return False
     try:
         code = marshal.loads(payload)
@@ -138,10 +133,10 @@ def _read(path: Path):
 
 
 def _write(path: Path, payload: bytes) -> bool:
+    from runner.precompile import write_checked
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with replacing(path) as temporary, open(temporary, "wb") as out:
-            out.write(MAGIC + hashlib.sha256(payload).hexdigest().encode() + payload)
+        write_checked(path, payload)   # the checksum a read checks first, written atomically
         return True
     except OSError:   # a full or read-only disk: this start runs all the same, the next compiles again
         return False
