@@ -353,6 +353,56 @@ def compile_report() -> dict:
     return {"counters": kept, "phases_s": {n: round(phases[n], 3) for n in slowest}}
 
 
+# COSTSIM_AUTOTUNE_REPORT=1: the compile event of each start carries autotune_report() (a diagnostic: it walks the
+# process's objects once, after the first step)
+AUTOTUNE_REPORT_ENV = "COSTSIM_AUTOTUNE_REPORT"
+
+
+def autotune_report() -> dict:
+    """What Triton's autotuner did in this process, read off its live kernels (Inductor's CachingAutotuner objects):
+    how many by the state of their autotune cache (hit: the kept best configuration taken; miss: every candidate
+    timed at the first call; only 1 config), and for the first few misses why: whether the kept best-config file
+    exists, whether the configurations it was saved for (its configs_hash) are the ones this kernel was asked to
+    choose from, and whether the kernel can save its choice (a save hook). A GPU diagnosis (the CPU has no Triton
+    kernels): the precompiled SDXL resume on an H100 timed its kernels' candidates again at every start (1.3 s).
+    It walks every object of the process (gc), so it runs only where asked: scripts/bench_precompile.py on a GPU, and
+    the runner's compile event under COSTSIM_AUTOTUNE_REPORT=1."""
+    import json
+    import warnings
+    from collections import Counter
+
+    from torch._inductor.runtime import triton_heuristics
+    from torch._inductor.runtime.autotune_cache import AutotuneCache
+    from torch._inductor.runtime.runtime_utils import cache_dir
+    states: Counter = Counter()
+    missed: list[dict] = []
+    with warnings.catch_warnings():   # isinstance on a deprecated alias (torch.distributed.reduce_op) warns
+        warnings.simplefilter("ignore")
+        kernels = [obj for obj in gc.get_objects() if isinstance(obj, triton_heuristics.CachingAutotuner)]
+    for obj in kernels:
+        info = getattr(obj, "autotune_cache_info", None) or {}
+        state = str(info.get("autotune_cache_state", "unknown"))
+        states[state] += 1
+        if state != "miss" or len(missed) >= 8 or not obj.filename:
+            continue
+        path = AutotuneCache._make_local_cache_key(os.path.dirname(obj.filename),
+                                                   AutotuneCache._prepare_key(obj.filename))
+        kept = json.loads(Path(path).read_text()) if os.path.exists(path) else None
+        results = getattr(obj, "compile_results", None) or []
+        asked = [r.config for r in results] or list(obj.configs)
+        hook = obj.save_cache_hook
+        missed.append({"kernel": os.path.basename(obj.filename), "configs": len(obj.configs),
+                       "compile_results": len(results), "best_config_file": kept is not None,
+                       "kept_hash_is_asked": kept is not None and kept.get("configs_hash") ==
+                       triton_heuristics.hash_configs(asked),
+                       "hook_hash_is_asked": getattr(getattr(hook, "__self__", None), "configs_hash", None) ==
+                       triton_heuristics.hash_configs(asked),
+                       "save_hook": hook is not None,
+                       "static": bool(results) and all(type(r).__name__ == "StaticTritonCompileResult"
+                                                       for r in results)})
+    files = sum(1 for _ in Path(cache_dir()).rglob("*.best_config"))
+    return {"states": dict(states), "best_config_files": files, "missed": missed}
+
 # COSTSIM_PROFILE_FIRST_STEP=FILE: rank 0's first step of each start under cProfile, and the step after it (a
 # steady one: the baseline), their statistics appended to FILE as text and dumped beside it as FILE.<pid>.<step>.prof
 # for `scripts/profile_diff.py` (a diagnostic: what the first step after a resume spends beyond a steady one is

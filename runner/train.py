@@ -462,6 +462,8 @@ class Trainer:
                     if self.runtime.cuda_graphs:
                         compiled.update(graph_trees.report())
                     compiled.update(inductor_bytecode.report())
+                    if os.environ.get(speed.AUTOTUNE_REPORT_ENV) == "1" and self.device.type == "cuda":
+                        compiled["autotune"] = speed.autotune_report()
                     self.telemetry.event("compile", step=self.step, **compiled)
                 if record_imports and compiled is not None and not any("miss" in k for k in compiled["counters"]):
                     # what this first step imported, for the next start to import early; a step that

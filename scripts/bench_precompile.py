@@ -68,48 +68,6 @@ def sdxl_batch(config: dict, batch: int, device) -> tuple[tuple, dict, torch.Ten
     return inputs, kwargs, draw(batch, config["out_channels"], size, size)
 
 
-def autotune_report() -> dict:
-    """What Triton's autotuner did in this process, read off its live kernels (Inductor's CachingAutotuner objects):
-    how many by the state of their autotune cache (hit: the kept best configuration taken; miss: every candidate
-    timed at the first call; only 1 config), and for the first few misses why: whether the kept best-config file
-    exists, whether the configurations it was saved for (its configs_hash) are the ones this kernel was asked to
-    choose from, and whether the kernel can save its choice (a save hook). A GPU diagnosis (the CPU has no Triton
-    kernels): the precompiled SDXL resume on an H100 timed its kernels' candidates again at every start (1.3 s)."""
-    import gc
-    import warnings
-    from collections import Counter
-
-    from torch._inductor.runtime import triton_heuristics
-    from torch._inductor.runtime.autotune_cache import AutotuneCache
-    states: Counter = Counter()
-    missed: list[dict] = []
-    with warnings.catch_warnings():   # isinstance on a deprecated alias (torch.distributed.reduce_op) warns
-        warnings.simplefilter("ignore")
-        kernels = [obj for obj in gc.get_objects() if isinstance(obj, triton_heuristics.CachingAutotuner)]
-    for obj in kernels:
-        info = getattr(obj, "autotune_cache_info", None) or {}
-        state = str(info.get("autotune_cache_state", "unknown"))
-        states[state] += 1
-        if state != "miss" or len(missed) >= 8 or not obj.filename:
-            continue
-        path = AutotuneCache._make_local_cache_key(os.path.dirname(obj.filename),
-                                                   AutotuneCache._prepare_key(obj.filename))
-        kept = json.loads(Path(path).read_text()) if os.path.exists(path) else None
-        results = getattr(obj, "compile_results", None) or []
-        asked = [r.config for r in results] or list(obj.configs)
-        hook = obj.save_cache_hook
-        missed.append({"kernel": os.path.basename(obj.filename), "configs": len(obj.configs),
-                       "compile_results": len(results), "best_config_file": kept is not None,
-                       "kept_hash_is_asked": kept is not None and kept.get("configs_hash") ==
-                       triton_heuristics.hash_configs(asked),
-                       "hook_hash_is_asked": getattr(getattr(hook, "__self__", None), "configs_hash", None) ==
-                       triton_heuristics.hash_configs(asked),
-                       "save_hook": hook is not None})
-    cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
-    files = sum(1 for _ in Path(cache).rglob("*.best_config")) if cache else None
-    return {"states": dict(states), "best_config_files": files, "missed": missed}
-
-
 def one(args) -> dict:
     """In this process: build, apply the way's settings, run the steps; the figures as a dict."""
     import torch
@@ -177,7 +135,7 @@ def one(args) -> dict:
             "inductor_bytecode": inductor_bytecode.report().get("inductor_bytecode"),
             "steady_step_s": round(steady, 5), "cuda_graphs_recorded": recorded,
             "losses": [float(x) for x in losses], "precompiled": precompile.events(model),
-            "autotune": autotune_report() if device.type == "cuda" else None,
+            "autotune": speed.autotune_report() if device.type == "cuda" else None,
             "peak_gb": round(torch.cuda.max_memory_allocated(device) / 1e9, 2) if device.type == "cuda" else None}
 
 
