@@ -385,11 +385,13 @@ def autotune_report() -> dict:
         states[state] += 1
         if state != "miss" or len(missed) >= 8 or not obj.filename:
             continue
-        path = AutotuneCache._make_local_cache_key(os.path.dirname(obj.filename),
-                                                   AutotuneCache._prepare_key(obj.filename))
-        kept = json.loads(Path(path).read_text()) if os.path.exists(path) else None
         results = getattr(obj, "compile_results", None) or []
         asked = [r.config for r in results] or list(obj.configs)
+        # where torch keeps this kernel's best configuration (its own lookup; the key's making differs by version)
+        local = getattr(AutotuneCache.create(obj.inductor_meta, obj.filename,
+                                             triton_heuristics.hash_configs(asked)), "local_cache", None)
+        path = local[1] if local else ""
+        kept = json.loads(Path(path).read_text()) if path and os.path.exists(path) else None
         hook = obj.save_cache_hook
         missed.append({"kernel": os.path.basename(obj.filename), "configs": len(obj.configs),
                        "compile_results": len(results), "best_config_file": kept is not None,

@@ -463,7 +463,10 @@ class Trainer:
                         compiled.update(graph_trees.report())
                     compiled.update(inductor_bytecode.report())
                     if os.environ.get(speed.AUTOTUNE_REPORT_ENV) == "1" and self.device.type == "cuda":
-                        compiled["autotune"] = speed.autotune_report()
+                        try:   # a diagnostic: torch's internals it reads differ by version, and it never stops a run
+                            compiled["autotune"] = speed.autotune_report()
+                        except Exception as exc:   # noqa: BLE001
+                            compiled["autotune"] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
                     self.telemetry.event("compile", step=self.step, **compiled)
                 if record_imports and compiled is not None and not any("miss" in k for k in compiled["counters"]):
                     # what this first step imported, for the next start to import early; a step that
