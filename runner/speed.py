@@ -378,7 +378,7 @@ def autotune_report() -> dict:
     missed: list[dict] = []
     with warnings.catch_warnings():   # isinstance on a deprecated alias (torch.distributed.reduce_op) warns
         warnings.simplefilter("ignore")
-        kernels = [obj for obj in gc.get_objects() if isinstance(obj, triton_heuristics.CachingAutotuner)]
+        kernels = [obj for obj in gc.get_objects() if _is_a(obj, triton_heuristics.CachingAutotuner)]
     for obj in kernels:
         info = getattr(obj, "autotune_cache_info", None) or {}
         state = str(info.get("autotune_cache_state", "unknown"))
@@ -386,14 +386,14 @@ def autotune_report() -> dict:
         if state != "miss" or len(missed) >= 8 or not obj.filename:
             continue
         results = getattr(obj, "compile_results", None) or []
-        asked = [r.config for r in results] or list(obj.configs)
+        asked = [r.config for r in results] or list(obj.configs or ())
         # where torch keeps this kernel's best configuration (its own lookup; the key's making differs by version)
         local = getattr(AutotuneCache.create(obj.inductor_meta, obj.filename,
                                              triton_heuristics.hash_configs(asked)), "local_cache", None)
         path = local[1] if local else ""
         kept = json.loads(Path(path).read_text()) if path and os.path.exists(path) else None
         hook = obj.save_cache_hook
-        missed.append({"kernel": os.path.basename(obj.filename), "configs": len(obj.configs),
+        missed.append({"kernel": os.path.basename(obj.filename), "configs": len(obj.configs or ()),
                        "compile_results": len(results), "best_config_file": kept is not None,
                        "kept_hash_is_asked": kept is not None and kept.get("configs_hash") ==
                        triton_heuristics.hash_configs(asked),
@@ -404,6 +404,14 @@ def autotune_report() -> dict:
                                                        for r in results)})
     files = sum(1 for _ in Path(cache_dir()).rglob("*.best_config"))
     return {"states": dict(states), "best_config_files": files, "missed": missed}
+
+def _is_a(obj, cls: type) -> bool:
+    """isinstance, False for a dead weak proxy (gc finds them: asking their class raises ReferenceError)."""
+    try:
+        return isinstance(obj, cls)
+    except ReferenceError:
+        return False
+
 
 # COSTSIM_PROFILE_FIRST_STEP=FILE: rank 0's first step of each start under cProfile, and the step after it (a
 # steady one: the baseline), their statistics appended to FILE as text and dumped beside it as FILE.<pid>.<step>.prof
