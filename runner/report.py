@@ -73,7 +73,8 @@ def measure(run_dir: Path, skip: int = WARMUP_STEPS) -> dict:
                               **({"precompiled": e["precompiled"]} if e.get("precompiled") else {}),
                               **({"graph_tree_disagreed": e["graph_tree_disagreed"]}
                                  if e.get("graph_tree_disagreed") else {}),
-                              **({"inductor_bytecode": e["inductor_bytecode"]} if e.get("inductor_bytecode") else {})}
+                              **({"inductor_bytecode": e["inductor_bytecode"]} if e.get("inductor_bytecode") else {}),
+                              **({"kept_autotune": e["kept_autotune"]} if e.get("kept_autotune") else {})}
                              for e in events if e["event"] == "compile"],
         "startup_to_first_step_s": first_step_after(events, "launch", 0),
         # the first start's parts, as for a restart (first_step_s: compilation, from the cache if warm)
@@ -188,6 +189,11 @@ def _compile_line(report: dict) -> str:
         parts.append(f"generated modules {kept.get('hits', 0)} from kept bytecode, "
                      f"{kept.get('compiled', 0) + kept.get('damaged', 0) + kept.get('unwritten', 0)} compiled"
                      f"{damaged} ({kept.get('seconds', 0.0):.1f} s)")
+    tuned = report.get("kept_autotune")   # runner.autotune_kept
+    if tuned and sum(v for k, v in tuned.items() if k != "seconds"):
+        timed = tuned.get("timed", 0) + tuned.get("damaged", 0) + tuned.get("unkeyed", 0) + tuned.get("unwritten", 0)
+        parts.append(f"Triton kernels {tuned.get('kept', 0)} with kept timings, {timed} timed "
+                     f"({tuned.get('seconds', 0.0):.1f} s)")
     return "; ".join(parts)
 
 

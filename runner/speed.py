@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from costsim.runtime import CUDA_GRAPH_MODES, Runtime
-from runner import gcstart, graph_trees, inductor_bytecode
+from runner import autotune_kept, gcstart, graph_trees, inductor_bytecode
 
 
 class RuntimeConfigError(RuntimeError):
@@ -79,6 +79,8 @@ def prepare_model(model: torch.nn.Module, runtime: Runtime, warn=None) -> int:
         model.to(memory_format=torch.channels_last)   # type: ignore[call-overload]
     if runtime.compile != "off" and inductor_bytecode.enabled():
         inductor_bytecode.install(inductor_bytecode.default_folder())   # runner.inductor_bytecode
+    if runtime.compile != "off" and autotune_kept.enabled():
+        autotune_kept.install(autotune_kept.default_folder())   # Triton's timings kept (runner.autotune_kept)
     if runtime.cuda_graphs and graph_trees.enabled():
         graph_trees.install()   # their recording without its quadratic scans (runner.graph_trees)
     if runtime.compile == "model" and runtime.precompile:

@@ -28,6 +28,7 @@ from costsim.contract.telemetry import read_events
 from costsim.contract.timing import save_durations
 from costsim.devices import plan_gpu_mismatch
 from runner import (
+    autotune_kept,
     checkpoint_reader,
     compile_share,
     faults,
@@ -462,6 +463,7 @@ class Trainer:
                     if self.runtime.cuda_graphs:
                         compiled.update(graph_trees.report())
                     compiled.update(inductor_bytecode.report())
+                    compiled.update(autotune_kept.report())
                     if os.environ.get(speed.AUTOTUNE_REPORT_ENV) == "1" and self.device.type == "cuda":
                         try:   # a diagnostic: torch's internals it reads differ by version, and it never stops a run
                             compiled["autotune"] = speed.autotune_report()

@@ -126,13 +126,14 @@ def one(args) -> dict:
         recorded = sum(len(nodes) for nodes in manager.roots.values()) if manager is not None else 0
     from torch._dynamo.utils import compile_times
 
-    from runner import inductor_bytecode
+    from runner import autotune_kept, inductor_bytecode
     names, values = compile_times(repr="csv", aggregate=True)
     loads = dict(zip(map(str, names), map(str, values))).get("PyCodeCache.load_by_key_path")
     return {"way": args.one, "build_s": round(built_s, 3), "first_step_s": round(first, 3),
             # Inductor's generated modules loaded (runner.inductor_bytecode: from kept bytecode or compiled)
             "module_loads_s": float(loads) if loads else None,
             "inductor_bytecode": inductor_bytecode.report().get("inductor_bytecode"),
+            "kept_autotune": autotune_kept.report().get("kept_autotune"),   # under COSTSIM_KEPT_AUTOTUNE=1
             "steady_step_s": round(steady, 5), "cuda_graphs_recorded": recorded,
             "losses": [float(x) for x in losses], "precompiled": precompile.events(model),
             "autotune": speed.autotune_report() if device.type == "cuda" else None,
