@@ -16,8 +16,10 @@ atomically). A kernel that finds timings for exactly its candidates gets them ba
 torch's autotuner then picks the fastest of them as it would have: the same choice as the start that timed them. A
 damaged file, other candidates, another GPU or another torch time the kernel again (and keep the new timings); two
 candidates that print alike are never kept (the timings could not be told apart). What the wrapper cannot work out
-(a torch whose autotuner looks otherwise) it leaves to torch's own timing. Torch 2.13 also closes the losing
-candidates' launchers while it times them; kept timings leave them loaded (their modules, not GPU memory).
+(a torch whose autotuner looks otherwise) it leaves to torch's own timing. Kept timings leave what torch's timing
+leaves besides them: the arguments a kernel accumulates into zeroed, the coordinate-descent tuner's cache filled
+(`_as_if_timed`). Torch 2.13 also closes the losing candidates' launchers while it times them; kept timings leave
+them loaded (their modules, not GPU memory).
 
 The timings are data, not code: numbers keyed by the candidates' printed configuration; a file that does not parse
 as such is damaged.
@@ -75,8 +77,10 @@ class Keeper:
                 return timings
             kept = _read(path, labels)   # {label: ms}; None if none kept; False if damaged or for others
             if kept:
+                timings = {launcher: kept[label] for launcher, label in zip(autotuner.launchers, labels)}
+                _as_if_timed(autotuner, timings, args, kwargs)
                 self._count("kept", started)
-                return {launcher: kept[label] for launcher, label in zip(autotuner.launchers, labels)}
+                return timings
             timings = original(autotuner, *args, **kwargs)
             outcome = "timed" if kept is None else "damaged"
             numbers = {label: timings.get(launcher) for launcher, label in zip(autotuner.launchers, labels)}
@@ -107,6 +111,19 @@ class Keeper:
         with self.lock:
             self.counts[outcome] += 1
             self.seconds += time.perf_counter() - started
+
+
+def _as_if_timed(autotuner, timings: dict, args: tuple, kwargs: dict) -> None:
+    """What torch's timing leaves behind besides the timings, done for kept ones: the arguments a kernel must find
+    zeroed (it accumulates into them: the timing ran it) zeroed, as torch's timing ends; the timings given to the
+    coordinate-descent tuner's cache, as torch gives them (where it tunes on from the chosen candidate)."""
+    reset = getattr(autotuner, "reset_to_zero_args", None)
+    if callable(reset):
+        reset(*args, **kwargs)
+    remember = getattr(getattr(autotuner, "coordesc_tuner", None), "cache_benchmark_result", None)
+    if callable(remember):
+        for launcher, ms in timings.items():
+            remember(launcher.config, ms)
 
 
 _installed: Keeper | None = None
