@@ -45,7 +45,7 @@ FOLDER = "autotune"
 def enabled(env=os.environ) -> bool:
     from runner.speed import env_switch  # runner.speed imports this module
     return env_switch(env, ENV, "0", "keep Triton's autotuning timings for the next start",
-                      "time every kernel's candidates at every start, torch's own way (the default)")
+                      "time every kernel's candidates at every start as torch does, the default")
 
 
 def default_folder(env=os.environ) -> Path:

@@ -77,11 +77,13 @@ def prepare_model(model: torch.nn.Module, runtime: Runtime, warn=None) -> int:
     if runtime.channels_last:
         # parameters keep their identity: the optimizer is unaffected (Module.to accepts it; its stubs do not say so)
         model.to(memory_format=torch.channels_last)   # type: ignore[call-overload]
-    if runtime.compile != "off" and inductor_bytecode.enabled():
+    # the switches read at every start, so that a bad value stops it whatever the settings (a RuntimeConfigError)
+    bytecode, timings, index = inductor_bytecode.enabled(), autotune_kept.enabled(), graph_trees.enabled()
+    if runtime.compile != "off" and bytecode:
         inductor_bytecode.install(inductor_bytecode.default_folder())   # runner.inductor_bytecode
-    if runtime.compile != "off" and autotune_kept.enabled():
+    if runtime.compile != "off" and timings:
         autotune_kept.install(autotune_kept.default_folder())   # Triton's timings kept (runner.autotune_kept)
-    if runtime.cuda_graphs and graph_trees.enabled():
+    if runtime.cuda_graphs and index:
         graph_trees.install()   # their recording without its quadratic scans (runner.graph_trees)
     if runtime.compile == "model" and runtime.precompile:
         from runner import precompile

@@ -13,9 +13,12 @@ import math
 
 import pytest
 
-from runner import autotune_kept
-from runner.precompile import write_checked
-from runner.speed import RuntimeConfigError
+pytest.importorskip("torch")   # the runner's extra
+
+from runner import autotune_kept  # noqa: E402
+from runner.precompile import write_checked  # noqa: E402
+from runner.speed import RuntimeConfigError  # noqa: E402
+from tests.runner_helpers import execute, tiny_plan  # noqa: E402
 
 
 class Launcher:
@@ -161,7 +164,6 @@ def test_timings_that_are_not_numbers_or_a_folder_that_cannot_be_written_keep_no
 
 
 def test_install_wraps_torchs_autotuner_once(tmp_path, monkeypatch):
-    pytest.importorskip("torch")
     from torch._inductor.runtime import triton_heuristics
     original = triton_heuristics.CachingAutotuner.benchmark_all_configs
     monkeypatch.setattr(triton_heuristics.CachingAutotuner, "benchmark_all_configs", original)   # put back after
@@ -190,3 +192,12 @@ def test_the_run_report_says_how_many_kernels_took_kept_timings():
     idle = {"counters": {}, "phases_s": {}, "kept_autotune": {"kept": 0, "timed": 0, "damaged": 0, "unkeyed": 0,
                                                               "unwritten": 0, "seconds": 0.0}}
     assert "Triton" not in _compile_line(idle)
+
+
+def test_a_bad_value_stops_a_run_with_one_line_even_without_compilation(tmp_path, monkeypatch):
+    plan = tiny_plan(tmp_path)
+    monkeypatch.setenv(autotune_kept.ENV, "yes")
+    bad = execute(plan, tmp_path / "run", "--nproc-per-node", "1", "--steps", "2", timeout=120)
+    assert bad.returncode == 2, bad.stderr[-2000:]
+    assert "COSTSIM_KEPT_AUTOTUNE='yes': expected 1 (keep Triton's autotuning timings" in bad.stderr
+    assert "Traceback" not in bad.stderr
