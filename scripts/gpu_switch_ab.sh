@@ -6,18 +6,20 @@
 # script's) is shared, so only a machine's first run compiles (about 300 s). A run's folder is named by its place and
 # setting (1-precompile-preload-0; this script was gpu_preload_ab.sh, whose folders were named 1-preload-0).
 # ORDER (default "1 0"): the switch's setting of each run, in order. BUDGET_S (default 560): a run is skipped when
-# fewer than 220 s of it are left (a warm run takes about 200 s). Everything lands in $OUT/ab.tgz (one folder a
+# fewer than 240 s of it are left (a warm run takes about 220 s). Everything lands in $OUT/ab.tgz (one folder a
 # run) and $OUT/bench-restart.txt (scripts/bench_restart.py over the runs, side by side).
 set -uo pipefail
 AB_ENV=${AB_ENV:-COSTSIM_PRECOMPILE_PRELOAD}; ORDER=${ORDER:-"1 0"}; BUDGET_S=${BUDGET_S:-560}; OUT=${OUT:-/tmp/out}
-export STEPS=${STEPS:-8} NOTICE=${NOTICE:-4} EXECUTE_TIMEOUT=${EXECUTE_TIMEOUT:-520}
+# 12 steps, the notice at 4: the resumed life's 8 are enough for `costsim calibrate` (6 after a start), which 8
+# steps (4 after the resume) were not
+export STEPS=${STEPS:-12} NOTICE=${NOTICE:-4} EXECUTE_TIMEOUT=${EXECUTE_TIMEOUT:-520}
 export EXECUTE_ARGS="--runtime compile=model --runtime ddp_graph=whole --runtime compile_mode=reduce-overhead --runtime precompile=true --notice-save always"
 [[ -d /tmp/inductor ]] && echo "compile cache warm" || echo "compile cache empty: this machine's first run compiles"
 i=0; runs=()
 short=$(echo "${AB_ENV#COSTSIM_}" | tr 'A-Z_' 'a-z-')   # COSTSIM_PRECOMPILE_PRELOAD: precompile-preload
 for setting in $ORDER; do
   i=$((i + 1)); name="$i-$short-$setting"
-  if (( i > 1 && SECONDS > BUDGET_S - 220 )); then echo "skipped $name: ${SECONDS} s of ${BUDGET_S} gone"; continue; fi
+  if (( i > 1 && SECONDS > BUDGET_S - 240 )); then echo "skipped $name: ${SECONDS} s of ${BUDGET_S} gone"; continue; fi
   mkdir -p "/tmp/ab/$name"
   echo "$name"
   env "$AB_ENV=$setting" OUT="/tmp/ab/$name" RUN_DIR=/tmp/run bash scripts/gpu_sdxl_as_written.sh
