@@ -6,8 +6,8 @@ where a notice ended it, notice to exit with the decision, whether a write was i
 old checkpoints for room took inside it (COSTSIM_REMOVE_AHEAD=0, or nothing removed them ahead). The lives
 come from one GPU run (`scripts/gpu_sdxl_restart_bench.sh`), so the ratios compare like with like. A life the
 supervisor restarted inside (a notice or a failed worker: `scripts/gpu_sdxl_as_written.sh`'s) has a row for each
-restart, from its decision to the end of the first step after it, with its load, as the same node's start and load.
-No torch here.
+restart, from its decision to the end of the first step after it, with its load, as the same node's start and load,
+and what its first step spent on the compiled model (autotuner timing, the generated modules' load). No torch here.
 
     python3 scripts/bench_restart.py RUN_DIR_OR_TELEMETRY [...]
 """
@@ -38,9 +38,11 @@ def _as_issue_names(name: str) -> str:
     inside a life with the notice to exit of its case."""
     if name.startswith("notice to exit, ") and " (drill, restart " in name:
         return name.split(" (drill, restart ")[0]
-    if name.startswith("same node: restart"):
-        return "same node: load" if name.endswith(", load") else "same node: execute to the first step"
-    return name
+    if name.startswith("same node: restart") and name.endswith(", load"):
+        return "same node: load"
+    if name.startswith("same node: restart") and name.endswith(", decision to the first step"):
+        return "same node: execute to the first step"
+    return name   # a part of a restart's first step (first_step_compile): no figure of the issue's
 
 
 def goal(name: str) -> float | None:
@@ -108,11 +110,29 @@ def figures(life: list[dict]) -> dict[str, float]:
             out["notice: training stopped after"] = stopped - ended["notice_t"]
     out.update(drill_notices(life))
     phases = restart_phases(life)
+    # each start's compile event (rank 0, after its first step): the first start's, then each restart's
+    compiles = [e for e in life if e["event"] == "compile" and e.get("rank") in (0, None)]
     for n, seconds in enumerate(restart_times(life), start=1):
         if seconds is not None:
             out[f"same node: restart {n}, decision to the first step"] = seconds
             if phases[n - 1].get("load_s") is not None:
                 out[f"same node: restart {n}, load"] = phases[n - 1]["load_s"]
+            if n < len(compiles):
+                out.update(first_step_compile(compiles[n], f"same node: restart {n}"))
+    return out
+
+
+def first_step_compile(event: dict, where: str) -> dict[str, float]:
+    """What a start's first step spent on the compiled model, from its compile event: Triton's autotuner timing
+    kernels' candidates (none where runner.autotune_kept handed kept timings back), torch's loader of Inductor's
+    generated modules (runner.inductor_bytecode), and the kernels that took kept timings."""
+    phases = event.get("phases_s") or {}
+    out = {f"{where}, autotuner timing kernels": phases.get("CachingAutotuner.benchmark_all_configs", 0.0)}
+    if "PyCodeCache.load_by_key_path" in phases:
+        out[f"{where}, generated modules' load"] = phases["PyCodeCache.load_by_key_path"]
+    kept = event.get("kept_autotune")
+    if kept:
+        out[f"{where}, kernels with kept timings (count)"] = kept.get("kept", 0)
     return out
 
 

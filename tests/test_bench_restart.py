@@ -43,3 +43,21 @@ def test_runs_kept_in_folders_of_one_name_are_told_apart_by_their_paths():
                 if "decision to the first step" in row}
     assert restarts == {f"{name}/run": round(restart_times(read_jsonl(kept / name / "run" / "telemetry.jsonl"))[0], 1)
                         for name in ("on", "off")}
+
+
+def test_a_restarts_first_step_shows_the_autotuners_timing_and_the_generated_modules_load():
+    """The kept bytecode's A/B on an H100: each restart's row of its first step's autotuner timing and module loads
+    are the restart's compile event's phases (its second compile event: the first is the fresh start's), with no
+    issue baseline beside them."""
+    kept = ROOT / "data" / "measurements" / "2026-12-07-h100-inductor-bytecode" / "call3"
+    runs = [kept / "1-inductor-bytecode-0" / "run", kept / "2-inductor-bytecode-1" / "run"]
+    bench = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_restart.py"), *map(str, runs)],
+                           capture_output=True, text=True, check=True)
+    rows = bench.stdout.splitlines()[1:]
+    for run in runs:
+        compiles = [e for e in read_jsonl(run / "telemetry.jsonl") if e["event"] == "compile"]
+        phases = compiles[1]["phases_s"]
+        for name, phase in (("autotuner timing kernels", "CachingAutotuner.benchmark_all_configs"),
+                            ("generated modules' load", "PyCodeCache.load_by_key_path")):
+            (row,) = [r for r in rows if r.startswith(run.parent.name) and f"restart 1, {name}" in r]
+            assert row.split()[-1] == f"{phases[phase]:.1f}"   # the figure, and no issue baseline or goal after it
