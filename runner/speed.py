@@ -409,6 +409,7 @@ def autotune_report() -> dict:
     files = sum(1 for _ in Path(cache_dir()).rglob("*.best_config"))
     return {"states": dict(states), "best_config_files": files, "missed": missed}
 
+
 def _is_a(obj, cls: type) -> bool:
     """isinstance, False for a dead weak proxy (gc finds them: asking their class raises ReferenceError)."""
     try:
