@@ -173,20 +173,17 @@ def device_key() -> str:
 def _read(path: Path, labels: list[str]):
     """The timings kept at `path`, one number for each of `labels`; None if none are kept; False if the file is
     damaged or kept for other candidates."""
-    from runner.precompile import checked_payload
-    try:
-        payload = checked_payload(path.read_bytes())
-    except OSError:
-        return None
-    if payload is None:   # not a checked file, or its checksum does not match
-        return False
+    from runner.precompile import read_kept
+    payload = read_kept(path)
+    if not isinstance(payload, bytes):   # none kept (None), or damaged (False)
+        return payload
     try:
         kept = json.loads(payload)
     except (ValueError, UnicodeDecodeError):
         return False
     if not isinstance(kept, dict) or sorted(kept) != sorted(labels):
         return False
-    if not all(isinstance(kept[label], (int, float)) and not isinstance(kept[label], bool) for label in labels):
+    if not all(_is_number(kept[label]) for label in labels):
         return False
     return {label: float(kept[label]) for label in labels}
 
@@ -194,13 +191,11 @@ def _read(path: Path, labels: list[str]):
 def _write(path: Path, timings: dict) -> bool:
     """Keep `timings` ({label: ms}); False when they are not all numbers (nothing is kept) or the file cannot be
     written (a full or read-only disk: this start runs all the same, the next times again)."""
-    from runner.precompile import write_checked
-    if not all(isinstance(ms, (int, float)) and not isinstance(ms, bool) and not math.isnan(ms)
-               for ms in timings.values()):
+    from runner.precompile import keep
+    if not all(_is_number(ms) and not math.isnan(ms) for ms in timings.values()):
         return False
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_checked(path, json.dumps(timings, sort_keys=True).encode())
-        return True
-    except OSError:
-        return False
+    return keep(path, json.dumps(timings, sort_keys=True).encode())
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)

@@ -100,7 +100,8 @@ def kept_compile(source, filename, mode, *args, **kwargs):
     if not isinstance(code, types.CodeType):
         outcome = "compiled" if code is None else "damaged"
         code = builtins.compile(source, filename, mode, **kwargs)
-        if not _write(path, marshal.dumps(code)):
+        from runner.precompile import keep  # runner.precompile imports runner.speed, which imports this module
+        if not keep(path, marshal.dumps(code)):   # checked (a read checks it first), written atomically
             outcome = "unwritten"
     elif code.co_filename != filename:
         code = _renamed(code, os.fsdecode(filename))
@@ -118,25 +119,12 @@ def _renamed(code: types.CodeType, filename: str) -> types.CodeType:
 
 def _read(path: Path):
     """The code object kept at `path`; None if there is none, False if it is damaged."""
-    from runner.precompile import checked_payload
-    try:
-        payload = checked_payload(path.read_bytes())
-    except OSError:
-        return None
-    if payload is None:   # not a checked file, or its checksum does not match
-        return False
+    from runner.precompile import read_kept
+    payload = read_kept(path)
+    if not isinstance(payload, bytes):   # none kept (None), or damaged (False)
+        return payload
     try:
         code = marshal.loads(payload)
     except (EOFError, ValueError, TypeError):
         return False
     return code if isinstance(code, types.CodeType) else False
-
-
-def _write(path: Path, payload: bytes) -> bool:
-    from runner.precompile import write_checked
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_checked(path, payload)   # the checksum a read checks first, written atomically
-        return True
-    except OSError:   # a full or read-only disk: this start runs all the same, the next compiles again
-        return False

@@ -392,6 +392,28 @@ def write_checked(path: Path, payload: bytes) -> None:
         os.fsync(out.fileno())
 
 
+def read_kept(path: Path):
+    """The payload of a file `write_checked` wrote at `path`: None where there is none (or it cannot be read), False
+    where it is damaged (not such a file, or its checksum does not match). For the small files a start keeps beside
+    the compile cache (runner.inductor_bytecode, runner.autotune_kept), which are data to check, never trusted."""
+    try:
+        payload = checked_payload(path.read_bytes())
+    except OSError:
+        return None
+    return False if payload is None else payload
+
+
+def keep(path: Path, payload: bytes) -> bool:
+    """`payload` written checked at `path` (its folder made); False if it could not be (a full or read-only disk:
+    the start that keeps it runs all the same, the next does the work again)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_checked(path, payload)
+        return True
+    except OSError:
+        return False
+
+
 def checked_payload(data: bytes) -> bytes | None:
     """The payload of a file `write_checked` wrote, or None if it is not one or its checksum does not match."""
     if not data.startswith(MAGIC) or len(data) < len(MAGIC) + DIGEST_BYTES:

@@ -391,18 +391,17 @@ def autotune_report() -> dict:
             continue
         results = getattr(obj, "compile_results", None) or []
         asked = [r.config for r in results] or list(obj.configs or ())
+        asked_hash = triton_heuristics.hash_configs(asked)
         # where torch keeps this kernel's best configuration (its own lookup; the key's making differs by version)
-        local = getattr(AutotuneCache.create(obj.inductor_meta, obj.filename,
-                                             triton_heuristics.hash_configs(asked)), "local_cache", None)
+        local = getattr(AutotuneCache.create(obj.inductor_meta, obj.filename, asked_hash), "local_cache", None)
         path = local[1] if local else ""
         kept = json.loads(Path(path).read_text()) if path and os.path.exists(path) else None
         hook = obj.save_cache_hook
         missed.append({"kernel": os.path.basename(obj.filename), "configs": len(obj.configs or ()),
                        "compile_results": len(results), "best_config_file": kept is not None,
-                       "kept_hash_is_asked": kept is not None and kept.get("configs_hash") ==
-                       triton_heuristics.hash_configs(asked),
+                       "kept_hash_is_asked": kept is not None and kept.get("configs_hash") == asked_hash,
                        "hook_hash_is_asked": getattr(getattr(hook, "__self__", None), "configs_hash", None) ==
-                       triton_heuristics.hash_configs(asked),
+                       asked_hash,
                        "save_hook": hook is not None,
                        "static": bool(results) and all(type(r).__name__ == "StaticTritonCompileResult"
                                                        for r in results)})
