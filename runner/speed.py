@@ -369,7 +369,8 @@ def autotune_report() -> dict:
     exists, whether the configurations it was saved for (its configs_hash) are the ones this kernel was asked to
     choose from, and whether the kernel can save its choice (a save hook). A GPU diagnosis (the CPU has no Triton
     kernels): the precompiled SDXL resume on an H100 timed its kernels' candidates again at every start (1.3 s).
-    It walks every object of the process (gc), so it runs only where asked: scripts/bench_precompile.py on a GPU, and
+    States count kernels (an object per kernel; `objects` is how many were found). It walks every object of the
+    process (gc), so it runs only where asked: scripts/bench_precompile.py on a GPU, and
     the runner's compile event under COSTSIM_AUTOTUNE_REPORT=1."""
     import json
     import warnings
@@ -383,7 +384,14 @@ def autotune_report() -> dict:
     with warnings.catch_warnings():   # isinstance on a deprecated alias (torch.distributed.reduce_op) warns
         warnings.simplefilter("ignore")
         kernels = [obj for obj in gc.get_objects() if _is_a(obj, triton_heuristics.CachingAutotuner)]
+    seen: set = set()
     for obj in kernels:
+        # one kernel can be held by more than one object (the precompiled bundle's and the code cache's): counted
+        # once, by its file (torch names it by a hash of the kernel's source) and its name within it
+        key = (obj.filename, getattr(getattr(obj, "fn", None), "__name__", None)) if obj.filename else id(obj)
+        if key in seen:
+            continue
+        seen.add(key)
         info = getattr(obj, "autotune_cache_info", None) or {}
         state = str(info.get("autotune_cache_state", "unknown"))
         states[state] += 1
@@ -406,7 +414,7 @@ def autotune_report() -> dict:
                        "static": bool(results) and all(type(r).__name__ == "StaticTritonCompileResult"
                                                        for r in results)})
     files = sum(1 for _ in Path(cache_dir()).rglob("*.best_config"))
-    return {"states": dict(states), "best_config_files": files, "missed": missed}
+    return {"states": dict(states), "objects": len(kernels), "best_config_files": files, "missed": missed}
 
 
 def _is_a(obj, cls: type) -> bool:
