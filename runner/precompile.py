@@ -254,15 +254,24 @@ class Precompiled:
         or None if it could not be written (a warning: this life runs it all the same, the next compiles again)."""
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
-            with tempfile.TemporaryDirectory(dir=self.folder, prefix="tmp-") as scratch:
-                raw = Path(scratch) / "function.pt"
-                compiled.save_compiled_function(str(raw))
-                write_checked(path, pack(kind_state(kind), raw.read_bytes()))
+            write_checked(path, pack(kind_state(kind), self._function_bytes(compiled)))
             return path.stat().st_size
         except Exception as exc:   # noqa: BLE001 - a full disk, or a function torch cannot serialise
             self.warn(f"runtime.precompile: the compiled model was not saved to {path} ({_first_line(exc)}); the "
                       "next start compiles it again")
             return None
+
+    def _function_bytes(self, compiled) -> bytes:
+        """The compiled function as torch saves it: in memory where torch can (2.13's `serialize`: one write, the
+        checked file's), else through a scratch file (torch's save takes only a path)."""
+        serialize = getattr(type(compiled), "serialize", None)
+        function = getattr(serialize(compiled), "serialized_data", None) if serialize is not None else None
+        if isinstance(function, bytes):
+            return function
+        with tempfile.TemporaryDirectory(dir=self.folder, prefix="tmp-") as scratch:
+            raw = Path(scratch) / "function.pt"
+            compiled.save_compiled_function(str(raw))
+            return raw.read_bytes()
 
     def model_key(self) -> str:
         if self._model_key is None:
