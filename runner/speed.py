@@ -364,13 +364,17 @@ AUTOTUNE_REPORT_ENV = "COSTSIM_AUTOTUNE_REPORT"
 
 def autotune_report() -> dict:
     """What Triton's autotuner did in this process, read off its live kernels (Inductor's CachingAutotuner objects):
-    how many by the state of their autotune cache (hit: the kept best configuration taken; miss: every candidate
-    timed at the first call; only 1 config), and for the first few misses why: whether the kept best-config file
-    exists, whether the configurations it was saved for (its configs_hash) are the ones this kernel was asked to
-    choose from, and whether the kernel can save its choice (a save hook). A GPU diagnosis (the CPU has no Triton
-    kernels): the precompiled SDXL resume on an H100 timed its kernels' candidates again at every start (1.3 s).
-    States count kernels (an object per kernel; `objects` is how many were found). It walks every object of the
-    process (gc), so it runs only where asked: scripts/bench_precompile.py on a GPU, and
+    how many by the state of their autotune cache (hit: the kept best configuration taken; miss: none taken, so the
+    candidates are timed at the object's first launch; only 1 config), and for the first few kernels with a miss why:
+    whether the kept best-config file exists, whether the configurations it was saved for (its configs_hash) are the
+    ones this kernel was asked to choose from, and whether the kernel can save its choice (a save hook). A GPU
+    diagnosis (the CPU has no Triton kernels): the precompiled SDXL resume on an H100 timed some kernels' candidates
+    again at every start (1.1-1.4 s).
+    One kernel can be held by several objects (the precompiled bundle's and the code cache's, say), not all of them
+    launched: `states` counts kernels (by file, which torch names by a hash of the source, and function) under the
+    states of their objects joined ("hit+miss": some objects hit, some missed), `object_states` counts objects. A
+    miss is not a timing: an object that is never launched is never timed (runner.autotune_kept counts the timings).
+    It walks every object of the process (gc), so it runs only where asked: scripts/bench_precompile.py on a GPU, and
     the runner's compile event under COSTSIM_AUTOTUNE_REPORT=1."""
     import json
     import warnings
@@ -379,23 +383,22 @@ def autotune_report() -> dict:
     from torch._inductor.runtime import triton_heuristics
     from torch._inductor.runtime.autotune_cache import AutotuneCache
     from torch._inductor.runtime.runtime_utils import cache_dir
-    states: Counter = Counter()
-    missed: list[dict] = []
     with warnings.catch_warnings():   # isinstance on a deprecated alias (torch.distributed.reduce_op) warns
         warnings.simplefilter("ignore")
-        kernels = [obj for obj in gc.get_objects() if _is_a(obj, triton_heuristics.CachingAutotuner)]
-    seen: set = set()
-    for obj in kernels:
-        # one kernel can be held by more than one object (the precompiled bundle's and the code cache's): counted
-        # once, by its file (torch names it by a hash of the kernel's source) and its name within it
+        objects = [obj for obj in gc.get_objects() if _is_a(obj, triton_heuristics.CachingAutotuner)]
+
+    def state(obj) -> str:
+        return str((getattr(obj, "autotune_cache_info", None) or {}).get("autotune_cache_state", "unknown"))
+
+    by_kernel: dict = {}
+    for obj in objects:
         key = (obj.filename, getattr(getattr(obj, "fn", None), "__name__", None)) if obj.filename else id(obj)
-        if key in seen:
-            continue
-        seen.add(key)
-        info = getattr(obj, "autotune_cache_info", None) or {}
-        state = str(info.get("autotune_cache_state", "unknown"))
-        states[state] += 1
-        if state != "miss" or len(missed) >= 8 or not obj.filename:
+        by_kernel.setdefault(key, []).append(obj)
+    states = Counter("+".join(sorted({state(obj) for obj in held})) for held in by_kernel.values())
+    missed: list[dict] = []
+    for held in by_kernel.values():
+        obj = next((obj for obj in held if state(obj) == "miss"), None)
+        if obj is None or not obj.filename:
             continue
         results = getattr(obj, "compile_results", None) or []
         asked = [r.config for r in results] or list(obj.configs or ())
@@ -405,7 +408,8 @@ def autotune_report() -> dict:
         path = local[1] if local else ""
         kept = json.loads(Path(path).read_text()) if path and os.path.exists(path) else None
         hook = obj.save_cache_hook
-        missed.append({"kernel": os.path.basename(obj.filename), "configs": len(obj.configs or ()),
+        missed.append({"kernel": os.path.basename(obj.filename), "objects": len(held),
+                       "states": "+".join(sorted({state(o) for o in held})), "configs": len(obj.configs or ()),
                        "compile_results": len(results), "best_config_file": kept is not None,
                        "kept_hash_is_asked": kept is not None and kept.get("configs_hash") == asked_hash,
                        "hook_hash_is_asked": getattr(getattr(hook, "__self__", None), "configs_hash", None) ==
@@ -413,8 +417,11 @@ def autotune_report() -> dict:
                        "save_hook": hook is not None,
                        "static": bool(results) and all(type(r).__name__ == "StaticTritonCompileResult"
                                                        for r in results)})
+        if len(missed) >= 8:
+            break
     files = sum(1 for _ in Path(cache_dir()).rglob("*.best_config"))
-    return {"states": dict(states), "objects": len(kernels), "best_config_files": files, "missed": missed}
+    return {"states": dict(states), "object_states": dict(Counter(state(obj) for obj in objects)),
+            "best_config_files": files, "missed": missed}
 
 
 def _is_a(obj, cls: type) -> bool:

@@ -177,9 +177,10 @@ def test_install_wraps_torchs_autotuner_once(tmp_path, monkeypatch):
     assert autotune_kept.report()["kept_autotune"]["kept"] == 0
 
 
-def test_the_switch_is_off_unless_asked_and_says_what_it_takes():
-    assert not autotune_kept.enabled({})
+def test_the_switch_is_on_unless_turned_off_and_says_what_it_takes():
+    assert autotune_kept.enabled({})
     assert autotune_kept.enabled({autotune_kept.ENV: "1"})
+    assert not autotune_kept.enabled({autotune_kept.ENV: "0"})
     with pytest.raises(RuntimeConfigError, match="COSTSIM_KEPT_AUTOTUNE='yes': expected 1"):
         autotune_kept.enabled({autotune_kept.ENV: "yes"})
 
@@ -201,3 +202,47 @@ def test_a_bad_value_stops_a_run_with_one_line_even_without_compilation(tmp_path
     assert bad.returncode == 2, bad.stderr[-2000:]
     assert "COSTSIM_KEPT_AUTOTUNE='yes': expected 1 (keep Triton's autotuning timings" in bad.stderr
     assert "Traceback" not in bad.stderr
+
+
+def _kernel_object(filename: str, name: str, state: str, inductor_meta: dict):
+    """One of torch's CachingAutotuner objects as a loaded kernel leaves it, without Triton (which needs a GPU): made
+    without its constructor, carrying what the report reads."""
+    from torch._inductor.runtime import triton_heuristics
+    obj = object.__new__(triton_heuristics.CachingAutotuner)
+    obj.filename, obj.fn = filename, type(name, (), {})
+    obj.fn.__name__ = name
+    obj.autotune_cache_info = {"autotune_cache_state": state}
+    obj.configs, obj.compile_results, obj.inductor_meta, obj.save_cache_hook = [], [], inductor_meta, None
+    return obj
+
+
+def test_the_autotune_report_counts_each_kernel_once_under_all_its_objects_states(tmp_path, monkeypatch):
+    """A kernel that several objects hold counts once, under the states of them all (a miss beside a hit shows), the
+    objects each; the misses' diagnosis finds the kept best-config file where torch would look for it."""
+    import json
+
+    from torch._inductor.runtime import triton_heuristics
+    from torch._inductor.runtime.autotune_cache import AutotuneCache
+
+    from runner.speed import autotune_report
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    meta = {"autotune_local_cache": True}
+    kernels = tmp_path / "inductor" / "ab"
+    kernels.mkdir(parents=True)
+    shared, mixed, lone = (str(kernels / f"c{name}.py") for name in ("shared", "mixed", "lone"))
+    held = [_kernel_object(shared, "triton_poi_0", "miss", meta), _kernel_object(shared, "triton_poi_0", "miss", meta),
+            _kernel_object(mixed, "triton_red_1", "hit", meta), _kernel_object(mixed, "triton_red_1", "miss", meta),
+            _kernel_object(mixed, "triton_red_2", "only 1 config", meta), _kernel_object(lone, "triton_per_3", "hit", meta)]
+    asked = triton_heuristics.hash_configs([])
+    kept = AutotuneCache.create(meta, shared, asked).local_cache[1]
+    with open(kept, "w") as out:
+        json.dump({"configs_hash": asked}, out)
+
+    report = autotune_report()
+    assert report["states"] == {"miss": 1, "hit+miss": 1, "only 1 config": 1, "hit": 1}
+    assert report["object_states"] == {"miss": 3, "hit": 2, "only 1 config": 1}
+    assert report["best_config_files"] == 1
+    assert sorted((m["kernel"], m["objects"], m["states"], m["best_config_file"], m["kept_hash_is_asked"])
+                  for m in report["missed"]) == [("cmixed.py", 2, "hit+miss", False, False),   # in gc's order
+                                                 ("cshared.py", 2, "miss", True, True)]
+    assert len(held) == 6   # kept alive until the report has walked them
