@@ -133,7 +133,7 @@ def one(args) -> dict:
             # Inductor's generated modules loaded (runner.inductor_bytecode: from kept bytecode or compiled)
             "module_loads_s": float(loads) if loads else None,
             "inductor_bytecode": inductor_bytecode.report().get("inductor_bytecode"),
-            "kept_autotune": autotune_kept.report().get("kept_autotune"),   # under COSTSIM_KEPT_AUTOTUNE=1
+            "kept_autotune": autotune_kept.report().get("kept_autotune"),   # unless COSTSIM_KEPT_AUTOTUNE=0
             "steady_step_s": round(steady, 5), "cuda_graphs_recorded": recorded,
             "losses": [float(x) for x in losses], "precompiled": precompile.events(model),
             "autotune": speed.autotune_report() if device.type == "cuda" else None,

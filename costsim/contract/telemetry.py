@@ -69,8 +69,8 @@ EVENT_FIELDS: dict[str, tuple[str, tuple[str, ...]]] = {
                 "graph_tree_index (whether their recording looks outputs up in an index: runner.graph_trees) and "
                 "graph_tree_disagreed (the lookup that disagreed with torch's own, which then took over); "
                 "inductor_bytecode: Inductor's generated modules loaded from kept bytecode or compiled (hits, "
-                "compiled, damaged, unwritten, seconds: runner.inductor_bytecode); kept_autotune, under "
-                "COSTSIM_KEPT_AUTOTUNE=1: Triton kernels that took kept timings or were timed (kept, timed, damaged, "
+                "compiled, damaged, unwritten, seconds: runner.inductor_bytecode); kept_autotune, unless "
+                "COSTSIM_KEPT_AUTOTUNE=0: Triton kernels that took kept timings or were timed (kept, timed, damaged, "
                 "unkeyed, unwritten, seconds: runner.autotune_kept); autotune, on a GPU under "
                 "COSTSIM_AUTOTUNE_REPORT=1: Triton's kernels by autotune-cache state and why the first misses missed "
                 "(runner.speed.autotune_report)",
