@@ -5,7 +5,8 @@
 # configuration, precompiled, with a spot notice at NOTICE of STEPS; the compile cache (/tmp/inductor, the as-written
 # script's) is shared, so only a machine's first run compiles (about 300 s). A run's folder is named by its place and
 # setting (1-precompile-preload-0; this script was gpu_preload_ab.sh, whose folders were named 1-preload-0).
-# ORDER (default "1 0"): the switch's setting of each run, in order. BUDGET_S (default 560): a run is skipped when
+# ORDER (default "1 0"): the switch's setting of each run, in order; its folders are numbered within the call (a
+# later call on the same machine starts again at 1, and returns only its own). BUDGET_S (default 560): a run is skipped when
 # fewer than 240 s of it are left (a warm run takes about 220 s). Everything lands in $OUT/ab.tgz (one folder a
 # run) and $OUT/bench-restart.txt (scripts/bench_restart.py over the runs, side by side).
 set -uo pipefail
@@ -15,6 +16,7 @@ AB_ENV=${AB_ENV:-COSTSIM_PRECOMPILE_PRELOAD}; ORDER=${ORDER:-"1 0"}; BUDGET_S=${
 export STEPS=${STEPS:-12} NOTICE=${NOTICE:-4} EXECUTE_TIMEOUT=${EXECUTE_TIMEOUT:-520}
 export EXECUTE_ARGS="--runtime compile=model --runtime ddp_graph=whole --runtime compile_mode=reduce-overhead --runtime precompile=true --notice-save always"
 [[ -d /tmp/inductor ]] && echo "compile cache warm" || echo "compile cache empty: this machine's first run compiles"
+rm -rf /tmp/ab   # an earlier call's runs on this machine (returned by that call): its tarball held them again
 i=0; runs=()
 short=$(echo "${AB_ENV#COSTSIM_}" | tr 'A-Z_' 'a-z-')   # COSTSIM_PRECOMPILE_PRELOAD: precompile-preload
 for setting in $ORDER; do
