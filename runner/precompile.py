@@ -40,10 +40,13 @@ The file is code, as Inductor's cache is (its kernels and wrappers, which the wo
 the run's compile cache, written by the runner itself, and travels to the job's next node only with that cache
 (runner.compile_share, opt-in, through a store only the job's runners can write). It is never read from a plan.
 
-Guards: the saved function keeps Dynamo's guards on its tensors' metadata and the global state (grad mode,
+Guards: the saved function keeps Dynamo's guards on its input tensors' metadata and the global state (grad mode,
 autocast) only, the portable ones; the module's attributes are not guarded, so the file's name carries what they
 depend on instead: the model's classes, structure, parameter shapes and dtypes, the source files of its modules'
-classes, torch's and the runner's settings.
+classes, torch's and the runner's settings. Nor are its parameters and buffers (torch rebuilds every tensor guard at
+each load, a fake tensor apiece: the full SDXL UNet has 1,685): the file's header keeps a hash of their layout
+(`tensor_layout`: names, shapes, strides, dtypes, devices, requires_grad), and a call whose module does not match it
+compiles again, as a failed guard would.
 """
 
 from __future__ import annotations
@@ -76,6 +79,9 @@ DIGEST_BYTES = 64   # the hex SHA-256 of what follows it
 # the mode a fallback to torch.compile runs in: the same, less CUDA graphs (module docstring)
 FALLBACK_MODES = {"reduce-overhead": "default", "max-autotune": "max-autotune-no-cudagraphs"}
 PRELOAD_ENV = "COSTSIM_PRECOMPILE_PRELOAD"
+TENSOR_GUARDS_ENV = "COSTSIM_PRECOMPILE_TENSOR_GUARDS"
+# where a loaded function carries the layout of the parameters and buffers it was compiled with (`tensor_layout`)
+TENSORS_ATTRIBUTE = "_costsim_tensor_layout"
 PRELOAD_MOST = 4    # files preloaded at most: a training call's kind, and validation's, with room for a batch change
 
 
@@ -84,8 +90,9 @@ class Precompiled:
     model's `forward` (`install`), so DDP, hooks and the checkpoint's keys see the same module."""
 
     def __init__(self, module: torch.nn.Module, mode: str, settings: dict, folder: Path,
-                 warn: Callable[[str], None] | None = None):
+                 warn: Callable[[str], None] | None = None, tensor_guards: bool = False):
         self.module, self.mode, self.folder = module, mode, Path(folder)
+        self.tensor_guards = tensor_guards   # torch's guards on the parameters and buffers too (TENSOR_GUARDS_ENV)
         self.original = module.forward   # the bound eager forward (force_eager runs it)
         self.settings = dict(settings)
         self.warn = warn or (lambda message: print(f"runner: warning: {message}", file=sys.stderr, flush=True))
@@ -166,16 +173,18 @@ class Precompiled:
         preloaded = self._preloaded_file(path)
         waited_s = time.perf_counter() - started
         loaded, load_s = preloaded if preloaded is not None else (self._load(path), None)
-        fits = loaded is not None and loaded.guard_check(self.module, *args, **kwargs)
-        if load_s is not None and loaded is not None and not fits:
+        fits = loaded is not None and self._fits(loaded, args, kwargs)
+        if load_s is not None and loaded is not None and not fits and self._tensors_fit(loaded):
             # loaded outside this call's autocast: its tensors' guards took their dispatch keys then (a tiny SDXL
             # UNet under bf16 autocast on the CPU lacked AutocastCPU; the file loaded inside the call fits): again here
             self.events.append({"op": "preload did not fit", "file": path.name,
                                 "guard": _failed_guard(loaded, self.module, args, kwargs)})
             loaded, load_s = self._load(path), None
-            fits = loaded is not None and loaded.guard_check(self.module, *args, **kwargs)
+            fits = loaded is not None and self._fits(loaded, args, kwargs)
         if loaded is not None and not fits:
-            failed = _failed_guard(loaded, self.module, args, kwargs)
+            failed = (_failed_guard(loaded, self.module, args, kwargs) if self._tensors_fit(loaded) else
+                      "the model's parameters or buffers are not those it was compiled with (their names, shapes, "
+                      "strides, dtypes, devices or requires_grad)")
             self.warn(f"runtime.precompile: {path} does not fit this call (its guards fail{': ' if failed else ''}"
                       f"{failed}); compiling it again")
             self.events.append({"op": "guards failed", "file": path.name, "guard": failed})
@@ -197,7 +206,7 @@ class Precompiled:
         for parameter in grads:
             parameter.grad = None
         try:
-            compiled = _compiled(self.mode).aot_compile(((self.module, *args), kwargs))
+            compiled = _compiled(self.mode, self.tensor_guards).aot_compile(((self.module, *args), kwargs))
         except Exception as exc:   # noqa: BLE001 - any failure of the experimental path falls back to torch.compile
             reason, mode = _first_line(exc), FALLBACK_MODES.get(self.mode, self.mode)
             graphs = f" in compile mode {mode} (no CUDA graphs)" if mode != self.mode else ""
@@ -222,6 +231,14 @@ class Precompiled:
             self._fallback = torch.compile(self.original, mode=FALLBACK_MODES.get(self.mode, self.mode))
         return self._fallback
 
+    def _fits(self, loaded, args: tuple, kwargs: dict) -> bool:
+        return self._tensors_fit(loaded) and loaded.guard_check(self.module, *args, **kwargs)
+
+    def _tensors_fit(self, loaded) -> bool:
+        """Whether the module's parameters and buffers are laid out as when `loaded` was compiled: the check that
+        stands in for their tensor guards, which the saved function does not carry (`portable_guards`)."""
+        return getattr(loaded, TENSORS_ATTRIBUTE, None) == tensor_layout(self.module)
+
     def _load(self, path: Path):
         try:
             data = path.read_bytes()
@@ -242,8 +259,10 @@ class Precompiled:
             # the grad mode and autocast it was compiled in: its tensors' guards take their dispatch keys from the
             # loading thread's (the preload's thread runs outside the step's autocast)
             with torch._inductor.config.patch(torch._inductor.list_mode_options(self.mode)), global_state(state):
-                return torch.compiler.load_compiled_function(io.BytesIO(function),
-                                                             f_globals=vars(sys.modules[__name__]))
+                loaded = torch.compiler.load_compiled_function(io.BytesIO(function),
+                                                               f_globals=vars(sys.modules[__name__]))
+            setattr(loaded, TENSORS_ATTRIBUTE, state.get("tensors"))   # checked at the call (a preload comes early)
+            return loaded
         except Exception as exc:   # noqa: BLE001 - a file another torch wrote, say: compile afresh
             self.warn(f"runtime.precompile: {path} could not be loaded ({_first_line(exc)}); compiling it again")
             self.events.append({"op": "unloadable", "file": path.name, "reason": _first_line(exc)})
@@ -254,7 +273,8 @@ class Precompiled:
         or None if it could not be written (a warning: this life runs it all the same, the next compiles again)."""
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
-            write_checked(path, pack(kind_state(kind), self._function_bytes(compiled)))
+            state = {**kind_state(kind), "tensors": tensor_layout(self.module)}
+            write_checked(path, pack(state, self._function_bytes(compiled)))
             return path.stat().st_size
         except Exception as exc:   # noqa: BLE001 - a full disk, or a function torch cannot serialise
             self.warn(f"runtime.precompile: the compiled model was not saved to {path} ({_first_line(exc)}); the "
@@ -275,19 +295,20 @@ class Precompiled:
 
     def model_key(self) -> str:
         if self._model_key is None:
-            self._model_key = artefact_key(self.module, self.mode, self.settings)[:24]
+            settings = {**self.settings, "tensor_guards": True} if self.tensor_guards else self.settings
+            self._model_key = artefact_key(self.module, self.mode, settings)[:24]
         return self._model_key
 
 
 def install(module: torch.nn.Module, mode: str, settings: dict, folder: Path,
-            warn: Callable[[str], None] | None = None) -> Precompiled:
+            warn: Callable[[str], None] | None = None, tensor_guards: bool = False) -> Precompiled:
     """Put a Precompiled forward on `module` (an instance attribute over its class's forward)."""
     if mode in CUDA_GRAPH_MODES:
         # CUDA graph trees keep their state in thread-local storage that autograd's threads inherit, set up when
         # the module is first imported: here, on the main thread, not inside a compile or a load (a first run on
         # an H100 whose ahead-of-time compile failed then failed its backward: "_is_key_in_tls")
         import torch._inductor.cudagraph_trees  # noqa: F401
-    precompiled = Precompiled(module, mode, settings, folder, warn)
+    precompiled = Precompiled(module, mode, settings, folder, warn, tensor_guards)
     module.forward = precompiled
     return precompiled
 
@@ -296,6 +317,13 @@ def installed(module: torch.nn.Module) -> Precompiled | None:
     """`module`'s Precompiled forward, if it has one."""
     forward = module.__dict__.get("forward")
     return forward if isinstance(forward, Precompiled) else None
+
+
+def tensor_guards_enabled(env=os.environ) -> bool:
+    """COSTSIM_PRECOMPILE_TENSOR_GUARDS: 1 keeps torch's guards on every parameter and buffer in the saved function
+    (rebuilt at each load), 0 (the default) checks their layout itself (`tensor_layout`)."""
+    return env_switch(env, TENSOR_GUARDS_ENV, "0", "torch's guards on every parameter and buffer, rebuilt at each load",
+                      "the runner's check of their layout instead, the default")
 
 
 def preload_enabled(env=os.environ) -> bool:
@@ -440,9 +468,10 @@ def class_forward(module: torch.nn.Module, *args, **kwargs):
     return type(module).forward(module, *args, **kwargs)
 
 
-def _compiled(mode: str):
+def _compiled(mode: str, tensor_guards: bool = False):
     # mode's options spelled out: torch.compile takes a mode or options, and the guard filter is an option
-    options: dict[str, Any] = {**torch._inductor.list_mode_options(mode), "guard_filter_fn": portable_guards}
+    kept = portable_guards_with_tensors if tensor_guards else portable_guards
+    options: dict[str, Any] = {**torch._inductor.list_mode_options(mode), "guard_filter_fn": kept}
     with torch._dynamo.config.patch(enable_aot_compile=True):   # off by default in torch 2.11: no .aot_compile
         return torch.compile(class_forward, fullgraph=True, options=options)
 
@@ -450,9 +479,34 @@ def _compiled(mode: str):
 def portable_guards(entries) -> list[bool]:
     """Keep the guards a saved function can carry (torch.compiler.keep_portable_guards_unsafe's choice, spelled
     out for the torch versions without it): the global state (grad mode, autocast) and the shape environment, and
-    each local tensor's metadata. The module's attributes go unguarded: the file's name covers them."""
+    each input tensor's metadata. The module's attributes go unguarded: the file's name covers them. So do its
+    parameters and buffers: their layouts are checked by the runner instead (`tensor_layout`, kept in the file's
+    header), since torch rebuilds each tensor guard at every load with a fake tensor of its own (the full SDXL UNet's
+    1,685, about 2.5 s of a 6.45 s load on a 2-core CPU)."""
+    return [kept and not (entry.guard_type == "TENSOR_MATCH" and _module_tensor(entry.name))
+            for entry, kept in zip(entries, portable_guards_with_tensors(entries))]
+
+
+def portable_guards_with_tensors(entries) -> list[bool]:
+    """`portable_guards` and the parameters' and buffers' tensor guards (COSTSIM_PRECOMPILE_TENSOR_GUARDS=1): the
+    choice before 2026-12-08, kept to measure against."""
     return [entry.guard_type in ("GLOBAL_STATE", "SHAPE_ENV")
             or (entry.guard_type == "TENSOR_MATCH" and not entry.is_global) for entry in entries]
+
+
+def _module_tensor(source: str) -> bool:
+    """Whether a guard's source names a parameter or buffer of the compiled module (`class_forward`'s first
+    argument): module._modules['inner']._parameters['weight'], module._buffers['scale']."""
+    return source.startswith("module.") and ("._parameters[" in source or "._buffers[" in source)
+
+
+def tensor_layout(module: torch.nn.Module) -> str:
+    """A hash of the module's parameters and buffers as a compiled function depends on them, what their tensor
+    guards would check: each one's name, type, shape, strides, dtype, device and requires_grad."""
+    parts = [f"{name}:{type(tensor).__name__}:{tuple(tensor.shape)}:{tensor.stride()}:{tensor.dtype}:"
+             f"{tensor.device}:{tensor.requires_grad}"
+             for name, tensor in [*module.named_parameters(), *module.named_buffers()]]
+    return _digest("\n".join(parts))
 
 
 def _bound(function, module: torch.nn.Module) -> Callable:

@@ -78,7 +78,9 @@ def prepare_model(model: torch.nn.Module, runtime: Runtime, warn=None) -> int:
         # parameters keep their identity: the optimizer is unaffected (Module.to accepts it; its stubs do not say so)
         model.to(memory_format=torch.channels_last)   # type: ignore[call-overload]
     # the switches read at every start, so that a bad value stops it whatever the settings (a RuntimeConfigError)
+    from runner import precompile  # it imports this module
     bytecode, timings, index = inductor_bytecode.enabled(), autotune_kept.enabled(), graph_trees.enabled()
+    tensor_guards = precompile.tensor_guards_enabled()
     if runtime.compile != "off" and bytecode:
         inductor_bytecode.install(inductor_bytecode.default_folder())   # runner.inductor_bytecode
     if runtime.compile != "off" and timings:
@@ -86,9 +88,9 @@ def prepare_model(model: torch.nn.Module, runtime: Runtime, warn=None) -> int:
     if runtime.cuda_graphs and index:
         graph_trees.install()   # their recording without its quadratic scans (runner.graph_trees)
     if runtime.compile == "model" and runtime.precompile:
-        from runner import precompile
         settings = {name: value for name, value in runtime.as_dict().items() if name in GRAPH_SETTINGS}
-        precompile.install(model, runtime.compile_mode, settings, precompile.default_folder(), warn)
+        precompile.install(model, runtime.compile_mode, settings, precompile.default_folder(), warn,
+                           tensor_guards=tensor_guards)
         return 1
     if runtime.compile == "model":
         if type(model).__module__.startswith("torch.nn."):

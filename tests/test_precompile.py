@@ -264,6 +264,52 @@ def test_the_preload_switch_takes_0_or_1():
         precompile.preload_enabled({precompile.PRELOAD_ENV: "yes"})
 
 
+def test_the_tensor_guards_switch_takes_0_or_1():
+    assert precompile.tensor_guards_enabled({precompile.TENSOR_GUARDS_ENV: "1"})
+    assert not precompile.tensor_guards_enabled({})
+    with pytest.raises(speed.RuntimeConfigError, match="COSTSIM_PRECOMPILE_TENSOR_GUARDS='2': expected 1"):
+        precompile.tensor_guards_enabled({precompile.TENSOR_GUARDS_ENV: "2"})
+
+
+def test_the_saved_function_guards_its_inputs_and_the_runner_checks_the_parameters_layout(tmp_path):
+    """The file carries no guard on the module's parameters and buffers (torch rebuilds each at every load): a hash
+    of their layout in its header stands in for them. A model whose parameter is laid out otherwise (the same shape,
+    other strides: a compiled kernel would read it wrongly) compiles again, as a failed guard would; an input unlike
+    the compiled one still fails torch's own guard."""
+    x = torch.randn(5, 8)
+    expected, expected_grads = _step(_net(), x)
+    first = precompile.install(_net(), "default", {"compile": "model"}, tmp_path)
+    _step(first.module, x)
+    (path,) = tmp_path.glob("*.pt")
+    state, _ = precompile.unpack(precompile.checked_payload(path.read_bytes()))
+    assert state["tensors"] == precompile.tensor_layout(_net())
+    kept = precompile.install(_net(), "default", {"compile": "model"}, tmp_path)
+    loaded = kept._load(path)
+    guards = loaded._artifacts.guard_manager.code_parts   # torch's words for each guard it checks
+    assert any("L['args'][0]" in part for part in guards)
+    assert not any("_parameters[" in part for part in guards)
+    assert loaded.guard_check(kept.module, x) and not loaded.guard_check(kept.module, x.to(torch.float64))
+    # with COSTSIM_PRECOMPILE_TENSOR_GUARDS=1 (the choice before) torch guards each parameter: another file
+    guarded = precompile.install(_net(), "default", {"compile": "model"}, tmp_path, tensor_guards=True)
+    _step(guarded.module, x)
+    assert [e["op"] for e in guarded.report()] == ["compile"] and len(list(tmp_path.glob("*.pt"))) == 2
+    (other,) = set(tmp_path.glob("*.pt")) - {path}
+    with_tensors = guarded._load(other)._artifacts.guard_manager.code_parts
+    assert sum(part.startswith("check_tensor(") and "_parameters[" in part for part in with_tensors) == 4   # 2 x 2
+
+    transposed = _net()
+    weight = transposed.inner.weight
+    weight.data = weight.data.t().contiguous().t()   # the same values and shape, column-major
+    assert weight.stride() != _net().inner.weight.stride()
+    warnings: list[str] = []
+    again = precompile.install(transposed, "default", {"compile": "model"}, tmp_path, warn=warnings.append)
+    out, grads = _step(again.module, x)
+    assert [e["op"] for e in again.report()] == ["guards failed", "compile"]
+    assert "parameters or buffers are not those it was compiled with" in warnings[0]
+    assert torch.allclose(out, expected, atol=1e-6) and all(torch.allclose(g, e, atol=1e-6)
+                                                             for g, e in zip(grads, expected_grads))
+
+
 def test_a_file_carries_its_calls_grad_mode_and_autocast_and_the_load_takes_them_on():
     with torch.autocast("cpu", dtype=torch.bfloat16), torch.no_grad():
         kind = precompile.call_kind((torch.zeros(2, 8),), {}, True)
