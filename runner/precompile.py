@@ -173,16 +173,17 @@ class Precompiled:
         preloaded = self._preloaded_file(path)
         waited_s = time.perf_counter() - started
         loaded, load_s = preloaded if preloaded is not None else (self._load(path), None)
-        fits = loaded is not None and self._fits(loaded, args, kwargs)
-        if load_s is not None and loaded is not None and not fits and self._tensors_fit(loaded):
+        layout = tensor_layout(self.module)   # what the parameters' and buffers' guards would check, once a call
+        fits = loaded is not None and self._fits(loaded, layout, args, kwargs)
+        if load_s is not None and loaded is not None and not fits and _layout_of(loaded) == layout:
             # loaded outside this call's autocast: its tensors' guards took their dispatch keys then (a tiny SDXL
             # UNet under bf16 autocast on the CPU lacked AutocastCPU; the file loaded inside the call fits): again here
             self.events.append({"op": "preload did not fit", "file": path.name,
                                 "guard": _failed_guard(loaded, self.module, args, kwargs)})
             loaded, load_s = self._load(path), None
-            fits = loaded is not None and self._fits(loaded, args, kwargs)
+            fits = loaded is not None and self._fits(loaded, layout, args, kwargs)
         if loaded is not None and not fits:
-            failed = (_failed_guard(loaded, self.module, args, kwargs) if self._tensors_fit(loaded) else
+            failed = (_failed_guard(loaded, self.module, args, kwargs) if _layout_of(loaded) == layout else
                       "the model's parameters or buffers are not those it was compiled with (their names, shapes, "
                       "strides, dtypes, devices or requires_grad)")
             self.warn(f"runtime.precompile: {path} does not fit this call (its guards fail{': ' if failed else ''}"
@@ -231,13 +232,11 @@ class Precompiled:
             self._fallback = torch.compile(self.original, mode=FALLBACK_MODES.get(self.mode, self.mode))
         return self._fallback
 
-    def _fits(self, loaded, args: tuple, kwargs: dict) -> bool:
-        return self._tensors_fit(loaded) and loaded.guard_check(self.module, *args, **kwargs)
-
-    def _tensors_fit(self, loaded) -> bool:
-        """Whether the module's parameters and buffers are laid out as when `loaded` was compiled: the check that
-        stands in for their tensor guards, which the saved function does not carry (`portable_guards`)."""
-        return getattr(loaded, TENSORS_ATTRIBUTE, None) == tensor_layout(self.module)
+    def _fits(self, loaded, layout: str, args: tuple, kwargs: dict) -> bool:
+        """Whether `loaded` may run this call: the module's parameters and buffers laid out as when it was compiled
+        (`layout`: the check that stands in for their tensor guards, which the saved function does not carry), and
+        its own guards pass."""
+        return _layout_of(loaded) == layout and loaded.guard_check(self.module, *args, **kwargs)
 
     def _load(self, path: Path):
         try:
@@ -492,6 +491,11 @@ def portable_guards_with_tensors(entries) -> list[bool]:
     choice before 2026-12-08, kept to measure against."""
     return [entry.guard_type in ("GLOBAL_STATE", "SHAPE_ENV")
             or (entry.guard_type == "TENSOR_MATCH" and not entry.is_global) for entry in entries]
+
+
+def _layout_of(loaded) -> str | None:
+    """The parameters' and buffers' layout a loaded function was compiled with (its file's header, `_load`)."""
+    return getattr(loaded, TENSORS_ATTRIBUTE, None)
 
 
 def _module_tensor(source: str) -> bool:

@@ -6,8 +6,8 @@
 # script's) is shared, so only a machine's first run compiles (about 300 s). A run's folder is named by its place and
 # setting (1-precompile-preload-0; this script was gpu_preload_ab.sh, whose folders were named 1-preload-0).
 # ORDER (default "1 0"): the switch's setting of each run, in order; its folders are numbered within the call (a
-# later call on the same machine starts again at 1, and returns only its own). BUDGET_S (default 560): a run is skipped when
-# fewer than 240 s of it are left (a warm run takes about 220 s). Everything lands in $OUT/ab.tgz (one folder a
+# later call on the same machine starts again at 1, and returns only its own). BUDGET_S (default 560): a run is
+# skipped when fewer than 240 s of it are left (a warm run takes about 220 s). Everything lands in $OUT/ab.tgz (one folder a
 # run) and $OUT/bench-restart.txt (scripts/bench_restart.py over the runs, side by side).
 set -uo pipefail
 AB_ENV=${AB_ENV:-COSTSIM_PRECOMPILE_PRELOAD}; ORDER=${ORDER:-"1 0"}; BUDGET_S=${BUDGET_S:-560}; OUT=${OUT:-/tmp/out}
